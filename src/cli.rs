@@ -1,0 +1,504 @@
+//! The command line: a thin shell that parses arguments, calls one stage, and prints its
+//! result as text or JSON. Exit codes: 0 pass, 1 a check failed, 2 bad input or usage,
+//! 3 something the environment lacks.
+
+use crate::compat::{Arch, Compat};
+use crate::error::{Error, Location, Result};
+use crate::lint::{self, LintOptions};
+use crate::preset::{Catalog, MergedEnv};
+use crate::recipe::{DEFAULT_RECIPE, LoadedRecipe};
+use crate::render;
+use crate::resolve::{self, Options};
+use crate::version::Version;
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Build and certify container images for GPU training.
+#[derive(Parser, Debug)]
+#[command(name = "gpubake", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Resolve a recipe into a lock: exact, ABI-compatible pins, each with the rule that chose it.
+    ///
+    /// Without RECIPE, resolves the built-in default (PyTorch 2.9 on CUDA 12.8 for H100/H200).
+    /// When nothing fits, exits 2 and says which constraint refused what, and what would run.
+    ///
+    /// Example: gpubake resolve recipes/h100-pytorch2.9.yaml -o gpubake.lock --driver 550.54.15
+    Resolve {
+        /// The recipe (YAML).
+        recipe: Option<PathBuf>,
+        /// Write the lock here (atomically) instead of to standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// The fleet's oldest driver; overrides the recipe's `driver`.
+        #[arg(long, value_name = "VERSION")]
+        driver: Option<Version>,
+        /// Also list every candidate build and why it was refused.
+        #[arg(long)]
+        explain: bool,
+        /// Print the lock as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Look up presets here before the built-in ones (repeatable).
+        #[arg(long, value_name = "DIR")]
+        preset_dir: Vec<PathBuf>,
+    },
+    /// Check the NCCL settings of recipes, presets and nccl.conf files.
+    ///
+    /// Reports unknown names, values NCCL rejects, clamps or misparses, variables the pinned
+    /// NCCL does not read, and production risks. Exits 1 on errors (and on warnings with
+    /// --strict).
+    ///
+    /// Example: gpubake lint recipes/*.yaml env-presets/*.yaml /etc/nccl.conf
+    Lint {
+        /// Files to check: recipes and presets (.yaml) or NCCL config files (anything else).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Treat warnings as failures.
+        #[arg(long)]
+        strict: bool,
+        /// Check against this NCCL version instead of the one each file implies.
+        #[arg(long, value_name = "VERSION")]
+        nccl: Option<Version>,
+        /// Print findings as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Look up presets here before the built-in ones (repeatable).
+        #[arg(long, value_name = "DIR")]
+        preset_dir: Vec<PathBuf>,
+    },
+    /// List, show and compare NCCL presets, with where each value comes from.
+    ///
+    /// Example: gpubake presets show nvlink; gpubake presets diff pcie nvlink
+    Presets {
+        #[command(subcommand)]
+        action: PresetAction,
+        /// Print as JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        /// Look up presets here before the built-in ones (repeatable).
+        #[arg(long, value_name = "DIR", global = true)]
+        preset_dir: Vec<PathBuf>,
+    },
+    /// Render a Dockerfile for a recipe from Dockerfile.template, for BuildKit pipelines.
+    ///
+    /// The template gets `lock` (the whole lock), `python`, `requirements`, `pip`, `env`,
+    /// `nccl_conf`, `lock_lines`, `lock_path`, `labels` and `version`, and the filters `sh`
+    /// (shell quoting) and `dq` (Dockerfile quoting).
+    ///
+    /// Example: gpubake render recipes/h100-pytorch2.9.yaml -o Dockerfile && docker build .
+    Render {
+        /// The recipe (YAML); the built-in default when absent.
+        recipe: Option<PathBuf>,
+        /// Write the Dockerfile here (atomically) instead of to standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Use this template instead of the built-in Dockerfile.template.
+        #[arg(long, value_name = "FILE")]
+        template: Option<PathBuf>,
+        /// The fleet's oldest driver; overrides the recipe's `driver`.
+        #[arg(long, value_name = "VERSION")]
+        driver: Option<Version>,
+        /// Look up presets here before the built-in ones (repeatable).
+        #[arg(long, value_name = "DIR")]
+        preset_dir: Vec<PathBuf>,
+    },
+    /// Print the compatibility database: PyTorch builds, their pins, Pythons, archs, drivers.
+    ///
+    /// `?` marks values not confirmed from the shipped wheel.
+    ///
+    /// Example: gpubake compat --release 2.9
+    Compat {
+        /// Only this PyTorch release (`2.9`).
+        #[arg(long)]
+        release: Option<Version>,
+        /// Print the whole database as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PresetAction {
+    /// Every preset visible through the search path.
+    List,
+    /// One preset merged with what it extends.
+    Show {
+        /// Preset name or path.
+        name: String,
+    },
+    /// What differs between two merged presets.
+    Diff {
+        /// First preset.
+        a: String,
+        /// Second preset.
+        b: String,
+    },
+}
+
+/// Runs the parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Resolve {
+            recipe,
+            output,
+            driver,
+            explain,
+            json,
+            preset_dir,
+        } => {
+            let loaded = load_recipe(recipe.as_deref())?;
+            let opts = Options {
+                driver,
+                preset_dirs: preset_dir,
+            };
+            let resolved = resolve::resolve_recipe(&loaded, &opts)?;
+            for w in &resolved.lock.warnings {
+                eprintln!("warning: {w}");
+            }
+            if explain {
+                eprintln!("candidates ({}):", resolved.considered.len());
+                let chosen = format!(
+                    "torch {}+{}",
+                    short(&resolved.lock.torch.version),
+                    resolved.lock.torch.variant
+                );
+                for (label, why) in &resolved.considered {
+                    match why.first() {
+                        None if *label == chosen => eprintln!("  * {label}: chosen"),
+                        None => eprintln!("  + {label}: admitted"),
+                        Some(first) => eprintln!("  - {label}: {first}"),
+                    }
+                }
+            }
+            let text = if json {
+                serde_json::to_string_pretty(&resolved.lock).expect("locks serialize") + "\n"
+            } else {
+                resolved.lock.to_yaml()
+            };
+            emit(output.as_deref(), &text)?;
+            Ok(0)
+        }
+        Command::Lint {
+            files,
+            strict,
+            nccl,
+            json,
+            preset_dir,
+        } => {
+            let opts = LintOptions {
+                nccl,
+                resolve: Options {
+                    driver: None,
+                    preset_dirs: preset_dir,
+                },
+            };
+            let reports: Vec<_> = files.iter().map(|f| lint::lint_file(f, &opts)).collect();
+            let totals = lint::totals(&reports);
+            if json {
+                let out = serde_json::json!({ "files": reports, "totals": totals });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&out).expect("reports serialize")
+                );
+            } else {
+                for finding in reports.iter().flat_map(|r| &r.findings) {
+                    println!("{finding}");
+                }
+                println!(
+                    "{} file{} checked: {} error{}, {} warning{}",
+                    totals.files,
+                    plural(totals.files),
+                    totals.errors,
+                    plural(totals.errors),
+                    totals.warnings,
+                    plural(totals.warnings)
+                );
+            }
+            Ok(if reports.iter().any(|r| r.unreadable) {
+                2
+            } else if totals.errors > 0 || (strict && totals.warnings > 0) {
+                1
+            } else {
+                0
+            })
+        }
+        Command::Presets {
+            action,
+            json,
+            preset_dir,
+        } => presets(action, json, &preset_dir),
+        Command::Render {
+            recipe,
+            output,
+            template,
+            driver,
+            preset_dir,
+        } => {
+            let loaded = load_recipe(recipe.as_deref())?;
+            let opts = Options {
+                driver,
+                preset_dirs: preset_dir,
+            };
+            let resolved = resolve::resolve_recipe(&loaded, &opts)?;
+            let (text, name) = match &template {
+                Some(path) => (
+                    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?,
+                    path.display().to_string(),
+                ),
+                None => (
+                    render::DEFAULT_TEMPLATE.to_string(),
+                    "Dockerfile.template".to_string(),
+                ),
+            };
+            let dockerfile = render::render(&resolved.lock, &text, &name)?;
+            emit(output.as_deref(), &dockerfile)?;
+            Ok(0)
+        }
+        Command::Compat { release, json } => {
+            let db = Compat::embedded();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(db).expect("the database serializes")
+                );
+            } else {
+                print!("{}", compat_table(db, release.as_ref()));
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn short(v: &Version) -> String {
+    format!("{}.{}", v.major(), v.minor())
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn load_recipe(path: Option<&Path>) -> Result<LoadedRecipe> {
+    match path {
+        Some(p) => LoadedRecipe::read(p),
+        None => {
+            eprintln!(
+                "gpubake: no recipe given, using the built-in default recipes/{DEFAULT_RECIPE}"
+            );
+            Ok(LoadedRecipe::builtin_default())
+        }
+    }
+}
+
+/// Writes `text` to `path` atomically, or to standard output.
+fn emit(path: Option<&Path>, text: &str) -> Result<()> {
+    match path {
+        Some(p) => crate::fsutil::write_atomic(p, text.as_bytes()),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .map_err(|e| Error::io("<stdout>", e))
+        }
+    }
+}
+
+fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
+    let catalog = Catalog::from_env(dirs);
+    let here = Location {
+        file: "command line".into(),
+        line: None,
+        column: None,
+    };
+    let merged = |name: &str| -> Result<MergedEnv> {
+        let layers = catalog.layers(&[(name.to_string(), here.clone())], None)?;
+        Ok(MergedEnv::from_layers(&layers))
+    };
+    match action {
+        PresetAction::List => {
+            let mut rows = Vec::new();
+            for name in catalog.names() {
+                let p = catalog.load(&name, &here, None)?;
+                rows.push(serde_json::json!({
+                    "name": name,
+                    "description": p.file.description,
+                    "extends": p.file.extends,
+                    "requires_nccl": p.file.requires.nccl.as_ref().map(|c| c.to_string()),
+                    "debug": p.file.debug,
+                    "file": p.doc.name(),
+                }));
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).expect("rows serialize")
+                );
+            } else {
+                for r in &rows {
+                    let extends = r["extends"].as_array().map(|a| a.len()).unwrap_or(0);
+                    let ext = if extends > 0 {
+                        format!(
+                            " (extends {})",
+                            r["extends"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .map(|v| v.as_str().unwrap_or(""))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    } else {
+                        String::new()
+                    };
+                    println!(
+                        "{:<12} {}{}",
+                        r["name"].as_str().unwrap_or(""),
+                        r["description"].as_str().unwrap_or(""),
+                        ext
+                    );
+                }
+            }
+        }
+        PresetAction::Show { name } => {
+            let env = merged(&name)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&env).expect("env serializes")
+                );
+            } else {
+                for (var, v) in &env.0 {
+                    println!("{var}={}", v.value);
+                    println!("    from {} ({})", v.origin.by, v.origin.at);
+                    if let Some(reason) = &v.reason {
+                        println!("    why: {reason}");
+                    }
+                    for r in &v.replaced {
+                        println!("    replaces {}={} from {}", var, r.value, r.by);
+                    }
+                }
+            }
+        }
+        PresetAction::Diff { a, b } => {
+            let (ea, eb) = (merged(&a)?, merged(&b)?);
+            let mut names: Vec<&String> = ea.0.keys().chain(eb.0.keys()).collect();
+            names.sort();
+            names.dedup();
+            let mut rows = Vec::new();
+            for var in names {
+                let (va, vb) = (ea.0.get(var), eb.0.get(var));
+                if va.map(|v| &v.value) == vb.map(|v| &v.value) {
+                    continue;
+                }
+                rows.push(serde_json::json!({
+                    "var": var,
+                    a.clone(): va.map(|v| serde_json::json!({"value": v.value, "from": v.origin.by})),
+                    b.clone(): vb.map(|v| serde_json::json!({"value": v.value, "from": v.origin.by})),
+                }));
+                if !json {
+                    let show = |v: Option<&crate::preset::MergedVar>| match v {
+                        Some(v) => format!("{} ({})", v.value, v.origin.by),
+                        None => "(unset)".to_string(),
+                    };
+                    println!("{var}\n    {a}: {}\n    {b}: {}", show(va), show(vb));
+                }
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).expect("rows serialize")
+                );
+            } else if rows.is_empty() {
+                println!("{a} and {b} set the same values");
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn compat_table(db: &Compat, only: Option<&Version>) -> String {
+    let q = |value: String, field: &str, marks: &[String]| {
+        if marks.iter().any(|m| m == field) {
+            format!("{value}?")
+        } else {
+            value
+        }
+    };
+    let mut out = format!(
+        "{:<6} {:<6} {:<3} {:<10} {:<5} {:<9} {:<11} {:<8} {:<5} {:<4} {:<16} {}\n",
+        "torch",
+        "build",
+        "def",
+        "python",
+        "cuda",
+        "runtime",
+        "cudnn",
+        "nccl",
+        "glibc",
+        "abi",
+        "archs",
+        "driver>="
+    );
+    for r in db
+        .releases
+        .iter()
+        .filter(|r| only.is_none_or(|v| r.release == *v))
+    {
+        for v in &r.variants {
+            let archs = match (v.archs.first(), v.archs.last()) {
+                (Some(lo), Some(hi)) => {
+                    format!("{lo}..{}", hi.to_string().trim_start_matches("sm_"))
+                }
+                _ => String::new(),
+            };
+            let archs = match v.ptx {
+                Some(Arch { major, minor }) => format!("{archs}+ptx{major}{minor}"),
+                None => archs,
+            };
+            let floor = db
+                .family_floor(v.cuda.major())
+                .map(|f| format!("{}{}", f.min_driver, if f.unconfirmed { "?" } else { "" }))
+                .unwrap_or_default();
+            let opt = |o: &Option<Version>| {
+                o.as_ref()
+                    .map(Version::to_string)
+                    .unwrap_or_else(|| "-".into())
+            };
+            let runtime = v.cuda_runtime.clone().unwrap_or_else(|| "-".into());
+            out.push_str(&format!(
+                "{:<6} {:<6} {:<3} {:<10} {:<5} {:<9} {:<11} {:<8} {:<5} {:<4} {:<16} {}\n",
+                r.release.to_string(),
+                v.tag,
+                if v.pypi_default { "*" } else { "" },
+                format!(
+                    "{}-{}",
+                    r.python.first().map(String::as_str).unwrap_or("?"),
+                    r.python.last().map(String::as_str).unwrap_or("?")
+                ),
+                v.cuda.to_string(),
+                q(runtime, "cuda_runtime", &v.unconfirmed),
+                q(opt(&v.cudnn), "cudnn", &v.unconfirmed),
+                q(opt(&v.nccl), "nccl", &v.unconfirmed),
+                r.glibc.to_string(),
+                if r.cxx11_abi { "cxx11" } else { "old" },
+                q(archs, "archs", &v.unconfirmed),
+                floor,
+            ));
+        }
+    }
+    out.push_str(
+        "def: the PyPI default build; ?: not confirmed from the shipped wheel; -: unknown\n",
+    );
+    out
+}
+
+/// Prints an error the way every command does, and returns its exit code.
+pub fn report_error(err: &Error) -> i32 {
+    eprintln!("error: {err}");
+    err.exit_code()
+}

@@ -1,0 +1,324 @@
+//! YAML input files: read once, parsed into typed values with errors that name the file, line,
+//! column and field, and asked afterwards where a field sits so later stages (resolve, lint)
+//! can point at it too.
+//!
+//! serde_yaml does the typed parse (its errors carry positions, and with serde_path_to_error
+//! the field path); marked_yaml keeps a position for every node, which serde_yaml drops once a
+//! value parsed fine.
+
+use crate::error::{Error, Location, Result};
+use indexmap::IndexMap;
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::Path;
+
+/// Recipes and presets are small; anything larger is a mistake, refused before parsing.
+pub const MAX_INPUT_BYTES: usize = 1 << 20;
+
+/// One input file's text, its name and where each of its nodes sits.
+pub struct Document {
+    name: String,
+    text: String,
+    nodes: Option<marked_yaml::Node>,
+}
+
+impl Document {
+    /// Reads `path`, refusing files over [`MAX_INPUT_BYTES`] and text that is not UTF-8.
+    pub fn read(path: &Path) -> Result<Self> {
+        let name = path.display().to_string();
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if meta.len() > MAX_INPUT_BYTES as u64 {
+            return Err(Error::invalid(
+                whole_file(&name),
+                None,
+                format!(
+                    "file is {} bytes; gpubake reads YAML inputs of at most {} bytes",
+                    meta.len(),
+                    MAX_INPUT_BYTES
+                ),
+                Some("a recipe or preset of a few kilobytes".into()),
+            ));
+        }
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            Error::invalid(
+                whole_file(&name),
+                None,
+                format!(
+                    "not UTF-8 text (invalid byte at offset {})",
+                    e.utf8_error().valid_up_to()
+                ),
+                Some("a UTF-8 YAML file".into()),
+            )
+        })?;
+        Ok(Self::from_text(name, text))
+    }
+
+    /// Wraps text that is already in memory (embedded files, tests).
+    pub fn from_text(name: impl Into<String>, text: impl Into<String>) -> Self {
+        let text = text.into();
+        let nodes = marked_yaml::parse_yaml(0, &text).ok();
+        Document {
+            name: name.into(),
+            text,
+            nodes,
+        }
+    }
+
+    /// The file name as the user gave it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The raw text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The sha256 of the text, hex-encoded.
+    pub fn sha256(&self) -> String {
+        hex::encode(Sha256::digest(self.text.as_bytes()))
+    }
+
+    /// True when the file has no YAML content at all (only blanks and comments).
+    pub fn is_blank(&self) -> bool {
+        self.text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---")
+    }
+
+    /// Parses the whole file into `T`. `what` names the kind of file for messages ("recipe"),
+    /// and `help` says what each top-level field allows.
+    pub fn parse<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        help: fn(&str) -> Option<String>,
+    ) -> Result<T> {
+        if self.is_blank() {
+            return Err(Error::invalid(
+                whole_file(&self.name),
+                None,
+                format!("the file is empty; a {what} is a YAML mapping"),
+                help(""),
+            ));
+        }
+        let de = serde_yaml::Deserializer::from_str(&self.text);
+        serde_path_to_error::deserialize(de).map_err(|err| {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            let (line, column) = match inner.location() {
+                Some(l) => (Some(l.line()), Some(l.column())),
+                None => (None, None),
+            };
+            let field = (path != "." && path != "?").then(|| path.clone());
+            let top = path.split(['.', '[']).next().unwrap_or("");
+            Error::invalid(
+                Location {
+                    file: self.name.clone(),
+                    line,
+                    column,
+                },
+                field,
+                bare_message(&inner.to_string(), &path),
+                help(top),
+            )
+        })
+    }
+
+    /// Where the node at `path` sits; `path` holds mapping keys and sequence indices as text.
+    /// With `key` set, the position of the mapping key itself rather than its value.
+    pub fn locate(&self, path: &[&str], key: bool) -> Location {
+        let mut at = whole_file(&self.name);
+        let Some(mut node) = self.nodes.as_ref() else {
+            return at;
+        };
+        let mut marker = node.span().start().copied();
+        for (i, step) in path.iter().enumerate() {
+            let last = i + 1 == path.len();
+            let next = match node {
+                marked_yaml::Node::Mapping(map) => {
+                    map.iter().find(|(k, _)| k.as_str() == *step).map(|(k, v)| {
+                        marker = if key && last {
+                            k.span().start().copied()
+                        } else {
+                            v.span().start().copied()
+                        };
+                        v
+                    })
+                }
+                marked_yaml::Node::Sequence(seq) => step
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|n| seq.get(n))
+                    .inspect(|v| {
+                        marker = v.span().start().copied();
+                    }),
+                marked_yaml::Node::Scalar(_) => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => break,
+            }
+        }
+        if let Some(m) = marker {
+            at.line = Some(m.line());
+            at.column = Some(m.column());
+        }
+        at
+    }
+
+    /// An invalid-input error pointing at the node at `path`.
+    pub fn invalid(
+        &self,
+        path: &[&str],
+        message: impl Into<String>,
+        help: Option<String>,
+    ) -> Error {
+        Error::invalid(
+            self.locate(path, false),
+            Some(field_path(path)),
+            message,
+            help,
+        )
+    }
+}
+
+/// Renders a path of keys and indices the way users read it: `gpus[1]`, `env.NCCL_ALGO`.
+pub fn field_path(path: &[&str]) -> String {
+    let mut out = String::new();
+    for step in path {
+        if step.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{step}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(step);
+        }
+    }
+    out
+}
+
+fn whole_file(name: &str) -> Location {
+    Location {
+        file: name.to_string(),
+        line: None,
+        column: None,
+    }
+}
+
+/// serde_yaml's messages repeat the path in front and the position behind; both are shown
+/// separately, so strip them.
+fn bare_message(message: &str, path: &str) -> String {
+    let message = message
+        .strip_prefix(&format!("{path}: "))
+        .unwrap_or(message);
+    let message = match message.rfind(" at line ") {
+        Some(i) if message[i..].contains(" column ") => &message[..i],
+        _ => message,
+    };
+    message.to_string()
+}
+
+/// A string map that keeps file order and refuses a key given twice, which plain serde maps
+/// would silently collapse to the last value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct UniqueMap<V>(pub IndexMap<String, V>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for UniqueMap<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Unique<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Unique<V> {
+            type Value = UniqueMap<V>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a mapping of names to values")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+                let mut map = IndexMap::new();
+                while let Some(key) = access.next_key::<String>()? {
+                    if map.contains_key(&key) {
+                        return Err(serde::de::Error::custom(format!("`{key}` is given twice")));
+                    }
+                    let value = access.next_value()?;
+                    map.insert(key, value);
+                }
+                Ok(UniqueMap(map))
+            }
+        }
+        d.deserialize_map(Unique(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Small {
+        name: String,
+        #[serde(default)]
+        env: UniqueMap<String>,
+    }
+
+    fn no_help(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn unknown_keys_are_located() {
+        let doc = Document::from_text("r.yaml", "name: a\nnmae: b\n");
+        let err = doc
+            .parse::<Small>("recipe", no_help)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("r.yaml:2:1: field `nmae`: unknown field `nmae`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let doc = Document::from_text("r.yaml", "name: a\nenv:\n  A: 1\n  A: 2\n");
+        let err = doc
+            .parse::<Small>("recipe", no_help)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`A` is given twice"), "{err}");
+        assert!(err.starts_with("r.yaml:"), "{err}");
+    }
+
+    #[test]
+    fn scalars_keep_their_text() {
+        let doc = Document::from_text("r.yaml", "name: 3.10\nenv:\n  X: 0x10\n  Y: true\n");
+        let small: Small = doc.parse("recipe", no_help).unwrap();
+        assert_eq!(small.name, "3.10");
+        assert_eq!(small.env.0["X"], "0x10");
+        assert_eq!(small.env.0["Y"], "true");
+    }
+
+    #[test]
+    fn nodes_can_be_located_after_parsing() {
+        let doc = Document::from_text("r.yaml", "name: a\nenv:\n  A: 1\n  B: two\n");
+        let at = doc.locate(&["env", "B"], false);
+        assert_eq!((at.line, at.column), (Some(4), Some(6)));
+        let at = doc.locate(&["env", "B"], true);
+        assert_eq!((at.line, at.column), (Some(4), Some(3)));
+    }
+
+    #[test]
+    fn blank_files_are_refused() {
+        let doc = Document::from_text("r.yaml", "# only a comment\n\n");
+        let err = doc
+            .parse::<Small>("recipe", no_help)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("empty"), "{err}");
+    }
+}

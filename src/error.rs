@@ -1,0 +1,147 @@
+//! The one error type of the library, and the exit code each kind maps to.
+//!
+//! Exit codes follow the design: 0 pass, 1 a check failed, 2 bad input or usage,
+//! 3 the environment is missing something (no GPU, no daemon).
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A place in an input file: `recipes/x.yaml:4:9`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Location {
+    /// The file as the user named it (or `builtin:NAME` for embedded files).
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.column {
+                write!(f, ":{col}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong, each naming the file, field or candidate involved.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An input file is malformed, has a wrong type, an unknown key or a bad value.
+    #[error("{0}")]
+    Invalid(Box<Invalid>),
+    /// No combination in the compatibility database satisfies the recipe.
+    #[error("{0}")]
+    Unsatisfiable(Box<crate::resolve::Conflict>),
+    /// A preset name matched no file in the search path or the built-in set.
+    #[error("{}", unknown_preset(.name, .referenced_at, .known))]
+    UnknownPreset {
+        /// The name asked for.
+        name: String,
+        /// Where it was asked for.
+        referenced_at: Location,
+        /// The presets that do exist.
+        known: Vec<String>,
+    },
+    /// Presets extend each other in a loop.
+    #[error("{at}: presets extend each other in a loop: {}", .chain.join(" -> "))]
+    PresetCycle {
+        /// Where the loop closes.
+        at: Location,
+        /// The names in the loop, first repeated at the end.
+        chain: Vec<String>,
+    },
+    /// The command line is inconsistent in a way clap cannot see.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// What is wrong with an input, and where.
+#[derive(Debug, thiserror::Error)]
+#[error("{at}: {}{message}{}", field_prefix(.field), help_suffix(.help))]
+pub struct Invalid {
+    /// Where.
+    pub at: Location,
+    /// The field path, such as `gpus[1]` or `env.NCCL_ALGO`.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// What is allowed instead.
+    pub help: Option<String>,
+}
+
+fn field_prefix(field: &Option<String>) -> String {
+    field
+        .as_ref()
+        .map(|f| format!("field `{f}`: "))
+        .unwrap_or_default()
+}
+
+fn help_suffix(help: &Option<String>) -> String {
+    help.as_ref()
+        .map(|h| format!("\n  allowed: {h}"))
+        .unwrap_or_default()
+}
+
+fn unknown_preset(name: &str, at: &Location, known: &[String]) -> String {
+    let mut text = format!("{at}: no preset named `{name}`");
+    if let Some(best) = crate::lint::closest(name, known.iter().map(String::as_str)) {
+        text.push_str(&format!(" (did you mean `{best}`?)"));
+    }
+    text.push_str(&format!("\n  known presets: {}", known.join(", ")));
+    text
+}
+
+impl Error {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Io { .. }
+            | Error::Invalid(_)
+            | Error::Unsatisfiable(_)
+            | Error::UnknownPreset { .. }
+            | Error::PresetCycle { .. }
+            | Error::Usage(_) => 2,
+        }
+    }
+
+    /// Shorthand for an invalid-input error.
+    pub fn invalid(
+        at: Location,
+        field: Option<String>,
+        message: impl Into<String>,
+        help: Option<String>,
+    ) -> Self {
+        Error::Invalid(Box::new(Invalid {
+            at,
+            field,
+            message: message.into(),
+            help,
+        }))
+    }
+
+    /// Shorthand for an I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,24 @@
+//! gpubake builds and certifies container images for GPU training.
+//!
+//! The data flows recipe -> lock -> image -> probe -> verdict; each arrow is a plain function
+//! over plain data, and the CLI is a thin shell over them:
+//! - [`recipe`] reads what a team asks for, [`resolve`] turns it into a [`lock::Lock`] using
+//!   the embedded [`compat`] database and the layered NCCL [`preset`]s;
+//! - [`lint`] checks NCCL settings against NCCL's own parameter table;
+//! - [`render`] writes a Dockerfile from a lock.
+#![deny(missing_docs)]
+
+pub mod cli;
+pub mod compat;
+pub mod document;
+pub mod error;
+pub mod fsutil;
+pub mod lint;
+pub mod lock;
+pub mod preset;
+pub mod recipe;
+pub mod render;
+pub mod resolve;
+pub mod version;
+
+pub use error::{Error, Result};

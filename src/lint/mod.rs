@@ -1,0 +1,655 @@
+//! The NCCL linter: checks every `NCCL_*` setting of recipes, presets and `nccl.conf` files
+//! against NCCL's parameter table and the NCCL version the image pins.
+//!
+//! It reports unknown names (with a suggestion), values NCCL rejects, clamps or misparses,
+//! variables the pinned NCCL does not read yet or no longer reads, and settings that are risky
+//! in production. Errors fail the lint; warnings fail it only with `--strict`.
+
+pub mod params;
+pub mod value;
+
+use crate::compat::Compat;
+use crate::document::Document;
+use crate::error::{Error, Location};
+use crate::preset::{Catalog, Preset, nccl_floor};
+use crate::recipe::LoadedRecipe;
+use crate::resolve::{self, Options};
+use crate::version::Version;
+use params::{Kind, ParamTable};
+use serde::Serialize;
+use std::fmt;
+use std::path::Path;
+
+/// The warnings a preset setting may accept with `allow:`; errors cannot be allowed.
+pub const ALLOWABLE: &[&str] = &[
+    "production-risk",
+    "too-new",
+    "deprecated",
+    "octal",
+    "removed",
+];
+
+/// How bad a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Fails the lint.
+    Error,
+    /// Fails the lint only with `--strict`.
+    Warning,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        })
+    }
+}
+
+/// What is wrong with one setting, before it is placed in a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    /// How bad.
+    pub severity: Severity,
+    /// A stable short name for the rule (`unknown-name`, `out-of-range`).
+    pub code: &'static str,
+    /// What is wrong and what NCCL will do.
+    pub message: String,
+    /// What to write instead.
+    pub help: Option<String>,
+}
+
+/// An issue placed in a file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// How bad.
+    pub severity: Severity,
+    /// The rule.
+    pub code: &'static str,
+    /// Where.
+    #[serde(flatten)]
+    pub at: Location,
+    /// The variable concerned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub var: Option<String>,
+    /// The recipe that pulled this preset setting in, when the finding sits in a preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// What to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub help: Option<String>,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}[{}]: {}",
+            self.at, self.severity, self.code, self.message
+        )?;
+        if let Some(via) = &self.via {
+            write!(f, " (merged into {via})")?;
+        }
+        if let Some(help) = &self.help {
+            write!(f, "\n  help: {help}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a setting is checked against.
+#[derive(Clone, Debug, Default)]
+pub struct Context {
+    /// The NCCL version that will read it, when known.
+    pub nccl: Option<Version>,
+    /// Where that version comes from, for messages ("pinned by the lock").
+    pub nccl_from: String,
+    /// A debugging overlay: production risks are intended.
+    pub debug: bool,
+}
+
+/// The name in `candidates` closest to `name`, if any is close enough to be a likely typo.
+pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let key = |s: &str| s.trim_start_matches("NCCL_").to_ascii_uppercase();
+    let wanted = key(name);
+    candidates
+        .map(|c| (strsim::damerau_levenshtein(&wanted, &key(c)), c))
+        .filter(|(d, c)| *d <= (key(c).len() / 4).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Checks one variable. Names outside `NCCL_*` are not NCCL's and pass unchecked.
+pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
+    let table = ParamTable::embedded();
+    if !name.to_ascii_uppercase().starts_with("NCCL_") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let Some(p) = table.get(name) else {
+        out.push(unknown_name(table, name, ctx));
+        return out;
+    };
+    if let Some(v) = &ctx.nccl
+        && p.since > *v
+    {
+        out.push(Issue {
+            severity: Severity::Warning,
+            code: "too-new",
+            message: format!(
+                "{name} is read from NCCL {} on; NCCL {v} ({}) ignores it",
+                p.since, ctx.nccl_from
+            ),
+            help: Some(format!(
+                "require NCCL >= {} (`requires: {{nccl: \">={}\"}}`) or drop it",
+                p.since, p.since
+            )),
+        });
+    }
+    if let Some(dep) = &p.deprecated {
+        out.push(Issue {
+            severity: Severity::Warning,
+            code: "deprecated",
+            message: format!("{name} is deprecated since NCCL {}", dep.since),
+            help: dep.replacement.as_ref().map(|r| format!("use {r}")),
+        });
+    }
+    if p.unused {
+        out.push(Issue {
+            severity: Severity::Warning,
+            code: "no-effect",
+            message: format!(
+                "NCCL {} defines {name} but never reads it: it has no effect",
+                table.analyzed
+            ),
+            help: Some("drop it".into()),
+        });
+    }
+    if value.is_empty() {
+        out.push(Issue {
+            severity: Severity::Warning,
+            code: "empty",
+            message: format!("{name} is empty: NCCL treats it as unset"),
+            help: Some("give a value or drop the variable".into()),
+        });
+        return out;
+    }
+    if value.trim() != value && !matches!(p.kind, Kind::String | Kind::Path) {
+        out.push(Issue {
+            severity: Severity::Warning,
+            code: "whitespace",
+            message: format!("{name}=`{value}` has surrounding spaces, which NCCL keeps"),
+            help: Some(format!("write `{}`", value.trim())),
+        });
+    }
+    out.extend(match p.kind {
+        Kind::Bool | Kind::Int | Kind::Size => value::check_integer(p, value),
+        Kind::Enum => value::check_enum(p, value),
+        Kind::List => value::check_list(p, value, ctx.nccl.as_ref()),
+        Kind::Path if value.starts_with('~') => vec![Issue {
+            severity: Severity::Warning,
+            code: "tilde",
+            message: format!("{name}: NCCL does not expand `~` in paths"),
+            help: Some("write the absolute path".into()),
+        }],
+        Kind::String | Kind::Path => Vec::new(),
+    });
+    if let Some(risk) = &p.risk
+        && !ctx.debug
+        && is_risky(p, value)
+    {
+        out.push(Issue {
+            severity: Severity::Warning,
+            code: "production-risk",
+            message: format!("{name}={value}: {risk}"),
+            help: None,
+        });
+    }
+    out
+}
+
+fn is_risky(p: &params::Param, value: &str) -> bool {
+    // Excluding interfaces or HCAs (`^docker,lo`) is the safe way to write those lists.
+    if p.kind == Kind::List && p.values.is_empty() && value.starts_with('^') {
+        return false;
+    }
+    p.risk_when.is_empty()
+        || p.risk_when.iter().any(|w| {
+            if p.case_sensitive {
+                w == value
+            } else {
+                w.eq_ignore_ascii_case(value.trim())
+            }
+        })
+}
+
+fn unknown_name(table: &ParamTable, name: &str, ctx: &Context) -> Issue {
+    let upper = name.to_ascii_uppercase();
+    if upper != name && table.get(&upper).is_some() {
+        return Issue {
+            severity: Severity::Error,
+            code: "unknown-name",
+            message: format!("NCCL reads upper-case names only: `{name}` is ignored"),
+            help: Some(format!("write {upper}")),
+        };
+    }
+    if let Some(r) = table.removed(name) {
+        let still_read = ctx.nccl.as_ref().is_some_and(|v| *v <= r.last);
+        let help = r.replacement.as_ref().map(|u| format!("use {u}"));
+        return Issue {
+            severity: if still_read {
+                Severity::Warning
+            } else {
+                Severity::Error
+            },
+            code: "removed",
+            message: if still_read {
+                format!("{name} is read only up to NCCL {}: {}", r.last, r.note)
+            } else {
+                format!("{name} was removed after NCCL {}: {}", r.last, r.note)
+            },
+            help,
+        };
+    }
+    let suggestion = closest(name, table.all_names());
+    Issue {
+        severity: Severity::Error,
+        code: "unknown-name",
+        message: match suggestion {
+            Some(s) => format!("NCCL does not read {name} (did you mean {s}?)"),
+            None => format!("NCCL does not read {name}"),
+        },
+        help: suggestion.map(|s| format!("write {s}")),
+    }
+}
+
+/// Everything found in one file.
+#[derive(Debug, Serialize)]
+pub struct FileReport {
+    /// The file.
+    pub file: String,
+    /// recipe, preset or nccl.conf.
+    pub kind: &'static str,
+    /// The NCCL version the file was checked against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+    /// The findings, in file order.
+    pub findings: Vec<Finding>,
+    /// The file could not be read or parsed.
+    #[serde(skip)]
+    pub unreadable: bool,
+}
+
+/// Options of a lint run.
+pub struct LintOptions {
+    /// Check against this NCCL version instead of the one the file implies.
+    pub nccl: Option<Version>,
+    /// Resolve options (preset search path, driver floor) for recipes.
+    pub resolve: Options,
+}
+
+/// Lints one file, recognising recipes, presets and `nccl.conf` files.
+pub fn lint_file(path: &Path, opts: &LintOptions) -> FileReport {
+    let name = path.display().to_string();
+    let is_yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    let result = Document::read(path).and_then(|doc| {
+        if !is_yaml {
+            return Ok(lint_nccl_conf(&doc, opts));
+        }
+        match yaml_kind(&doc) {
+            "recipe" => lint_recipe(LoadedRecipe::parse(doc)?, opts),
+            _ => lint_preset(path, doc, opts),
+        }
+    });
+    result.unwrap_or_else(|err| FileReport {
+        file: name.clone(),
+        kind: if is_yaml { "yaml" } else { "nccl.conf" },
+        nccl: None,
+        findings: vec![error_finding(&name, &err)],
+        unreadable: true,
+    })
+}
+
+fn error_finding(file: &str, err: &Error) -> Finding {
+    let (at, message, help) = match err {
+        Error::Invalid(inv) => (
+            inv.at.clone(),
+            match &inv.field {
+                Some(f) => format!("field `{f}`: {}", inv.message),
+                None => inv.message.clone(),
+            },
+            inv.help.clone(),
+        ),
+        other => (
+            Location {
+                file: file.to_string(),
+                line: None,
+                column: None,
+            },
+            other.to_string(),
+            None,
+        ),
+    };
+    Finding {
+        severity: Severity::Error,
+        code: "invalid-input",
+        at,
+        var: None,
+        via: None,
+        message,
+        help,
+    }
+}
+
+/// Recipes name a PyTorch version; presets do not.
+fn yaml_kind(doc: &Document) -> &'static str {
+    let recipe_keys = ["pytorch", "base", "presets", "gpus"];
+    let is_recipe = serde_yaml::from_str::<serde_yaml::Mapping>(doc.text())
+        .map(|m| {
+            m.keys()
+                .any(|k| k.as_str().is_some_and(|k| recipe_keys.contains(&k)))
+        })
+        .unwrap_or(false);
+    if is_recipe { "recipe" } else { "preset" }
+}
+
+/// Places issues at `at`, dropping the warnings the setting allows knowingly.
+fn place<'a>(
+    issues: Vec<Issue>,
+    at: Location,
+    var: &'a str,
+    allow: &'a [String],
+) -> impl Iterator<Item = Finding> + 'a {
+    issues
+        .into_iter()
+        .filter(move |i| i.severity == Severity::Error || !allow.iter().any(|a| a == i.code))
+        .map(move |i| Finding {
+            severity: i.severity,
+            code: i.code,
+            at: at.clone(),
+            var: Some(var.to_string()),
+            via: None,
+            message: i.message,
+            help: i.help,
+        })
+}
+
+fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, Error> {
+    let file = loaded.doc.name().to_string();
+    let mut findings = Vec::new();
+    let (env, layers, nccl, nccl_from) = match resolve::resolve_recipe(&loaded, &opts.resolve) {
+        Ok(resolved) => {
+            let pinned = Some(resolved.lock.nccl.version.clone());
+            (
+                resolved.lock.env,
+                resolved.layers,
+                pinned,
+                "pinned by the lock",
+            )
+        }
+        Err(Error::Unsatisfiable(conflict)) => {
+            findings.push(Finding {
+                severity: Severity::Error,
+                code: "unresolvable",
+                at: loaded.doc.locate(&[], false),
+                var: None,
+                via: None,
+                message: conflict.to_string(),
+                help: None,
+            });
+            let layers = resolve::load_layers(&loaded, &opts.resolve)?;
+            (resolve::merge_env(&loaded, &layers), layers, None, "")
+        }
+        Err(other) => return Err(other),
+    };
+    let nccl = opts.nccl.clone().or(nccl.flatten());
+    let ctx = Context {
+        nccl: nccl.clone(),
+        nccl_from: if opts.nccl.is_some() {
+            "given with --nccl"
+        } else {
+            nccl_from
+        }
+        .to_string(),
+        debug: false,
+    };
+    let no_allow = Vec::new();
+    for (var, merged) in &env.0 {
+        let layer = layers
+            .iter()
+            .find(|p| format!("preset {}", p.name) == merged.origin.by);
+        let (at, allow, via) = match layer {
+            Some(p) => (
+                p.doc.locate(&["env", var, "value"], false),
+                p.file.env.0.get(var).map(|s| &s.allow).unwrap_or(&no_allow),
+                Some(file.clone()),
+            ),
+            None => (loaded.doc.locate(&["env", var], false), &no_allow, None),
+        };
+        findings.extend(
+            place(check_var(var, &merged.value, &ctx), at, var, allow).map(|mut f| {
+                f.via = via.clone();
+                f
+            }),
+        );
+    }
+    Ok(FileReport {
+        file,
+        kind: "recipe",
+        nccl: nccl.map(|v| v.to_string()),
+        findings,
+        unreadable: false,
+    })
+}
+
+fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileReport, Error> {
+    let file = doc.name().to_string();
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("preset")
+        .to_string();
+    let preset = Preset::parse(stem, doc)?;
+    let mut dirs = vec![path.parent().map(Path::to_path_buf).unwrap_or_default()];
+    dirs.extend(opts.resolve.preset_dirs.iter().cloned());
+    let catalog = Catalog::from_env(&dirs);
+    let mut parents = Vec::new();
+    for (i, parent) in preset.file.extends.iter().enumerate() {
+        let at = preset.doc.locate(&["extends", &i.to_string()], false);
+        parents.extend(catalog.layers(&[(parent.clone(), at)], path.parent())?);
+    }
+    let own_floor = preset.file.requires.nccl.as_ref().and_then(|c| c.floor());
+    let floor = own_floor.into_iter().chain(nccl_floor(&parents)).max();
+    let (nccl, nccl_from) = match (&opts.nccl, floor) {
+        (Some(v), _) => (v.clone(), "given with --nccl".to_string()),
+        (None, Some(v)) => (v, "the lowest the preset's `requires` allows".to_string()),
+        (None, None) => {
+            let oldest = Compat::embedded().nccl_versions()[0].clone();
+            (
+                oldest,
+                "the oldest any PyTorch build ships; the preset sets no `requires`".to_string(),
+            )
+        }
+    };
+    let ctx = Context {
+        nccl: Some(nccl.clone()),
+        nccl_from,
+        debug: preset.file.debug,
+    };
+    let mut findings = Vec::new();
+    for (var, setting) in &preset.file.env.0 {
+        let at = preset.doc.locate(&["env", var, "value"], false);
+        findings.extend(place(
+            check_var(var, &setting.value, &ctx),
+            at,
+            var,
+            &setting.allow,
+        ));
+    }
+    Ok(FileReport {
+        file,
+        kind: "preset",
+        nccl: Some(nccl.to_string()),
+        findings,
+        unreadable: false,
+    })
+}
+
+/// Lints NCCL's own config format: `NAME=value` lines, `#` comments.
+fn lint_nccl_conf(doc: &Document, opts: &LintOptions) -> FileReport {
+    let ctx = Context {
+        nccl: opts.nccl.clone(),
+        nccl_from: "given with --nccl".into(),
+        debug: false,
+    };
+    let mut findings = Vec::new();
+    for (i, line) in doc.text().lines().enumerate() {
+        let at = Location {
+            file: doc.name().to_string(),
+            line: Some(i + 1),
+            column: Some(1),
+        };
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=') else {
+            findings.push(Finding {
+                severity: Severity::Warning,
+                code: "no-equals",
+                at,
+                var: None,
+                via: None,
+                message: format!("NCCL skips this line: it has no `=` (`{line}`)"),
+                help: Some("write NAME=value".into()),
+            });
+            continue;
+        };
+        findings.extend(place(check_var(name, value, &ctx), at, name, &[]));
+    }
+    FileReport {
+        file: doc.name().to_string(),
+        kind: "nccl.conf",
+        nccl: opts.nccl.as_ref().map(Version::to_string),
+        findings,
+        unreadable: false,
+    }
+}
+
+/// Counts of a whole lint run.
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    /// Files checked.
+    pub files: usize,
+    /// Errors.
+    pub errors: usize,
+    /// Warnings.
+    pub warnings: usize,
+}
+
+/// Adds up findings across files.
+pub fn totals(reports: &[FileReport]) -> Totals {
+    let mut t = Totals {
+        files: reports.len(),
+        ..Totals::default()
+    };
+    for f in reports.iter().flat_map(|r| &r.findings) {
+        match f.severity {
+            Severity::Error => t.errors += 1,
+            Severity::Warning => t.warnings += 1,
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(name: &str, value: &str, nccl: Option<&str>) -> Vec<&'static str> {
+        let ctx = Context {
+            nccl: nccl.map(|v| v.parse().unwrap()),
+            nccl_from: "test".into(),
+            debug: false,
+        };
+        check_var(name, value, &ctx)
+            .into_iter()
+            .map(|i| i.code)
+            .collect()
+    }
+
+    #[test]
+    fn typos_get_a_suggestion() {
+        let issues = check_var("NCCL_P2P_DISABLED", "1", &Context::default());
+        assert_eq!(issues[0].code, "unknown-name");
+        assert!(
+            issues[0].message.contains("did you mean NCCL_P2P_DISABLE"),
+            "{:?}",
+            issues
+        );
+        assert_eq!(codes("nccl_debug", "WARN", None), ["unknown-name"]);
+        assert!(
+            check_var("NCCL_TOTALLY_MADE_UP_THING", "1", &Context::default())[0]
+                .help
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn integer_quirks_are_caught() {
+        assert_eq!(codes("NCCL_IB_TIMEOUT", "twenty", None), ["not-a-number"]);
+        assert!(codes("NCCL_BUFFSIZE", "4M", None).contains(&"trailing-text"));
+        assert!(codes("NCCL_NTHREADS", "1000", None).contains(&"out-of-range"));
+        assert!(codes("NCCL_NTHREADS", "100", None).contains(&"not-a-multiple"));
+        assert!(codes("NCCL_NTHREADS", "0256", None).contains(&"octal"));
+        assert_eq!(codes("NCCL_NTHREADS", "256", None), ["production-risk"]);
+        assert!(codes("NCCL_P2P_DISABLE", "true", None).contains(&"not-a-number"));
+    }
+
+    #[test]
+    fn enum_case_and_lists() {
+        assert_eq!(codes("NCCL_P2P_LEVEL", "nvl", None), ["case"]);
+        assert!(codes("NCCL_P2P_LEVEL", "NVL", None).is_empty());
+        assert!(codes("NCCL_ALGO", "Ring,Tre", None).contains(&"unknown-value"));
+        assert!(codes("NCCL_ALGO", "Ring,", None).contains(&"empty-entry"));
+        assert!(
+            codes(
+                "NCCL_ALGO",
+                "allreduce:ring;allgather:^Tree",
+                Some("2.27.5")
+            )
+            .iter()
+            .all(|c| *c == "production-risk")
+        );
+        assert!(codes("NCCL_ALGO", "allreduce:ring", Some("2.21.5")).contains(&"list-syntax"));
+        assert!(codes("NCCL_PROTO", "Simple;LL", None).contains(&"list-syntax"));
+    }
+
+    #[test]
+    fn versions_are_checked_against_the_pin() {
+        assert!(codes("NCCL_CHECK_MODE", "DEFAULT", Some("2.27.5")).contains(&"too-new"));
+        assert!(!codes("NCCL_CHECK_MODE", "DEFAULT", Some("2.29.7")).contains(&"too-new"));
+        assert_eq!(codes("NCCL_LL_THRESHOLD", "0", Some("2.27.5")), ["removed"]);
+        assert!(codes("NCCL_MIN_NCHANNELS", "4", Some("2.27.5")).contains(&"deprecated"));
+    }
+
+    #[test]
+    fn production_risks_depend_on_the_value() {
+        assert!(codes("NCCL_DEBUG", "INFO", None).contains(&"production-risk"));
+        assert!(codes("NCCL_DEBUG", "WARN", None).is_empty());
+        assert!(codes("NCCL_P2P_DISABLE", "1", None).contains(&"production-risk"));
+        assert!(codes("NCCL_P2P_DISABLE", "0", None).is_empty());
+        assert!(codes("NCCL_SOCKET_IFNAME", "^docker,lo", None).is_empty());
+        let debug = Context {
+            debug: true,
+            ..Context::default()
+        };
+        assert!(check_var("NCCL_DEBUG", "INFO", &debug).is_empty());
+    }
+}

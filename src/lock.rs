@@ -1,0 +1,208 @@
+//! The lock: every pin of an image with the rule that chose it, the driver floor, the merged
+//! NCCL environment with the preset that set each variable, and the recipe's digest. Builds,
+//! Dockerfiles and certificates are made from the lock, never from the recipe directly.
+
+use crate::preset::MergedEnv;
+use crate::version::Version;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+/// Where in the image the lock is stored.
+pub const LOCK_PATH_IN_IMAGE: &str = "/etc/gpubake/lock.yaml";
+
+/// A resolved recipe.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Lock {
+    /// The gpubake version that wrote it.
+    pub gpubake: String,
+    /// The recipe it came from.
+    pub recipe: RecipeRef,
+    /// The base image.
+    pub base: String,
+    /// PyTorch.
+    pub torch: TorchPin,
+    /// CPython.
+    pub python: Pin,
+    /// CUDA as the wheel ships it.
+    pub cuda: CudaPin,
+    /// cuDNN.
+    pub cudnn: Pin,
+    /// NCCL.
+    pub nccl: Pin,
+    /// The oldest driver the image runs on.
+    pub driver: DriverPin,
+    /// What the wheels need from the base image.
+    pub platform: Platform,
+    /// Target GPUs and the code that runs on each.
+    #[serde(default)]
+    pub gpus: Vec<GpuPin>,
+    /// Exact pip requirements, installed together from `torch.index_url`.
+    pub packages: IndexMap<String, String>,
+    /// The recipe's extra pip requirements, installed afterwards.
+    #[serde(default)]
+    pub pip: Vec<String>,
+    /// What nvidia-container-toolkit reads from the image.
+    pub nvidia: NvidiaEnv,
+    /// The merged environment, sorted by name, with provenance.
+    pub env: MergedEnv,
+    /// Image labels: pins and the recipe's own.
+    pub labels: IndexMap<String, String>,
+    /// Things a person should know about this lock (unconfirmed data, PTX-only GPUs).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// The recipe a lock came from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RecipeRef {
+    /// The recipe's `name`.
+    pub name: String,
+    /// The file.
+    pub file: String,
+    /// sha256 of the file's bytes.
+    pub sha256: String,
+}
+
+/// A pinned version and why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    /// The version; None when the database does not know it.
+    pub version: Option<Version>,
+    /// The rule that chose it.
+    pub rule: String,
+    /// Not read from the shipped wheel.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfirmed: bool,
+}
+
+/// The PyTorch build.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TorchPin {
+    /// `2.9.1`.
+    pub version: Version,
+    /// `cu128`.
+    pub variant: String,
+    /// The pip requirement, `torch==2.9.1+cu128`.
+    pub requirement: String,
+    /// The index that serves it.
+    pub index_url: String,
+    /// A plain `pip install torch` gets this build.
+    pub pypi_default: bool,
+    /// The rule that chose it.
+    pub rule: String,
+}
+
+/// CUDA as shipped in the wheels.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CudaPin {
+    /// CUDA major.minor.
+    pub version: Version,
+    /// The CUDA runtime package version.
+    pub runtime: Option<String>,
+    /// cuBLAS.
+    pub cublas: Option<String>,
+    /// The cuda-toolkit meta-package, for CUDA 13 wheels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolkit: Option<String>,
+    /// The rule.
+    pub rule: String,
+}
+
+/// Driver floors.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DriverPin {
+    /// The oldest driver that runs the image (minor-version compatibility).
+    pub min: Version,
+    /// The driver the CUDA toolkit shipped with: every feature, PTX JIT included.
+    pub recommended: Option<Version>,
+    /// The fleet's floor, as the recipe or `--driver` gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Version>,
+    /// The rule.
+    pub rule: String,
+}
+
+/// What the wheels need from the base image.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Platform {
+    /// Oldest glibc.
+    pub glibc: Version,
+    /// C++11 ABI of libtorch (matters for C++/CUDA extensions).
+    pub cxx11_abi: bool,
+    /// glibc of the base image, when known from its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_glibc: Option<Version>,
+}
+
+/// A target GPU.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GpuPin {
+    /// As the recipe named it.
+    pub name: String,
+    /// Its arch.
+    pub arch: String,
+    /// The wheel's code that runs on it: `sm_90` (SASS) or `compute_120 (PTX)`.
+    pub runs: String,
+}
+
+/// The image environment nvidia-container-toolkit reads.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NvidiaEnv {
+    /// `NVIDIA_VISIBLE_DEVICES`.
+    pub visible_devices: String,
+    /// `NVIDIA_DRIVER_CAPABILITIES`.
+    pub driver_capabilities: String,
+    /// `NVIDIA_REQUIRE_CUDA`, in the toolkit's grammar.
+    pub require_cuda: String,
+}
+
+impl Lock {
+    /// The lock as YAML, with a header naming its origin.
+    pub fn to_yaml(&self) -> String {
+        let body = serde_yaml::to_string(self).expect("locks serialize");
+        format!(
+            "# gpubake lock for recipe `{}` ({}); written by `gpubake resolve`, do not edit.\n{body}",
+            self.recipe.name, self.recipe.file
+        )
+    }
+
+    /// Every environment variable the image sets: the merged presets and the NVIDIA ones.
+    pub fn image_env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .env
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .collect();
+        env.push((
+            "NVIDIA_VISIBLE_DEVICES".into(),
+            self.nvidia.visible_devices.clone(),
+        ));
+        env.push((
+            "NVIDIA_DRIVER_CAPABILITIES".into(),
+            self.nvidia.driver_capabilities.clone(),
+        ));
+        env.push((
+            "NVIDIA_REQUIRE_CUDA".into(),
+            self.nvidia.require_cuda.clone(),
+        ));
+        env
+    }
+
+    /// Every pip requirement of the framework layer, `name==version` style.
+    pub fn requirements(&self) -> Vec<String> {
+        self.packages
+            .iter()
+            .map(|(name, spec)| format!("{name}{spec}"))
+            .collect()
+    }
+}

@@ -1,0 +1,10 @@
+use clap::Parser;
+
+fn main() {
+    let cli = gpubake::cli::Cli::parse();
+    let code = match gpubake::cli::run(cli) {
+        Ok(code) => code,
+        Err(err) => gpubake::cli::report_error(&err),
+    };
+    std::process::exit(code);
+}

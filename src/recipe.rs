@@ -1,0 +1,197 @@
+//! Recipes: what a team asks for (PyTorch, CUDA, Python, target GPUs, the fleet's driver floor,
+//! NCCL presets), before anything is resolved. Unknown keys are errors.
+
+use crate::document::{Document, UniqueMap};
+use crate::error::Result;
+use crate::version::Constraint;
+use include_dir::{Dir, include_dir};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The example recipes shipped in `recipes/`, embedded so the binary runs anywhere.
+pub static BUILTIN_RECIPES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/recipes");
+
+/// The recipe `gpubake resolve` uses when given none.
+pub const DEFAULT_RECIPE: &str = "h100-pytorch2.9.yaml";
+
+/// A recipe as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// Image name.
+    pub name: String,
+    /// One line on what the image is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Base image reference.
+    pub base: String,
+    /// Python version or constraint (`3.12`, `>=3.11`, `3.13t`).
+    #[serde(default)]
+    pub python: Option<Constraint>,
+    /// PyTorch version or constraint (`2.9`, `>=2.8,<2.11`).
+    pub pytorch: Constraint,
+    /// CUDA version or constraint (`12.8`, `>=12.6`).
+    #[serde(default)]
+    pub cuda: Option<Constraint>,
+    /// NCCL constraint (`>=2.27`).
+    #[serde(default)]
+    pub nccl: Option<Constraint>,
+    /// Target GPU models or sm archs.
+    #[serde(default)]
+    pub gpus: Vec<String>,
+    /// The fleet's driver floor (`>=550` or `550.54.15`).
+    #[serde(default)]
+    pub driver: Option<Constraint>,
+    /// NCCL presets to layer, in order.
+    #[serde(default)]
+    pub presets: Vec<String>,
+    /// Environment overrides, applied after the presets.
+    #[serde(default)]
+    pub env: UniqueMap<String>,
+    /// Extra image labels.
+    #[serde(default)]
+    pub labels: UniqueMap<String>,
+    /// Extra pip requirements (`transformers==4.57.1`).
+    #[serde(default)]
+    pub pip: Vec<String>,
+}
+
+/// What each field allows, for error messages.
+pub fn field_help(field: &str) -> Option<String> {
+    let text = match field {
+        "name" => "an image name such as `llm-train`",
+        "description" => "one line of text",
+        "base" => "a base image reference such as `nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04`",
+        "python" => "a Python version such as `3.12`, `3.13t`, or a constraint such as `>=3.11`",
+        "pytorch" => {
+            "a PyTorch version such as `2.9` or `2.9.1`, or a constraint such as `>=2.8,<2.11`"
+        }
+        "cuda" => "a CUDA version such as `12.8`, or a constraint such as `>=12.6`",
+        "nccl" => "an NCCL constraint such as `>=2.27`",
+        "gpus" => "a list of GPU models or sm archs, e.g. `[h100, h200]` or `[sm_90]`",
+        "driver" => "the fleet's oldest driver, e.g. `>=550` or `570.86.10`",
+        "presets" => "a list of preset names from env-presets/ or paths, e.g. `[base, nvlink]`",
+        "env" => "a mapping of environment variables to string values",
+        "labels" => "a mapping of label keys to string values",
+        "pip" => "a list of pip requirements such as `transformers==4.57.1`",
+        _ => {
+            "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
+             driver, presets, env, labels, pip"
+        }
+    };
+    Some(text.to_string())
+}
+
+/// A recipe with the document it came from, so later stages can point into it.
+pub struct LoadedRecipe {
+    /// The parsed recipe.
+    pub recipe: Recipe,
+    /// Its source.
+    pub doc: Document,
+}
+
+impl LoadedRecipe {
+    /// Reads and checks a recipe file.
+    pub fn read(path: &Path) -> Result<Self> {
+        Self::parse(Document::read(path)?)
+    }
+
+    /// The recipe that ships as the default main job.
+    pub fn builtin_default() -> Self {
+        Self::builtin(DEFAULT_RECIPE).expect("the default recipe is embedded and checked by tests")
+    }
+
+    /// An embedded recipe by file name.
+    pub fn builtin(file: &str) -> Option<Self> {
+        let text = BUILTIN_RECIPES.get_file(file)?.contents_utf8()?;
+        Self::parse(Document::from_text(format!("recipes/{file}"), text)).ok()
+    }
+
+    /// Parses and checks a document as a recipe.
+    pub fn parse(doc: Document) -> Result<Self> {
+        let recipe: Recipe = doc.parse("recipe", field_help)?;
+        check(&recipe, &doc)?;
+        Ok(LoadedRecipe { recipe, doc })
+    }
+}
+
+/// Checks what the types alone cannot: names, env variable names and values.
+fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
+    if recipe.name.trim().is_empty() {
+        return Err(doc.invalid(&["name"], "the name is empty", field_help("name")));
+    }
+    if recipe.base.trim().is_empty() || recipe.base.contains(char::is_whitespace) {
+        return Err(doc.invalid(
+            &["base"],
+            format!("`{}` is not an image reference", recipe.base),
+            field_help("base"),
+        ));
+    }
+    for (name, value) in &recipe.env.0 {
+        check_env_entry(doc, &["env", name], name, value)?;
+    }
+    for (i, req) in recipe.pip.iter().enumerate() {
+        if req.trim().is_empty() || req.contains(['\n', '\'', '"', '`', '$', ';', '&', '|']) {
+            return Err(doc.invalid(
+                &["pip", &i.to_string()],
+                format!("`{req}` is not a plain pip requirement"),
+                field_help("pip"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An environment variable's name must be a shell identifier and its value one line, since
+/// it goes into `ENV` and `/etc/nccl.conf`.
+pub fn check_env_entry(doc: &Document, path: &[&str], name: &str, value: &str) -> Result<()> {
+    let valid_name = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid_name {
+        return Err(doc.invalid(
+            path,
+            format!("`{name}` is not an environment variable name"),
+            Some("letters, digits and `_`, not starting with a digit".into()),
+        ));
+    }
+    if value.contains(['\n', '\r', '\0']) || value.len() > 1023 {
+        return Err(doc.invalid(
+            path,
+            "the value must be one line of at most 1023 bytes",
+            Some("NCCL reads /etc/nccl.conf one `NAME=value` line at a time".into()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_recipe_parses() {
+        for file in BUILTIN_RECIPES.files() {
+            let name = file.path().file_name().unwrap().to_str().unwrap();
+            assert!(
+                LoadedRecipe::builtin(name).is_some(),
+                "{name} does not parse"
+            );
+        }
+        let default = LoadedRecipe::builtin_default();
+        assert_eq!(default.recipe.pytorch.as_str(), "2.9");
+    }
+
+    #[test]
+    fn bad_env_names_are_located() {
+        let doc = Document::from_text(
+            "r.yaml",
+            "name: a\nbase: x\npytorch: '2.9'\nenv:\n  9BAD: x\n",
+        );
+        let err = LoadedRecipe::parse(doc).err().unwrap().to_string();
+        assert!(err.starts_with("r.yaml:5:"), "{err}");
+        assert!(err.contains("9BAD"), "{err}");
+    }
+}
