@@ -23,6 +23,8 @@ pub struct Document {
     name: String,
     text: String,
     nodes: Option<marked_yaml::Node>,
+    /// Where nesting passed the parser's depth limit, if it did.
+    too_deep: Option<(usize, usize)>,
 }
 
 impl Document {
@@ -60,11 +62,20 @@ impl Document {
     /// Wraps text that is already in memory (embedded files, tests).
     pub fn from_text(name: impl Into<String>, text: impl Into<String>) -> Self {
         let text = text.into();
-        let nodes = marked_yaml::parse_yaml(0, &text).ok();
+        let (nodes, too_deep) = match marked_yaml::parse_yaml(0, &text) {
+            Ok(node) => (Some(node), None),
+            Err(marked_yaml::LoadError::ScanError(m, e))
+                if e.info().contains("recursion limit") =>
+            {
+                (None, Some((m.line(), m.column())))
+            }
+            Err(_) => (None, None),
+        };
         Document {
             name: name.into(),
             text,
             nodes,
+            too_deep,
         }
     }
 
@@ -81,6 +92,14 @@ impl Document {
     /// The sha256 of the text, hex-encoded.
     pub fn sha256(&self) -> String {
         hex::encode(Sha256::digest(self.text.as_bytes()))
+    }
+
+    /// The keys of the top-level mapping, when the file parses as one.
+    pub fn top_keys(&self) -> Vec<&str> {
+        match &self.nodes {
+            Some(marked_yaml::Node::Mapping(map)) => map.keys().map(|k| k.as_str()).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// True when the file has no YAML content at all (only blanks and comments).
@@ -105,69 +124,92 @@ impl Document {
                 help(""),
             ));
         }
+        // serde_yaml's parser slows down quadratically with nesting depth; refuse what
+        // marked_yaml already found too deep before handing it over.
+        if let Some((line, column)) = self.too_deep {
+            return Err(Error::invalid(
+                Location {
+                    file: self.name.clone(),
+                    line: Some(line),
+                    column: Some(column),
+                },
+                None,
+                "the YAML nests deeper than gpubake reads",
+                help(""),
+            ));
+        }
         let de = serde_yaml::Deserializer::from_str(&self.text);
         serde_path_to_error::deserialize(de).map_err(|err| {
             let path = err.path().to_string();
+            let segments: Vec<String> = err
+                .path()
+                .iter()
+                .filter_map(|s| match s {
+                    serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                    serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                    _ => None,
+                })
+                .collect();
             let inner = err.into_inner();
-            let (line, column) = match inner.location() {
-                Some(l) => (Some(l.line()), Some(l.column())),
-                None => (None, None),
-            };
-            let field = (path != "." && path != "?").then(|| path.clone());
-            let top = path.split(['.', '[']).next().unwrap_or("");
-            Error::invalid(
-                Location {
+            let message = bare_message(&inner.to_string(), &path);
+            // serde_yaml places custom errors (bad versions, duplicate keys) at the start of
+            // the document, so point at the field itself whenever it can be found.
+            let steps: Vec<&str> = segments.iter().map(String::as_str).collect();
+            let on_key = message.starts_with("unknown field");
+            let at = match self.find(&steps, on_key) {
+                Some(at) if !steps.is_empty() => at,
+                _ => Location {
                     file: self.name.clone(),
-                    line,
-                    column,
+                    line: inner.location().map(|l| l.line()),
+                    column: inner.location().map(|l| l.column()),
                 },
-                field,
-                bare_message(&inner.to_string(), &path),
-                help(top),
-            )
+            };
+            let field = (!steps.is_empty()).then(|| field_path(&steps));
+            let top = steps.first().copied().unwrap_or("");
+            Error::invalid(at, field, message, help(top))
+        })
+    }
+
+    /// Where the node at `path` sits, if every step of the path exists.
+    fn find(&self, path: &[&str], key: bool) -> Option<Location> {
+        let mut node = self.nodes.as_ref()?;
+        let mut marker = node.span().start().copied();
+        for (i, step) in path.iter().enumerate() {
+            let last = i + 1 == path.len();
+            node = match node {
+                marked_yaml::Node::Mapping(map) => {
+                    let (k, v) = map.iter().find(|(k, _)| k.as_str() == *step)?;
+                    marker = if key && last {
+                        k.span().start().copied()
+                    } else {
+                        v.span().start().copied()
+                    };
+                    v
+                }
+                marked_yaml::Node::Sequence(seq) => {
+                    let v = seq.get(step.parse::<usize>().ok()?)?;
+                    marker = v.span().start().copied();
+                    v
+                }
+                marked_yaml::Node::Scalar(_) => return None,
+            };
+        }
+        let m = marker?;
+        Some(Location {
+            file: self.name.clone(),
+            line: Some(m.line()),
+            column: Some(m.column()),
         })
     }
 
     /// Where the node at `path` sits; `path` holds mapping keys and sequence indices as text.
-    /// With `key` set, the position of the mapping key itself rather than its value.
+    /// With `key` set, the position of the mapping key itself rather than its value. When the
+    /// path does not exist, the nearest existing parent, then the whole file.
     pub fn locate(&self, path: &[&str], key: bool) -> Location {
-        let mut at = whole_file(&self.name);
-        let Some(mut node) = self.nodes.as_ref() else {
-            return at;
-        };
-        let mut marker = node.span().start().copied();
-        for (i, step) in path.iter().enumerate() {
-            let last = i + 1 == path.len();
-            let next = match node {
-                marked_yaml::Node::Mapping(map) => {
-                    map.iter().find(|(k, _)| k.as_str() == *step).map(|(k, v)| {
-                        marker = if key && last {
-                            k.span().start().copied()
-                        } else {
-                            v.span().start().copied()
-                        };
-                        v
-                    })
-                }
-                marked_yaml::Node::Sequence(seq) => step
-                    .parse::<usize>()
-                    .ok()
-                    .and_then(|n| seq.get(n))
-                    .inspect(|v| {
-                        marker = v.span().start().copied();
-                    }),
-                marked_yaml::Node::Scalar(_) => None,
-            };
-            match next {
-                Some(n) => node = n,
-                None => break,
-            }
-        }
-        if let Some(m) = marker {
-            at.line = Some(m.line());
-            at.column = Some(m.column());
-        }
-        at
+        (0..=path.len())
+            .rev()
+            .find_map(|n| self.find(&path[..n], key && n == path.len()))
+            .unwrap_or_else(|| whole_file(&self.name))
     }
 
     /// An invalid-input error pointing at the node at `path`.

@@ -25,9 +25,10 @@ pub struct Recipe {
     pub description: Option<String>,
     /// Base image reference.
     pub base: String,
-    /// Python version or constraint (`3.12`, `>=3.11`, `3.13t`).
+    /// Python version or constraint (`3.12`, `>=3.11`); a `t` suffix asks for the
+    /// free-threaded build (`3.13t`).
     #[serde(default)]
-    pub python: Option<Constraint>,
+    pub python: Option<String>,
     /// PyTorch version or constraint (`2.9`, `>=2.8,<2.11`).
     pub pytorch: Constraint,
     /// CUDA version or constraint (`12.8`, `>=12.6`).
@@ -126,6 +127,12 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
             format!("`{}` is not an image reference", recipe.base),
             field_help("base"),
         ));
+    }
+    if let Some(python) = &recipe.python {
+        python
+            .trim_end_matches('t')
+            .parse::<Constraint>()
+            .map_err(|e| doc.invalid(&["python"], e, field_help("python")))?;
     }
     for (name, value) in &recipe.env.0 {
         check_env_entry(doc, &["env", name], name, value)?;

@@ -348,22 +348,32 @@ fn error_finding(file: &str, err: &Error) -> Finding {
     }
 }
 
-/// Recipes name a PyTorch version; presets do not.
+/// Recipes name a PyTorch version and a base; presets have neither.
 fn yaml_kind(doc: &Document) -> &'static str {
     let recipe_keys = ["pytorch", "base", "presets", "gpus"];
-    let is_recipe = serde_yaml::from_str::<serde_yaml::Mapping>(doc.text())
-        .map(|m| {
-            m.keys()
-                .any(|k| k.as_str().is_some_and(|k| recipe_keys.contains(&k)))
-        })
-        .unwrap_or(false);
-    if is_recipe { "recipe" } else { "preset" }
+    let keys = doc.top_keys();
+    if keys.iter().any(|k| recipe_keys.contains(k))
+        || (keys.is_empty() && !doc.name().contains("preset"))
+    {
+        "recipe"
+    } else {
+        "preset"
+    }
 }
 
-/// Places issues at `at`, dropping the warnings the setting allows knowingly.
+/// Rules about the variable's name rather than its value; their findings point at the key.
+const NAME_RULES: &[&str] = &[
+    "unknown-name",
+    "removed",
+    "too-new",
+    "deprecated",
+    "no-effect",
+];
+
+/// Places issues at the setting's key or value, dropping the warnings it allows knowingly.
 fn place<'a>(
     issues: Vec<Issue>,
-    at: Location,
+    (at_key, at_value): (Location, Location),
     var: &'a str,
     allow: &'a [String],
 ) -> impl Iterator<Item = Finding> + 'a {
@@ -373,7 +383,11 @@ fn place<'a>(
         .map(move |i| Finding {
             severity: i.severity,
             code: i.code,
-            at: at.clone(),
+            at: if NAME_RULES.contains(&i.code) {
+                at_key.clone()
+            } else {
+                at_value.clone()
+            },
             var: Some(var.to_string()),
             via: None,
             message: i.message,
@@ -427,11 +441,21 @@ fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, E
             .find(|p| format!("preset {}", p.name) == merged.origin.by);
         let (at, allow, via) = match layer {
             Some(p) => (
-                p.doc.locate(&["env", var, "value"], false),
+                (
+                    p.doc.locate(&["env", var], true),
+                    p.doc.locate(&["env", var, "value"], false),
+                ),
                 p.file.env.0.get(var).map(|s| &s.allow).unwrap_or(&no_allow),
                 Some(file.clone()),
             ),
-            None => (loaded.doc.locate(&["env", var], false), &no_allow, None),
+            None => (
+                (
+                    loaded.doc.locate(&["env", var], true),
+                    loaded.doc.locate(&["env", var], false),
+                ),
+                &no_allow,
+                None,
+            ),
         };
         findings.extend(
             place(check_var(var, &merged.value, &ctx), at, var, allow).map(|mut f| {
@@ -485,7 +509,10 @@ fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileRep
     };
     let mut findings = Vec::new();
     for (var, setting) in &preset.file.env.0 {
-        let at = preset.doc.locate(&["env", var, "value"], false);
+        let at = (
+            preset.doc.locate(&["env", var], true),
+            preset.doc.locate(&["env", var, "value"], false),
+        );
         findings.extend(place(
             check_var(var, &setting.value, &ctx),
             at,
@@ -531,7 +558,16 @@ fn lint_nccl_conf(doc: &Document, opts: &LintOptions) -> FileReport {
             });
             continue;
         };
-        findings.extend(place(check_var(name, value, &ctx), at, name, &[]));
+        let value_at = Location {
+            column: Some(name.len() + 2),
+            ..at.clone()
+        };
+        findings.extend(place(
+            check_var(name, value, &ctx),
+            (at, value_at),
+            name,
+            &[],
+        ));
     }
     FileReport {
         file: doc.name().to_string(),

@@ -160,18 +160,20 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
     let below = p.min.filter(|&lo| x < lo);
     let above = p.max.filter(|&hi| x > hi);
     if let Some(bound) = below.or(above) {
-        let effect = match p.out_of_range {
-            Some(OutOfRange::Clamp) => format!("NCCL clamps it to {bound}"),
-            Some(OutOfRange::Fallback) => "NCCL falls back to its default".to_string(),
-            Some(OutOfRange::Reject) => "NCCL refuses it at init".to_string(),
-            Some(OutOfRange::Ignore) => "NCCL ignores it".to_string(),
-            None => "it is outside the documented range".to_string(),
-        };
         let range = match (p.min, p.max) {
             (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
             (Some(lo), None) => format!(">= {lo}"),
             (None, Some(hi)) => format!("<= {hi}"),
             (None, None) => unreachable!("a bound matched"),
+        };
+        let effect = match p.out_of_range {
+            Some(OutOfRange::Clamp) => format!("is outside {range}: NCCL clamps it to {bound}"),
+            Some(OutOfRange::Fallback) => {
+                format!("is outside {range}: NCCL falls back to its default")
+            }
+            Some(OutOfRange::Reject) => format!("is outside {range}: NCCL refuses it at init"),
+            Some(OutOfRange::Ignore) => format!("is outside {range}: NCCL ignores it"),
+            None => format!("is outside the documented range {range}"),
         };
         let severity = if p.out_of_range.is_some() {
             Severity::Error
@@ -181,7 +183,7 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
         out.push(issue(
             severity,
             "out-of-range",
-            format!("{name}={x} is outside {range}: {effect}"),
+            format!("{name}={x} {effect}"),
             Some(format!("a value in {range}{}", multiple_hint(p))),
         ));
         return out;

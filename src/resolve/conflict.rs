@@ -63,8 +63,10 @@ impl Conflict {
                 .collect();
             fits.sort_by_key(|c| std::cmp::Reverse(rank(c)));
             let Some(best) = fits.first() else { continue };
-            let more = if fits.len() > 1 {
+            let more = if fits.len() > 2 {
                 format!(" (or {} other builds)", fits.len() - 1)
+            } else if fits.len() == 2 {
+                format!(" (or {})", fits[1].label())
             } else {
                 String::new()
             };
@@ -110,13 +112,19 @@ impl fmt::Display for Conflict {
                 writeln!(f, "    {asked} refuses {n} builds")?;
             }
         } else {
-            for (label, why) in self.refused.iter().take(8) {
-                for reason in why {
-                    writeln!(f, "  {label}: {reason}")?;
+            // Reasons name the build they refuse; several builds of one release often share
+            // one (a Python range), so each is said once.
+            let mut said: Vec<&str> = Vec::new();
+            for reason in self.refused.iter().flat_map(|(_, why)| why) {
+                if !said.contains(&reason.as_str()) {
+                    said.push(reason);
                 }
             }
-            if self.refused.len() > 8 {
-                writeln!(f, "  ... and {} more builds", self.refused.len() - 8)?;
+            for reason in said.iter().take(8) {
+                writeln!(f, "  {reason}")?;
+            }
+            if said.len() > 8 {
+                writeln!(f, "  ... and {} more reasons", said.len() - 8)?;
             }
         }
         if self.would_run.is_empty() {

@@ -1,0 +1,311 @@
+//! The command line end to end: the default main job, exit codes, and bad input of every
+//! kind answered with a located message instead of a panic.
+
+mod common;
+
+use common::{assert_exit, gpubake, gpubake_in, recipe, stderr, stdout, write};
+
+#[test]
+fn default_main_job_prints_the_lock_and_its_reasons() {
+    let out = gpubake(&["resolve"]);
+    assert_exit(&out, 0);
+    let lock = stdout(&out);
+    assert!(lock.contains("requirement: torch==2.9.1+cu128"), "{lock}");
+    assert!(lock.contains("rule: "), "{lock}");
+    assert!(lock.contains("by: preset nvlink"), "{lock}");
+    assert!(
+        stderr(&out).contains("built-in default"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_default_recipe_works_outside_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = gpubake_in(dir.path(), &["resolve"]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("builtin:env-presets/nvlink.yaml"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn output_files_are_written_whole_and_match_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpubake.lock");
+    std::fs::write(&path, "stale").unwrap();
+    let file = path.to_str().unwrap();
+    assert_exit(
+        &gpubake(&["resolve", "recipes/h100-pytorch2.9.yaml", "-o", file]),
+        0,
+    );
+    let printed = stdout(&gpubake(&["resolve", "recipes/h100-pytorch2.9.yaml"]));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), printed);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary files left"
+    );
+}
+
+#[test]
+fn explain_lists_every_candidate() {
+    let out = gpubake(&["resolve", "--explain", "recipes/h100-pytorch2.9.yaml"]);
+    assert_exit(&out, 0);
+    let err = stderr(&out);
+    assert!(err.contains("* torch 2.9+cu128: chosen"), "{err}");
+    assert!(
+        err.contains("- torch 2.10+cu128: torch 2.10 does not match pytorch `2.9`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn driver_flag_overrides_the_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = write(
+        dir.path(),
+        "r.yaml",
+        &recipe("pytorch: '2.11'\ncuda: '13.0'\ndriver: '>=580'\n"),
+    );
+    assert_exit(&gpubake(&["resolve", &r]), 0);
+    let out = gpubake(&["resolve", &r, "--driver", "550.54.15"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("the fleet floor is 550.54.15"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn conflicts_exit_2_with_an_explanation() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = write(
+        dir.path(),
+        "r.yaml",
+        &recipe("pytorch: '2.9'\npython: '3.15'\n"),
+    );
+    let out = gpubake(&["resolve", &r]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("no PyTorch build meets every constraint"),
+        "{err}"
+    );
+    assert!(err.contains("what would run instead"), "{err}");
+}
+
+/// Every malformed input exits 2 with `file:line:col` (or the file) first and no panic.
+#[test]
+fn bad_input_is_located_and_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "malformed.yaml",
+            "name: a\n  base: : x\n",
+            "malformed.yaml:2:",
+        ),
+        (
+            "wrong-type.yaml",
+            "name: a\nbase: x\npytorch: '2.9'\ngpus: h100\n",
+            "wrong-type.yaml:4:7: field `gpus`: invalid type",
+        ),
+        (
+            "unknown-key.yaml",
+            "name: a\nbase: x\npytorhc: '2.9'\n",
+            "unknown-key.yaml:3:1: field `pytorhc`: unknown field",
+        ),
+        ("empty.yaml", "", "empty.yaml: the file is empty"),
+        (
+            "comments.yaml",
+            "# nothing here\n",
+            "comments.yaml: the file is empty",
+        ),
+        (
+            "list.yaml",
+            "- a\n- b\n",
+            "list.yaml:1:1: invalid type: sequence",
+        ),
+        (
+            "bad-version.yaml",
+            "name: a\nbase: x\npytorch: two\n",
+            "bad-version.yaml:3:10: field `pytorch`",
+        ),
+        (
+            "dup.yaml",
+            "name: a\nbase: x\npytorch: '2.9'\nenv:\n  A: '1'\n  A: '2'\n",
+            "is given twice",
+        ),
+        (
+            "bad-env.yaml",
+            "name: a\nbase: x\npytorch: '2.9'\nenv:\n  A: [1]\n",
+            "bad-env.yaml:5:6: field `env.A`",
+        ),
+        (
+            "missing.yaml",
+            "name: a\nbase: x\n",
+            "missing field `pytorch`",
+        ),
+        (
+            "preset.yaml",
+            "name: a\nbase: x\npytorch: '2.9'\npresets: [nvlnk]\n",
+            "preset.yaml:4:11: no preset named `nvlnk` (did you mean `nvlink`?)",
+        ),
+        ("alias.yaml", "name: &n a\nbase: *n\npytorch: '2.9'\n", ""),
+    ];
+    for (name, text, expected) in cases {
+        let path = write(dir.path(), name, text);
+        let out = gpubake(&["resolve", &path]);
+        let err = stderr(&out);
+        if *name == "alias.yaml" {
+            // YAML aliases are legal; the recipe simply resolves.
+            assert_exit(&out, 0);
+            continue;
+        }
+        assert_exit(&out, 2);
+        assert!(
+            err.contains(expected),
+            "{name}: expected `{expected}` in:\n{err}"
+        );
+        assert!(
+            err.contains(&path) || err.contains(name),
+            "{name}: the file is not named:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn allowed_values_are_listed_for_type_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "r.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\ngpus: h100\n",
+    );
+    let err = stderr(&gpubake(&["resolve", &path]));
+    assert!(
+        err.contains("allowed: a list of GPU models or sm archs"),
+        "{err}"
+    );
+}
+
+#[test]
+fn huge_and_binary_files_are_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.yaml");
+    let line = "# padding padding padding padding padding padding padding padding\n";
+    std::fs::write(&big, line.repeat(10 * 1024 * 1024 / line.len())).unwrap();
+    let out = gpubake(&["resolve", big.to_str().unwrap()]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("big.yaml: file is"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpubake(&["lint", big.to_str().unwrap()]);
+    assert_exit(&out, 2);
+
+    let binary = dir.path().join("bin.yaml");
+    std::fs::write(&binary, [0x6eu8, 0x61, 0xff, 0xfe, 0x00]).unwrap();
+    let out = gpubake(&["resolve", binary.to_str().unwrap()]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("not UTF-8"), "{}", stderr(&out));
+}
+
+#[test]
+fn deeply_nested_yaml_is_an_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    // 400k levels stay under the size cap; a parser without a depth limit would take minutes.
+    let deep = format!(
+        "name: a\nbase: x\npytorch: '2.9'\nlabels: {}{}\n",
+        "[".repeat(400_000),
+        "]".repeat(400_000)
+    );
+    let path = write(dir.path(), "deep.yaml", &deep);
+    for cmd in ["resolve", "lint", "render"] {
+        let out = gpubake(&[cmd, &path]);
+        assert_exit(&out, 2);
+        let text = stderr(&out) + &stdout(&out);
+        assert!(
+            text.contains("deep.yaml:4:") && text.contains("nests deeper"),
+            "{cmd}: {text}"
+        );
+    }
+}
+
+#[test]
+fn missing_files_and_usage_errors_exit_2() {
+    let out = gpubake(&["resolve", "no/such/recipe.yaml"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("no/such/recipe.yaml"),
+        "{}",
+        stderr(&out)
+    );
+    assert_exit(&gpubake(&["resolve", "--driver", "five"]), 2);
+    assert_exit(&gpubake(&["frobnicate"]), 2);
+}
+
+#[test]
+fn every_command_documents_an_example() {
+    for cmd in ["resolve", "lint", "presets", "render", "compat"] {
+        let out = gpubake(&[cmd, "--help"]);
+        assert_exit(&out, 0);
+        assert!(
+            stdout(&out).contains("Example: gpubake"),
+            "{cmd} --help has no example"
+        );
+    }
+}
+
+#[test]
+fn compat_prints_text_and_json() {
+    let out = gpubake(&["compat", "--release", "2.9"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("cu128"), "{text}");
+    assert!(
+        text.contains("2.27.7?"),
+        "unconfirmed values carry a mark:\n{text}"
+    );
+    assert!(!text.contains("cu132"), "only 2.9 was asked for:\n{text}");
+    let out = gpubake(&["compat", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["releases"].as_array().unwrap().len(), 12);
+}
+
+#[test]
+fn presets_list_show_and_diff() {
+    let list = stdout(&gpubake(&["presets", "list"]));
+    for name in ["base", "nvlink", "pcie", "infiniband", "roce", "debug"] {
+        assert!(
+            list.lines().any(|l| l.starts_with(name)),
+            "{name} missing:\n{list}"
+        );
+    }
+    let show = stdout(&gpubake(&["presets", "show", "roce"]));
+    assert!(
+        show.contains("NCCL_IB_TIMEOUT=22\n    from preset infiniband"),
+        "{show}"
+    );
+    assert!(
+        show.contains("NCCL_DEBUG=WARN\n    from preset base"),
+        "{show}"
+    );
+    let diff = stdout(&gpubake(&["presets", "diff", "pcie", "nvlink"]));
+    assert!(
+        diff.contains(
+            "NCCL_P2P_LEVEL\n    pcie: PXB (preset pcie)\n    nvlink: NVL (preset nvlink)"
+        ),
+        "{diff}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&gpubake(&["presets", "show", "nvlink", "--json"]))).unwrap();
+    assert_eq!(json["NCCL_P2P_LEVEL"]["value"], "NVL");
+    let out = gpubake(&["presets", "show", "nope"]);
+    assert_exit(&out, 2);
+}

@@ -1,0 +1,62 @@
+//! Helpers shared by the integration tests: run the real binary, write recipes to temp dirs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root, where `recipes/` and `env-presets/` live.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs gpubake with `args` in the repository root.
+pub fn gpubake(args: &[&str]) -> Output {
+    gpubake_in(&root(), args)
+}
+
+/// Runs gpubake with `args` in `dir`.
+pub fn gpubake_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("GPUBAKE_PRESET_PATH")
+        .output()
+        .expect("the gpubake binary runs")
+}
+
+/// Standard output as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Standard error as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts an exit code and that nothing panicked, showing both streams on failure.
+pub fn assert_exit(out: &Output, code: i32) {
+    let err = stderr(out);
+    assert!(!err.contains("panicked"), "gpubake panicked:\n{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit {code}\nstdout:\n{}\nstderr:\n{err}",
+        stdout(out)
+    );
+}
+
+/// Writes `text` to `dir/name` and returns the path as a string.
+pub fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// A minimal recipe with the given extra lines.
+pub fn recipe(extra: &str) -> String {
+    format!("name: test\nbase: ubuntu:24.04\n{extra}")
+}

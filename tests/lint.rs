@@ -1,0 +1,175 @@
+//! The linter over real files: bad presets and config files are caught at the right line,
+//! and every shipped recipe and preset lints clean.
+
+mod common;
+
+use common::{assert_exit, gpubake, stdout};
+use serde_json::Value;
+
+/// Runs `gpubake lint --json FILE` and returns (exit code, findings as (line, code, var)).
+fn lint(file: &str, extra: &[&str]) -> (i32, Vec<(u64, String, String)>) {
+    let mut args = vec!["lint", "--json", file];
+    args.extend(extra);
+    let out = gpubake(&args);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("lint --json prints JSON");
+    let findings = report["files"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["line"].as_u64().unwrap_or(0),
+                f["code"].as_str().unwrap().to_string(),
+                f["var"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    (out.status.code().unwrap(), findings)
+}
+
+fn has(findings: &[(u64, String, String)], line: u64, code: &str, var: &str) -> bool {
+    findings
+        .iter()
+        .any(|(l, c, v)| *l == line && c == code && v == var)
+}
+
+#[test]
+fn typos_are_errors_at_the_key() {
+    let (code, f) = lint("tests/fixtures/lint/typos.yaml", &[]);
+    assert_eq!(code, 1);
+    assert!(has(&f, 3, "unknown-name", "NCCL_P2P_DISABLED"), "{f:?}");
+    assert!(has(&f, 6, "unknown-name", "NCCL_NTHREAD"), "{f:?}");
+    assert!(has(&f, 9, "unknown-name", "nccl_debug"), "{f:?}");
+    let out = gpubake(&["lint", "tests/fixtures/lint/typos.yaml"]);
+    assert!(
+        stdout(&out).contains("did you mean NCCL_P2P_DISABLE?"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn out_of_range_and_misparsed_values() {
+    let (code, f) = lint("tests/fixtures/lint/values.yaml", &[]);
+    assert_eq!(code, 1);
+    assert!(has(&f, 6, "out-of-range", "NCCL_NTHREADS"), "{f:?}");
+    assert!(has(&f, 9, "not-a-multiple", "NCCL_LL128_NTHREADS"), "{f:?}");
+    assert!(has(&f, 12, "not-a-number", "NCCL_IB_DISABLE"), "{f:?}");
+    assert!(has(&f, 15, "trailing-text", "NCCL_BUFFSIZE"), "{f:?}");
+    assert!(has(&f, 18, "octal", "NCCL_IB_QPS_PER_CONNECTION"), "{f:?}");
+    assert!(has(&f, 21, "case", "NCCL_P2P_LEVEL"), "{f:?}");
+    assert!(has(&f, 24, "unknown-value", "NCCL_DEBUG"), "{f:?}");
+    let out = gpubake(&["lint", "tests/fixtures/lint/values.yaml"]);
+    assert!(
+        stdout(&out).contains("NCCL takes plain byte counts: write 8388608"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn removed_and_too_new_variables() {
+    let (code, f) = lint("tests/fixtures/lint/removed.yaml", &[]);
+    assert_eq!(code, 1);
+    assert!(has(&f, 5, "removed", "NCCL_LL_THRESHOLD"), "{f:?}");
+    assert!(has(&f, 8, "removed", "NCCL_IB_GDR_LEVEL"), "{f:?}");
+    assert!(has(&f, 11, "too-new", "NCCL_CHECK_MODE"), "{f:?}");
+    // Against a new enough NCCL, the too-new warning goes away.
+    let (_, f) = lint("tests/fixtures/lint/removed.yaml", &["--nccl", "2.30.7"]);
+    assert!(!f.iter().any(|(_, c, _)| c == "too-new"), "{f:?}");
+}
+
+#[test]
+fn list_syntax_errors() {
+    let (code, f) = lint("tests/fixtures/lint/lists.yaml", &[]);
+    assert_eq!(code, 1);
+    assert!(has(&f, 6, "empty-entry", "NCCL_ALGO"), "{f:?}");
+    assert!(has(&f, 9, "list-syntax", "NCCL_PROTO"), "{f:?}");
+    assert!(has(&f, 12, "unknown-value", "NCCL_DEBUG_SUBSYS"), "{f:?}");
+    // The same per-function list is fine from 2.24 on, apart from its risk warning.
+    let (_, f) = lint("tests/fixtures/lint/lists.yaml", &["--nccl", "2.24.3"]);
+    assert!(
+        f.iter()
+            .filter(|(l, _, _)| *l == 9)
+            .all(|(_, c, _)| c == "production-risk" || c == "list-syntax"),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn nccl_conf_files_are_linted_line_by_line() {
+    let (code, f) = lint("tests/fixtures/lint/nccl.conf", &[]);
+    assert_eq!(code, 0, "warnings alone pass without --strict");
+    assert!(has(&f, 2, "production-risk", "NCCL_DEBUG"), "{f:?}");
+    assert!(has(&f, 3, "out-of-range", "NCCL_SOCKET_NTHREADS"), "{f:?}");
+    assert!(
+        f.iter().any(|(l, c, _)| *l == 4 && c == "no-equals"),
+        "{f:?}"
+    );
+    let out = gpubake(&["lint", "--strict", "tests/fixtures/lint/nccl.conf"]);
+    assert_exit(&out, 1);
+}
+
+#[test]
+fn shipped_recipes_and_presets_lint_clean() {
+    let mut args = vec!["lint".to_string(), "--strict".to_string()];
+    for dir in ["recipes", "env-presets"] {
+        for entry in std::fs::read_dir(common::root().join(dir)).unwrap() {
+            args.push(format!(
+                "{dir}/{}",
+                entry.unwrap().file_name().to_string_lossy()
+            ));
+        }
+    }
+    assert!(args.len() >= 2 + 5 + 6, "{args:?}");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = gpubake(&args);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("0 errors, 0 warnings"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn recipe_lint_points_into_the_preset_that_set_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write(
+        dir.path(),
+        "env-presets/fast.yaml",
+        "description: x\nenv:\n  NCCL_NTHREADS:\n    value: '100'\n    reason: guess\n",
+    );
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        &common::recipe("pytorch: '2.9'\npresets: [fast]\n"),
+    );
+    let out = common::gpubake_in(dir.path(), &["lint", &recipe]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("env-presets/fast.yaml:4:12: error[not-a-multiple]"),
+        "{text}"
+    );
+    assert!(text.contains("(merged into"), "{text}");
+}
+
+#[test]
+fn allowed_warnings_are_silenced_but_errors_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::write(
+        dir.path(),
+        "p.yaml",
+        "description: x\nrequires: {nccl: '>=2.27'}\nenv:\n  NCCL_ALGO:\n    value: Ring\n    reason: test\n    allow: [production-risk]\n",
+    );
+    assert_exit(&gpubake(&["lint", "--strict", &p]), 0);
+    let bad = common::write(
+        dir.path(),
+        "q.yaml",
+        "description: x\nenv:\n  NCCL_ALGO:\n    value: Ring\n    reason: test\n    allow: [everything]\n",
+    );
+    let out = gpubake(&["lint", &bad]);
+    assert_exit(&out, 2);
+    assert!(stdout(&out).contains("q.yaml:6:"), "{}", stdout(&out));
+}
