@@ -137,6 +137,16 @@ impl Requirement {
 }
 
 /// Requirements joined by commas, all of which must hold: `>=12.6,<13`.
+///
+/// ```
+/// use gpubake::version::{Constraint, Version};
+/// let cuda: Constraint = ">=12.6,<13".parse().unwrap();
+/// assert!(cuda.matches(&"12.8".parse::<Version>().unwrap()));
+/// assert!(!cuda.matches(&"13.0".parse::<Version>().unwrap()));
+/// // A bare version is a prefix, as people mean it in recipes.
+/// let torch: Constraint = "2.9".parse().unwrap();
+/// assert!(torch.matches(&"2.9.1".parse::<Version>().unwrap()));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Constraint {
     text: String,

@@ -124,6 +124,14 @@ pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Opt
 }
 
 /// Checks one variable. Names outside `NCCL_*` are not NCCL's and pass unchecked.
+///
+/// ```
+/// use gpubake::lint::{check_var, Context, Severity};
+/// let issues = check_var("NCCL_NTHREADS", "1000", &Context::default());
+/// assert_eq!(issues[0].code, "out-of-range");
+/// assert_eq!(issues[0].severity, Severity::Error);
+/// assert!(check_var("OMP_NUM_THREADS", "anything", &Context::default()).is_empty());
+/// ```
 pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
     let table = ParamTable::embedded();
     if !name.to_ascii_uppercase().starts_with("NCCL_") {

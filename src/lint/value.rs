@@ -24,6 +24,15 @@ pub struct CInt<'a> {
 }
 
 /// Parses like C's `strtoll` with base 0.
+///
+/// ```
+/// use gpubake::lint::value::strtoll;
+/// assert_eq!(strtoll("0x10").value, 16);
+/// assert_eq!(strtoll("010").value, 8); // octal, as NCCL reads it
+/// let word = strtoll("true");
+/// assert!(!word.digits); // NCCL_P2P_DISABLE=true is 0
+/// assert_eq!(strtoll("4M").rest, "M"); // NCCL_BUFFSIZE=4M is 4 bytes
+/// ```
 pub fn strtoll(text: &str) -> CInt<'_> {
     let s = text.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
     let (negative, s) = match s.as_bytes().first() {
