@@ -109,6 +109,57 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         preset_dir: Vec<PathBuf>,
     },
+    /// Build an image without a daemon: the base, the recipe's files, the probe, the preset.
+    ///
+    /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (default) or docker-archive:FILE[:NAME:TAG].
+    /// Two builds of the same recipe and base give the same digest (SOURCE_DATE_EPOCH sets the
+    /// timestamps, 0 by default); unchanged layers are not written again.
+    ///
+    /// Example: gpubake build recipes/h100-pytorch2.9.yaml --from oci:./base:latest --to oci:./out:v1
+    Build {
+        /// The recipe (YAML); the built-in default when absent.
+        recipe: Option<PathBuf>,
+        /// Where to write the image.
+        #[arg(long, value_name = "DEST")]
+        to: String,
+        /// The base image; the recipe's `base` when absent.
+        #[arg(long, value_name = "BASE")]
+        from: Option<String>,
+        /// Layer compression.
+        #[arg(long, value_enum, default_value = "gzip")]
+        compression: crate::image::Compression,
+        /// The fleet's oldest driver; overrides the recipe's `driver`.
+        #[arg(long, value_name = "VERSION")]
+        driver: Option<Version>,
+        /// Look up presets here before the built-in ones (repeatable).
+        #[arg(long, value_name = "DIR")]
+        preset_dir: Vec<PathBuf>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show an image's pins, presets, layers and environment.
+    ///
+    /// Example: gpubake inspect oci:./out:v1
+    Inspect {
+        /// The image: oci:DIR[:TAG] or docker-archive:FILE[:NAME:TAG].
+        image: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-hash every blob of an image and check that its labels, lock and nccl.conf agree.
+    ///
+    /// Exits 1 naming what disagrees, 2 when the image cannot be read at all.
+    ///
+    /// Example: gpubake verify oci:./out:v1
+    Verify {
+        /// The image: oci:DIR[:TAG] or docker-archive:FILE[:NAME:TAG].
+        image: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the compatibility database: PyTorch builds, their pins, Pythons, archs, drivers.
     ///
     /// `?` marks values not confirmed from the shipped wheel.
@@ -260,6 +311,94 @@ pub fn run(cli: Cli) -> Result<i32> {
             let dockerfile = render::render(&resolved.lock, &text, &name)?;
             emit(output.as_deref(), &dockerfile)?;
             Ok(0)
+        }
+        Command::Build {
+            recipe,
+            to,
+            from,
+            compression,
+            driver,
+            preset_dir,
+            json,
+        } => {
+            let loaded = load_recipe(recipe.as_deref())?;
+            let resolved = resolve::resolve_recipe(
+                &loaded,
+                &Options {
+                    driver,
+                    preset_dirs: preset_dir,
+                },
+            )?;
+            for w in &resolved.lock.warnings {
+                eprintln!("warning: {w}");
+            }
+            let opts = crate::image::BuildOptions {
+                to: to.parse()?,
+                from: from.map(|f| f.parse()).transpose()?,
+                compression,
+                epoch: crate::image::build::source_date_epoch()?,
+            };
+            let start = std::time::Instant::now();
+            let report = crate::image::build(&loaded, &resolved, &opts)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("reports serialize")
+                );
+            } else {
+                println!(
+                    "built {} in {:.2} s",
+                    report.image,
+                    start.elapsed().as_secs_f64()
+                );
+                println!("  manifest {}", report.manifest);
+                for l in &report.layers {
+                    println!(
+                        "  {:<8} {} {:>9} {}",
+                        l.name,
+                        l.digest,
+                        crate::image::inspect::human_size(l.size),
+                        if l.reused { "reused" } else { "written" }
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Command::Inspect { image, json } => {
+            let info = crate::image::inspect::inspect(&image.parse()?)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&info).expect("inspections serialize")
+                );
+            } else {
+                print!("{}", inspection_text(&info));
+            }
+            Ok(0)
+        }
+        Command::Verify { image, json } => {
+            let v = crate::image::inspect::verify(&image.parse()?)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).expect("verifications serialize")
+                );
+            } else {
+                for c in &v.checks {
+                    println!(
+                        "{} {:<18} {}",
+                        if c.ok { "ok  " } else { "FAIL" },
+                        c.name,
+                        c.detail
+                    );
+                }
+                println!(
+                    "{}: {}",
+                    v.image,
+                    if v.passed() { "verified" } else { "FAILED" }
+                );
+            }
+            Ok(if v.passed() { 0 } else { 1 })
         }
         Command::Compat { release, json } => {
             let db = Compat::embedded();
@@ -419,6 +558,49 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn inspection_text(info: &crate::image::inspect::Inspection) -> String {
+    use crate::image::inspect::human_size;
+    let mut out = format!(
+        "image     {}\nmanifest  {}\nplatform  {}\n",
+        info.image, info.manifest, info.platform
+    );
+    if let Some(c) = &info.created {
+        out.push_str(&format!("created   {c}\n"));
+    }
+    out.push_str("pins\n");
+    for (k, v) in info
+        .labels
+        .iter()
+        .filter(|(k, _)| k.starts_with("io.gpubake."))
+    {
+        out.push_str(&format!(
+            "  {:<28} {}\n",
+            k.trim_start_matches("io.gpubake."),
+            v.as_str().unwrap_or("")
+        ));
+    }
+    out.push_str("layers\n");
+    for l in &info.layers {
+        out.push_str(&format!(
+            "  {} {:>9}  {}\n",
+            l.digest,
+            human_size(l.size),
+            l.created_by
+        ));
+    }
+    if let Some(p) = &info.presets {
+        out.push_str("presets\n");
+        for (k, v) in &p.0 {
+            out.push_str(&format!("  {k}={}  ({})\n", v.value, v.origin.by));
+        }
+    }
+    out.push_str("env\n");
+    for e in &info.env {
+        out.push_str(&format!("  {e}\n"));
+    }
+    out
 }
 
 fn compat_table(db: &Compat, only: Option<&Version>) -> String {

@@ -68,6 +68,17 @@ pub enum Error {
     /// The command line is inconsistent in a way clap cannot see.
     #[error("{0}")]
     Usage(String),
+    /// An image is damaged or unreadable: a missing blob, bad JSON, a digest that does not match.
+    #[error("{at}: {message}")]
+    Image {
+        /// The image, layout file or blob.
+        at: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A transport or feature gpubake does not offer.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// What is wrong with an input, and where.
@@ -115,7 +126,9 @@ impl Error {
             | Error::Unsatisfiable(_)
             | Error::UnknownPreset { .. }
             | Error::PresetCycle { .. }
-            | Error::Usage(_) => 2,
+            | Error::Usage(_)
+            | Error::Image { .. }
+            | Error::Unsupported(_) => 2,
         }
     }
 
@@ -132,6 +145,14 @@ impl Error {
             message: message.into(),
             help,
         }))
+    }
+
+    /// Shorthand for a damaged-image error.
+    pub fn image(at: impl fmt::Display, message: impl Into<String>) -> Self {
+        Error::Image {
+            at: at.to_string(),
+            message: message.into(),
+        }
     }
 
     /// Shorthand for an I/O error on `path`.

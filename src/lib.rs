@@ -13,6 +13,7 @@ pub mod compat;
 pub mod document;
 pub mod error;
 pub mod fsutil;
+pub mod image;
 pub mod lint;
 pub mod lock;
 pub mod preset;

@@ -55,6 +55,31 @@ pub struct Recipe {
     /// Extra pip requirements (`transformers==4.57.1`).
     #[serde(default)]
     pub pip: Vec<String>,
+    /// Files and directories copied into the image by `gpubake build`.
+    #[serde(default)]
+    pub files: Vec<FileSpec>,
+}
+
+/// A file or directory tree to copy into the image.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    /// Source, relative to the recipe's directory.
+    pub src: String,
+    /// Absolute destination in the image.
+    pub dest: String,
+    /// Octal permission bits for regular files (`0644`); from the source's execute bit otherwise.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+impl FileSpec {
+    /// The mode as a number.
+    pub fn mode_bits(&self) -> Option<u32> {
+        self.mode
+            .as_ref()
+            .and_then(|m| u32::from_str_radix(m.trim_start_matches("0o"), 8).ok())
+    }
 }
 
 /// What each field allows, for error messages.
@@ -75,9 +100,12 @@ pub fn field_help(field: &str) -> Option<String> {
         "env" => "a mapping of environment variables to string values",
         "labels" => "a mapping of label keys to string values",
         "pip" => "a list of pip requirements such as `transformers==4.57.1`",
+        "files" => {
+            "a list of `{src: ./train, dest: /workspace/train, mode: \"0755\"}`; src relative to the recipe"
+        }
         _ => {
             "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
-             driver, presets, env, labels, pip"
+             driver, presets, env, labels, pip, files"
         }
     };
     Some(text.to_string())
@@ -136,6 +164,30 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
     }
     for (name, value) in &recipe.env.0 {
         check_env_entry(doc, &["env", name], name, value)?;
+    }
+    for (i, f) in recipe.files.iter().enumerate() {
+        let at = |field: &str| vec!["files".to_string(), i.to_string(), field.to_string()];
+        let dest_ok = f.dest.starts_with('/')
+            && !f.dest.split('/').any(|c| c == ".." || c == ".")
+            && f.dest.trim_end_matches('/').len() > 1;
+        if !dest_ok {
+            let path = at("dest");
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            return Err(doc.invalid(
+                &path,
+                format!("`{}` is not an absolute path inside the image", f.dest),
+                Some("an absolute path without `.` or `..`, such as /workspace/train".into()),
+            ));
+        }
+        if f.mode.is_some() && f.mode_bits().is_none_or(|m| m > 0o7777) {
+            let path = at("mode");
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            return Err(doc.invalid(
+                &path,
+                "not an octal mode",
+                Some("a mode such as \"0644\" or \"0755\"".into()),
+            ));
+        }
     }
     for (i, req) in recipe.pip.iter().enumerate() {
         if req.trim().is_empty() || req.contains(['\n', '\'', '"', '`', '$', ';', '&', '|']) {

@@ -1,0 +1,291 @@
+//! `docker save` archives: read into an OCI layout (every member stored as a blob under its
+//! digest), and written from one (a tar with Docker's `manifest.json` beside an OCI layout,
+//! which `docker load` and skopeo both read).
+
+use super::digest::Digest;
+use super::layout::{Layout, REF_NAME, canonical_json, descriptor, digest_of};
+use crate::error::{Error, Result};
+use oci_spec::image::{Descriptor, ImageManifest, ImageManifestBuilder, MediaType};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+/// One image in Docker's `manifest.json`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DockerManifest {
+    config: String,
+    #[serde(default)]
+    repo_tags: Option<Vec<String>>,
+    layers: Vec<String>,
+}
+
+/// A member path that stays inside the archive: relative, no `..`.
+fn safe_member(path: &Path) -> bool {
+    path.components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+/// The media type of a layer, from its first bytes.
+pub fn sniff_layer_type(head: &[u8]) -> MediaType {
+    match head {
+        [0x1f, 0x8b, ..] => MediaType::ImageLayerGzip,
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => MediaType::ImageLayerZstd,
+        _ => MediaType::ImageLayer,
+    }
+}
+
+/// Reads `archive` into `staging` and returns the manifest of the image named `reference`
+/// (or of the only image).
+pub fn read(
+    archive: &Path,
+    reference: Option<&str>,
+    staging: &Layout,
+) -> Result<(Descriptor, ImageManifest)> {
+    let what = format!("docker-archive:{}", archive.display());
+    let file = File::open(archive).map_err(|e| Error::io(archive, e))?;
+    let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, file));
+    let mut members: HashMap<PathBuf, (Digest, u64)> = HashMap::new();
+    let mut links: HashMap<PathBuf, PathBuf> = HashMap::new();
+    let bad = |m: String| Error::image(&what, m);
+    for entry in tar
+        .entries()
+        .map_err(|e| bad(format!("not a tar archive: {e}")))?
+    {
+        let mut entry = entry.map_err(|e| bad(format!("damaged tar: {e}")))?;
+        let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
+        if !safe_member(&path) {
+            return Err(bad(format!(
+                "member `{}` points outside the archive; refusing it",
+                path.display()
+            )));
+        }
+        let kind = entry.header().entry_type();
+        if kind.is_symlink() {
+            let target = entry
+                .link_name()
+                .ok()
+                .flatten()
+                .map(|t| t.into_owned())
+                .unwrap_or_default();
+            let resolved = path.parent().unwrap_or(Path::new("")).join(&target);
+            let normal = normalize(&resolved).ok_or_else(|| {
+                bad(format!(
+                    "link `{}` -> `{}` escapes the archive",
+                    path.display(),
+                    target.display()
+                ))
+            })?;
+            links.insert(path, normal);
+        } else if kind.is_file() {
+            let mut w = staging.blob_writer()?;
+            std::io::copy(&mut entry, &mut w)
+                .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+            let (digest, size) = w.commit()?;
+            // Members named by digest (`blobs/sha256/<hex>`) must hold that content.
+            if let Some(hex) = path
+                .strip_prefix("blobs/sha256")
+                .ok()
+                .and_then(|p| p.to_str())
+                && hex != digest.hex()
+            {
+                return Err(bad(format!(
+                    "member {} holds content with digest {digest}",
+                    path.display()
+                )));
+            }
+            members.insert(normalize(&path).unwrap_or(path), (digest, size));
+        }
+    }
+    let member = |name: &str| -> Result<(Digest, u64)> {
+        let mut p = normalize(Path::new(name))
+            .ok_or_else(|| bad(format!("`{name}` escapes the archive")))?;
+        for _ in 0..8 {
+            match links.get(&p) {
+                Some(next) => p = next.clone(),
+                None => break,
+            }
+        }
+        members
+            .get(&p)
+            .cloned()
+            .ok_or_else(|| bad(format!("`{name}` is named in manifest.json but missing")))
+    };
+    let (digest, size) = member("manifest.json")?;
+    let images: Vec<DockerManifest> =
+        serde_json::from_slice(&staging.read_blob(&digest, Some(size))?)
+            .map_err(|e| bad(format!("manifest.json: {e}")))?;
+    let image = match reference {
+        Some(r) => images
+            .iter()
+            .find(|i| i.repo_tags.iter().flatten().any(|t| t == r))
+            .ok_or_else(|| bad(format!("holds no image tagged `{r}`")))?,
+        None if images.len() == 1 => &images[0],
+        None => {
+            return Err(bad(format!(
+                "holds {} images; name one with :NAME:TAG",
+                images.len()
+            )));
+        }
+    };
+    let (config_digest, config_size) = member(&image.config)?;
+    let mut layers = Vec::new();
+    for name in &image.layers {
+        let (d, s) = member(name)?;
+        let mut head = [0u8; 4];
+        let n = staging
+            .open_blob(&d, Some(s))?
+            .read(&mut head)
+            .map_err(|e| bad(e.to_string()))?;
+        layers.push(descriptor(sniff_layer_type(&head[..n]), &d, s));
+    }
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(descriptor(
+            MediaType::ImageConfig,
+            &config_digest,
+            config_size,
+        ))
+        .layers(layers)
+        .build()
+        .map_err(|e| bad(e.to_string()))?;
+    let desc = staging.write_json(&manifest, MediaType::ImageManifest)?;
+    Ok((desc, manifest))
+}
+
+/// Resolves `.` and `..` in a relative path; None when it climbs out.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Writes the image `manifest` (described by `desc`) from `layout` to a docker archive at
+/// `path`, atomically, recording `reference` as its tag.
+pub fn write(
+    layout: &Layout,
+    desc: &Descriptor,
+    manifest: &ImageManifest,
+    path: &Path,
+    reference: &str,
+) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".gpubake-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    let file = tmp
+        .as_file()
+        .try_clone()
+        .map_err(|e| Error::io(tmp.path(), e))?;
+    let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, file));
+    let io_err = |e: std::io::Error| Error::io(path, e);
+
+    let blob_name = |d: &Digest| format!("blobs/sha256/{}", d.hex());
+    let mut blobs: Vec<(Digest, u64)> =
+        vec![(digest_of(manifest.config())?, manifest.config().size())];
+    for l in manifest.layers() {
+        blobs.push((digest_of(l)?, l.size()));
+    }
+    blobs.push((digest_of(desc)?, desc.size()));
+    let mut written = std::collections::HashSet::new();
+    for (digest, size) in &blobs {
+        if !written.insert(digest.clone()) {
+            continue;
+        }
+        let mut h = member_header(*size);
+        let reader = layout.open_blob(digest, Some(*size))?;
+        tar.append_data(&mut h, blob_name(digest), reader)
+            .map_err(io_err)?;
+    }
+    let docker = vec![DockerManifest {
+        config: blob_name(&blobs[0].0),
+        repo_tags: Some(vec![reference.to_string()]),
+        layers: blobs[1..blobs.len() - 1]
+            .iter()
+            .map(|(d, _)| blob_name(d))
+            .collect(),
+    }];
+    let mut tagged = desc.clone();
+    tagged.set_annotations(Some(HashMap::from([
+        (
+            REF_NAME.to_string(),
+            reference
+                .rsplit_once(':')
+                .map(|(_, t)| t)
+                .unwrap_or(reference)
+                .to_string(),
+        ),
+        (
+            "io.containerd.image.name".to_string(),
+            reference.to_string(),
+        ),
+    ])));
+    let index = oci_spec::image::ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![tagged])
+        .build()
+        .map_err(|e| Error::image(path.display(), e.to_string()))?;
+    let small: [(&str, Vec<u8>); 3] = [
+        ("index.json", canonical_json(&index)),
+        (
+            "manifest.json",
+            serde_json::to_vec(&docker).expect("manifests serialize"),
+        ),
+        ("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
+    ];
+    for (name, bytes) in small {
+        let mut h = member_header(bytes.len() as u64);
+        tar.append_data(&mut h, name, bytes.as_slice())
+            .map_err(io_err)?;
+    }
+    let mut out = tar.into_inner().map_err(io_err)?;
+    out.flush().map_err(io_err)?;
+    drop(out);
+    tmp.as_file().sync_all().map_err(io_err)?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
+fn member_header(size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(size);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_entry_type(tar::EntryType::Regular);
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_paths_stay_inside() {
+        assert!(safe_member(Path::new("blobs/sha256/abc")));
+        assert!(!safe_member(Path::new("../etc/passwd")));
+        assert!(!safe_member(Path::new("/etc/passwd")));
+        assert_eq!(normalize(Path::new("a/../b")), Some(PathBuf::from("b")));
+        assert_eq!(normalize(Path::new("a/../../b")), None);
+    }
+}

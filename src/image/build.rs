@@ -1,0 +1,576 @@
+//! Lock + base image -> new image, without a daemon: the base's blobs are imported (each
+//! verified, each layer scanned for paths that escape the root), three reproducible layers
+//! are added (the recipe's files, the gpubake probe binary, the NCCL preset with the lock),
+//! and the config gains the merged environment, the NVIDIA variables, the pin labels and a
+//! history entry per layer. `index.json` (or the archive) is written last.
+
+use super::archive;
+use super::digest::HashingReader;
+use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
+use super::layout::{Layout, REF_NAME, digest_of};
+use super::transport::Transport;
+use crate::error::{Error, Result};
+use crate::lock::LOCK_PATH_IN_IMAGE;
+use crate::recipe::LoadedRecipe;
+use crate::resolve::Resolved;
+use oci_spec::image::{Descriptor, ImageManifest, ImageManifestBuilder, MediaType};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Component, Path};
+
+/// Where the merged preset, with provenance, is stored in the image.
+pub const PRESET_PATH_IN_IMAGE: &str = "/etc/gpubake/preset.yaml";
+/// Where the probe binary is stored in the image.
+pub const PROBE_PATH_IN_IMAGE: &str = "/usr/local/bin/gpubake";
+
+/// How to build.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// The destination.
+    pub to: Transport,
+    /// The base, overriding the recipe's `base`.
+    pub from: Option<Transport>,
+    /// Layer compression.
+    pub compression: Compression,
+    /// The timestamp of every new file and of the image (`SOURCE_DATE_EPOCH`, else 0).
+    pub epoch: u64,
+}
+
+/// One layer of the result.
+#[derive(Debug, Serialize)]
+pub struct LayerLine {
+    /// `base`, `files`, `probe` or `presets`.
+    pub name: String,
+    /// Its digest.
+    pub digest: String,
+    /// Compressed size.
+    pub size: u64,
+    /// Taken from the cache or the base rather than written now.
+    pub reused: bool,
+}
+
+/// What a build produced.
+#[derive(Debug, Serialize)]
+pub struct BuildReport {
+    /// The destination.
+    pub image: String,
+    /// The manifest's digest.
+    pub manifest: String,
+    /// The config's digest.
+    pub config: String,
+    /// Every layer, base first.
+    pub layers: Vec<LayerLine>,
+}
+
+/// The timestamp reproducible builds use: `SOURCE_DATE_EPOCH` when set, else 0.
+pub fn source_date_epoch() -> Result<u64> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+            Error::Usage(format!(
+                "SOURCE_DATE_EPOCH=`{v}` is not a number of seconds"
+            ))
+        }),
+        _ => Ok(0),
+    }
+}
+
+/// RFC 3339 UTC time of a Unix timestamp.
+pub fn rfc3339(epoch: u64) -> String {
+    let days = (epoch / 86_400) as i64;
+    let secs = epoch % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// An opened image: its layout (possibly a staging copy), descriptor and manifest.
+pub struct Opened {
+    /// The layout holding its blobs.
+    pub layout: Layout,
+    /// Its manifest descriptor.
+    pub desc: Descriptor,
+    /// Its manifest.
+    pub manifest: ImageManifest,
+    /// Keeps a staging directory alive while the image is used.
+    pub _staging: Option<tempfile::TempDir>,
+}
+
+/// Opens an image for reading.
+pub fn open(image: &Transport) -> Result<Opened> {
+    match image.clone().supported()? {
+        Transport::Oci { dir, tag } => {
+            let layout = Layout::open(&dir)?;
+            let found = layout.find(tag.as_deref())?;
+            let (desc, manifest) = layout.manifest(&found)?;
+            Ok(Opened {
+                layout,
+                desc,
+                manifest,
+                _staging: None,
+            })
+        }
+        Transport::DockerArchive { path, reference } => {
+            let staging = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            let layout = Layout::create(staging.path())?;
+            let (desc, manifest) = archive::read(&path, reference.as_deref(), &layout)?;
+            Ok(Opened {
+                layout,
+                desc,
+                manifest,
+                _staging: Some(staging),
+            })
+        }
+        other => Err(Error::Unsupported(format!("{other}: not readable yet"))),
+    }
+}
+
+/// Builds the image for a resolved recipe.
+pub fn build(
+    loaded: &LoadedRecipe,
+    resolved: &Resolved,
+    opts: &BuildOptions,
+) -> Result<BuildReport> {
+    let base_ref = match &opts.from {
+        Some(t) => t.clone(),
+        None => loaded.recipe.base.parse::<Transport>().map_err(|_| {
+            Error::Unsupported(format!(
+                "the recipe's base `{}` is a registry image, and registries are not supported yet; \
+                 pass --from oci:DIR[:TAG] or --from docker-archive:FILE",
+                loaded.recipe.base
+            ))
+        })?,
+    };
+    let dest = opts.to.clone().supported()?;
+    let staging;
+    let store = match &dest {
+        Transport::Oci { dir, .. } => Layout::create(dir)?,
+        Transport::DockerArchive { path, .. } => {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            staging = tempfile::Builder::new()
+                .prefix(".gpubake-build-")
+                .tempdir_in(parent)
+                .map_err(|e| Error::io(parent, e))?;
+            Layout::create(staging.path())?
+        }
+        _ => unreachable!("supported() leaves oci and docker-archive"),
+    };
+    let _lock = store.lock()?;
+
+    let base = open(&base_ref)?;
+    let config_desc = base.manifest.config();
+    let config_digest = digest_of(config_desc)?;
+    let mut config: Value = serde_json::from_slice(
+        &base
+            .layout
+            .read_blob(&config_digest, Some(config_desc.size()))?,
+    )
+    .map_err(|e| Error::image(&base_ref, format!("config {config_digest}: {e}")))?;
+    let base_diff_ids: Vec<String> = config["rootfs"]["diff_ids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if base_diff_ids.len() != base.manifest.layers().len() {
+        return Err(Error::image(
+            &base_ref,
+            format!(
+                "config lists {} diff_ids for {} layers",
+                base_diff_ids.len(),
+                base.manifest.layers().len()
+            ),
+        ));
+    }
+    import(&base, &store, &base_diff_ids, &base_ref)?;
+
+    let specs = layer_specs(loaded, resolved)?;
+    let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
+    for spec in &specs {
+        let layer = build_layer(&store, spec, opts.compression, opts.epoch)?;
+        built.push((spec.name.clone(), spec.created_by.clone(), layer));
+    }
+
+    let created = rfc3339(opts.epoch);
+    edit_config(&mut config, resolved, &built, &base_ref, &created);
+    let new_config = store.write_json(&config, MediaType::ImageConfig)?;
+    let mut layers: Vec<Descriptor> = base.manifest.layers().clone();
+    layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(new_config.clone())
+        .layers(layers)
+        .annotations(HashMap::from([
+            (
+                "org.opencontainers.image.base.name".to_string(),
+                base_ref.to_string(),
+            ),
+            (
+                "org.opencontainers.image.base.digest".to_string(),
+                base.desc.digest().to_string(),
+            ),
+            ("org.opencontainers.image.created".to_string(), created),
+        ]))
+        .build()
+        .map_err(|e| Error::image(&dest, e.to_string()))?;
+    let manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;
+
+    match &dest {
+        Transport::Oci { tag, .. } => {
+            let tag = tag.clone().unwrap_or_else(|| "latest".into());
+            let mut index = store.index_or_empty()?;
+            let mut manifests: Vec<Descriptor> = index
+                .manifests()
+                .iter()
+                .filter(|d| d.annotations().as_ref().and_then(|a| a.get(REF_NAME)) != Some(&tag))
+                .cloned()
+                .collect();
+            let mut tagged = manifest_desc.clone();
+            tagged.set_annotations(Some(HashMap::from([(REF_NAME.to_string(), tag)])));
+            manifests.push(tagged);
+            index.set_manifests(manifests);
+            store.write_index(&index)?;
+        }
+        Transport::DockerArchive { path, reference } => {
+            let reference = reference
+                .clone()
+                .unwrap_or_else(|| format!("{}:latest", loaded.recipe.name));
+            archive::write(&store, &manifest_desc, &manifest, path, &reference)?;
+        }
+        _ => unreachable!("checked above"),
+    }
+
+    let mut lines: Vec<LayerLine> = base
+        .manifest
+        .layers()
+        .iter()
+        .map(|d| LayerLine {
+            name: "base".into(),
+            digest: d.digest().to_string(),
+            size: d.size(),
+            reused: true,
+        })
+        .collect();
+    lines.extend(built.iter().map(|(name, _, l)| LayerLine {
+        name: name.clone(),
+        digest: l.descriptor.digest().to_string(),
+        size: l.descriptor.size(),
+        reused: l.reused,
+    }));
+    Ok(BuildReport {
+        image: dest.to_string(),
+        manifest: manifest_desc.digest().to_string(),
+        config: new_config.digest().to_string(),
+        layers: lines,
+    })
+}
+
+/// The new layers: the recipe's files (large, rarely changed) first, then the probe, then the
+/// preset and lock (small, changed most often).
+fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved) -> Result<Vec<LayerSpec>> {
+    let lock = &resolved.lock;
+    let mut specs = Vec::new();
+    if !loaded.recipe.files.is_empty() {
+        let base_dir = Path::new(loaded.doc.name())
+            .parent()
+            .unwrap_or(Path::new("."));
+        let mut entries = Vec::new();
+        for (i, f) in loaded.recipe.files.iter().enumerate() {
+            let src = base_dir.join(&f.src);
+            if !src.exists() {
+                return Err(loaded.doc.invalid(
+                    &["files", &i.to_string(), "src"],
+                    format!("{} does not exist", src.display()),
+                    Some("a file or directory relative to the recipe".into()),
+                ));
+            }
+            entries.extend(tree_entries(&src, &f.dest, f.mode_bits())?);
+        }
+        specs.push(LayerSpec {
+            name: "files".into(),
+            created_by: format!("gpubake build: files of recipe {}", lock.recipe.name),
+            entries,
+        });
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    specs.push(LayerSpec {
+        name: "probe".into(),
+        created_by: format!(
+            "gpubake build: the gpubake {} probe at {PROBE_PATH_IN_IMAGE}",
+            lock.gpubake
+        ),
+        entries: vec![Entry {
+            path: rel(PROBE_PATH_IN_IMAGE),
+            mode: 0o755,
+            source: Source::File(exe),
+        }],
+    });
+    let preset = format!(
+        "# The merged NCCL preset of recipe `{}`, with where each value came from.\n{}",
+        lock.recipe.name,
+        serde_yaml::to_string(&lock.env).expect("env serializes")
+    );
+    let presets: Vec<&str> = loaded.recipe.presets.iter().map(String::as_str).collect();
+    specs.push(LayerSpec {
+        name: "presets".into(),
+        created_by: format!(
+            "gpubake build: NCCL preset [{}] and lock",
+            presets.join(", ")
+        ),
+        entries: vec![
+            Entry {
+                path: "etc/nccl.conf".into(),
+                mode: 0o644,
+                source: Source::Bytes(lock.env.nccl_conf().into_bytes()),
+            },
+            Entry {
+                path: rel(LOCK_PATH_IN_IMAGE),
+                mode: 0o644,
+                source: Source::Bytes(lock.to_yaml().into_bytes()),
+            },
+            Entry {
+                path: rel(PRESET_PATH_IN_IMAGE),
+                mode: 0o644,
+                source: Source::Bytes(preset.into_bytes()),
+            },
+        ],
+    });
+    Ok(specs)
+}
+
+fn rel(path: &str) -> String {
+    path.trim_start_matches('/').to_string()
+}
+
+/// Extends the base config: environment, labels, diff IDs, history, creation time.
+fn edit_config(
+    config: &mut Value,
+    resolved: &Resolved,
+    built: &[(String, String, BuiltLayer)],
+    base: &Transport,
+    created: &str,
+) {
+    let lock = &resolved.lock;
+    if !config["config"].is_object() {
+        config["config"] = json!({});
+    }
+    let mut env: Vec<String> = config["config"]["Env"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (name, value) in lock.image_env() {
+        let line = format!("{name}={value}");
+        match env
+            .iter_mut()
+            .find(|e| e.split_once('=').map(|(k, _)| k) == Some(name.as_str()))
+        {
+            Some(existing) => *existing = line,
+            None => env.push(line),
+        }
+    }
+    config["config"]["Env"] = json!(env);
+    if !config["config"]["Labels"].is_object() {
+        config["config"]["Labels"] = json!({});
+    }
+    for (k, v) in &lock.labels {
+        config["config"]["Labels"][k] = json!(v);
+    }
+    // The lock names the recipe's base; the image records the one it was really built on.
+    config["config"]["Labels"]["org.opencontainers.image.base.name"] = json!(base.to_string());
+    let layers_before = config["rootfs"]["diff_ids"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    if !config["history"].is_array() {
+        config["history"] = json!(
+            (0..layers_before)
+                .map(|i| json!({"created_by": format!("base image {base}, layer {}", i + 1)}))
+                .collect::<Vec<_>>()
+        );
+    }
+    for (name, created_by, layer) in built {
+        config["rootfs"]["diff_ids"]
+            .as_array_mut()
+            .expect("checked to be a list")
+            .push(json!(layer.diff_id.as_str()));
+        config["history"]
+            .as_array_mut()
+            .expect("made a list above")
+            .push(json!({
+                "created": created,
+                "created_by": created_by,
+                "comment": format!("gpubake {} layer", name),
+            }));
+    }
+    config["created"] = json!(created);
+}
+
+/// Copies the base's config and layers into `store`, unless present. Each layer is verified
+/// against its digest and its diff ID, and scanned for entries that would escape the root.
+fn import(base: &Opened, store: &Layout, diff_ids: &[String], base_ref: &Transport) -> Result<()> {
+    if base.layout.root() == store.root() {
+        return Ok(());
+    }
+    let config = base.manifest.config();
+    let digest = digest_of(config)?;
+    if !store.has_blob(&digest, config.size()) {
+        store.write_blob(&base.layout.read_blob(&digest, Some(config.size()))?)?;
+    }
+    for (layer, diff_id) in base.manifest.layers().iter().zip(diff_ids) {
+        let digest = digest_of(layer)?;
+        if store.has_blob(&digest, layer.size()) {
+            continue;
+        }
+        let mut w = store.blob_writer()?;
+        std::io::copy(
+            &mut base.layout.open_blob(&digest, Some(layer.size()))?,
+            &mut w,
+        )
+        .map_err(|e| Error::image(base_ref, e.to_string()))?;
+        w.commit()?;
+        if let Err(e) = scan_layer(store, layer, diff_id) {
+            let _ = std::fs::remove_file(store.blob_path(&digest));
+            return Err(Error::image(base_ref, e));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a layer through: its digest, its uncompressed digest against `diff_id`, and every
+/// entry's path and link target.
+pub fn scan_layer(
+    layout: &Layout,
+    layer: &Descriptor,
+    diff_id: &str,
+) -> std::result::Result<(), String> {
+    let digest = digest_of(layer).map_err(|e| e.to_string())?;
+    let raw = layout
+        .open_blob(&digest, Some(layer.size()))
+        .map_err(|e| e.to_string())?;
+    let (reader, tally) =
+        HashingReader::new(decompressor(layer.media_type(), raw).map_err(|e| e.to_string())?);
+    let mut tar = tar::Archive::new(reader);
+    for entry in tar.entries().map_err(|e| format!("layer {digest}: {e}"))? {
+        let entry = entry.map_err(|e| format!("layer {digest}: {e}"))?;
+        check_entry(&entry).map_err(|e| format!("layer {digest}: {e}"))?;
+    }
+    let mut rest = tar.into_inner();
+    std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| format!("layer {digest}: {e}"))?;
+    let (got, _) = tally.finish();
+    if got.as_str() != diff_id {
+        return Err(format!(
+            "layer {digest}: uncompressed content is {got}, but the config says {diff_id}"
+        ));
+    }
+    Ok(())
+}
+
+/// A reader of a layer's tar stream, whatever its compression.
+pub fn decompressor<'a, R: Read + 'a>(
+    media_type: &MediaType,
+    raw: R,
+) -> std::io::Result<Box<dyn Read + 'a>> {
+    let text = media_type.to_string();
+    Ok(if text.ends_with("gzip") {
+        Box::new(flate2::read::MultiGzDecoder::new(raw))
+    } else if text.ends_with("zstd") {
+        Box::new(zstd::stream::read::Decoder::new(raw)?)
+    } else {
+        Box::new(raw)
+    })
+}
+
+/// Refuses entries that would land outside the root: absolute paths, `..`, hard links out of
+/// the tree, and relative symlinks that climb above `/`. Absolute symlink targets are fine:
+/// runtimes resolve them inside the root.
+fn check_entry<R: Read>(entry: &tar::Entry<R>) -> std::result::Result<(), String> {
+    let path = entry.path().map_err(|e| e.to_string())?;
+    let depth = depth_within(&path)
+        .ok_or_else(|| format!("entry `{}` escapes the root", path.display()))?;
+    let kind = entry.header().entry_type();
+    if let Some(target) = entry.link_name().map_err(|e| e.to_string())? {
+        if kind.is_hard_link() && depth_within(&target).is_none() {
+            return Err(format!(
+                "hard link `{}` -> `{}` escapes the root",
+                path.display(),
+                target.display()
+            ));
+        }
+        if kind.is_symlink() && !target.is_absolute() {
+            let mut level = depth as i64 - 1;
+            for c in target.components() {
+                match c {
+                    Component::ParentDir => level -= 1,
+                    Component::Normal(_) => level += 1,
+                    _ => {}
+                }
+                if level < 0 {
+                    return Err(format!(
+                        "symlink `{}` -> `{}` escapes the root",
+                        path.display(),
+                        target.display()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The number of components of a relative path that stays inside the root; None otherwise.
+fn depth_within(path: &Path) -> Option<usize> {
+    let mut depth = 0usize;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => depth = depth.checked_sub(1)?,
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(depth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_render_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn escaping_paths_are_found() {
+        assert_eq!(depth_within(Path::new("etc/passwd")), Some(2));
+        assert_eq!(depth_within(Path::new("../etc/passwd")), None);
+        assert_eq!(depth_within(Path::new("/etc/passwd")), None);
+        assert_eq!(depth_within(Path::new("a/../b")), Some(1));
+    }
+}

@@ -1,0 +1,405 @@
+//! Reading images back: `inspect` (pins, presets, layers, environment) and `verify` (every
+//! blob re-hashed, the OCI structure checked, and the labels, the lock and `/etc/nccl.conf`
+//! in the layers checked against each other).
+
+use super::build::{Opened, PRESET_PATH_IN_IMAGE, decompressor, open, scan_layer};
+use super::layout::{Layout, digest_of};
+use super::transport::Transport;
+use crate::error::{Error, Result};
+use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
+use crate::preset::MergedEnv;
+use oci_spec::image::{ImageManifest, MediaType};
+use serde::Serialize;
+use serde_json::Value;
+use std::io::Read;
+
+/// Files larger than this are not read out of layers.
+const MAX_FILE: u64 = 16 << 20;
+
+/// Reads `path` from the image's filesystem: the top-most layer that has it wins, and a
+/// whiteout above it means the file was deleted.
+pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Result<Option<Vec<u8>>> {
+    let wanted = path.trim_start_matches('/');
+    let (dir, name) = wanted.rsplit_once('/').unwrap_or(("", wanted));
+    let whiteout = if dir.is_empty() {
+        format!(".wh.{name}")
+    } else {
+        format!("{dir}/.wh.{name}")
+    };
+    for layer in manifest.layers().iter().rev() {
+        let digest = digest_of(layer)?;
+        let raw = layout.open_blob(&digest, Some(layer.size()))?;
+        let reader = decompressor(layer.media_type(), raw)
+            .map_err(|e| Error::image(&digest, e.to_string()))?;
+        let mut tar = tar::Archive::new(reader);
+        let bad = |e: std::io::Error| {
+            Error::image(
+                format!("{}: layer {digest}", layout.describe()),
+                e.to_string(),
+            )
+        };
+        for entry in tar.entries().map_err(bad)? {
+            let mut entry = entry.map_err(bad)?;
+            let p = entry.path().map_err(bad)?;
+            let p = p.to_string_lossy();
+            let p = p.trim_start_matches("./").trim_end_matches('/');
+            if p == whiteout {
+                return Ok(None);
+            }
+            if p == wanted && entry.header().entry_type().is_file() {
+                let mut out = Vec::new();
+                entry
+                    .by_ref()
+                    .take(MAX_FILE)
+                    .read_to_end(&mut out)
+                    .map_err(bad)?;
+                return Ok(Some(out));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// One layer as `inspect` shows it.
+#[derive(Debug, Serialize)]
+pub struct LayerInfo {
+    /// Digest.
+    pub digest: String,
+    /// Compressed size in bytes.
+    pub size: u64,
+    /// Media type.
+    pub media_type: String,
+    /// What made it, from the history.
+    pub created_by: String,
+}
+
+/// What `inspect` shows.
+#[derive(Debug, Serialize)]
+pub struct Inspection {
+    /// The image.
+    pub image: String,
+    /// Manifest digest.
+    pub manifest: String,
+    /// Creation time from the config.
+    pub created: Option<String>,
+    /// `linux/amd64`.
+    pub platform: String,
+    /// The labels gpubake sets (`io.gpubake.*`) and the rest.
+    pub labels: serde_json::Map<String, Value>,
+    /// The config's environment.
+    pub env: Vec<String>,
+    /// Layers, base first.
+    pub layers: Vec<LayerInfo>,
+    /// The merged preset with provenance, when the image has one.
+    pub presets: Option<MergedEnv>,
+}
+
+fn config_of(img: &Opened) -> Result<Value> {
+    let desc = img.manifest.config();
+    let digest = digest_of(desc)?;
+    serde_json::from_slice(&img.layout.read_blob(&digest, Some(desc.size()))?)
+        .map_err(|e| Error::image(img.layout.describe(), format!("config {digest}: {e}")))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reads an image's pins, presets, layers and environment.
+pub fn inspect(image: &Transport) -> Result<Inspection> {
+    let img = open(image)?;
+    let config = config_of(&img)?;
+    let history: Vec<&Value> = config["history"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .filter(|e| !e["empty_layer"].as_bool().unwrap_or(false))
+                .collect()
+        })
+        .unwrap_or_default();
+    let layers = img
+        .manifest
+        .layers()
+        .iter()
+        .enumerate()
+        .map(|(i, l)| LayerInfo {
+            digest: l.digest().to_string(),
+            size: l.size(),
+            media_type: l.media_type().to_string(),
+            created_by: history
+                .get(i)
+                .and_then(|h| h["created_by"].as_str())
+                .unwrap_or("")
+                .to_string(),
+        })
+        .collect();
+    let presets = read_file(&img.layout, &img.manifest, PRESET_PATH_IN_IMAGE)?
+        .and_then(|bytes| serde_yaml::from_slice::<MergedEnv>(&bytes).ok());
+    Ok(Inspection {
+        image: image.to_string(),
+        manifest: img.desc.digest().to_string(),
+        created: config["created"].as_str().map(String::from),
+        platform: format!(
+            "{}/{}",
+            config["os"].as_str().unwrap_or("?"),
+            config["architecture"].as_str().unwrap_or("?")
+        ),
+        labels: config["config"]["Labels"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        env: strings(&config["config"]["Env"]),
+        layers,
+        presets,
+    })
+}
+
+/// One check of `verify`.
+#[derive(Debug, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// Whether it held.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+}
+
+/// What `verify` found.
+#[derive(Debug, Serialize)]
+pub struct Verification {
+    /// The image.
+    pub image: String,
+    /// The checks, in order.
+    pub checks: Vec<Check>,
+}
+
+impl Verification {
+    /// True when every check held.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    fn check(&mut self, name: impl Into<String>, result: std::result::Result<String, String>) {
+        let (ok, detail) = match result {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        self.checks.push(Check {
+            name: name.into(),
+            ok,
+            detail,
+        });
+    }
+}
+
+/// Re-hashes every blob and checks structure and consistency. A missing blob or an
+/// unreadable index is an error (exit 2); content that does not match is a failed check.
+pub fn verify(image: &Transport) -> Result<Verification> {
+    let img = open(image)?;
+    let mut v = Verification {
+        image: image.to_string(),
+        checks: Vec::new(),
+    };
+    let layout = &img.layout;
+    for desc in std::iter::once(img.manifest.config()).chain(img.manifest.layers()) {
+        let digest = digest_of(desc)?;
+        if !layout.blob_path(&digest).exists() {
+            return Err(Error::image(
+                layout.describe(),
+                format!("blob {digest} is missing"),
+            ));
+        }
+    }
+
+    let m = &img.manifest;
+    v.check(
+        "manifest",
+        if m.schema_version() != 2 {
+            Err(format!("schemaVersion is {}, not 2", m.schema_version()))
+        } else if m.media_type().as_ref().is_some_and(|t| {
+            *t != MediaType::ImageManifest
+                && t.to_string() != "application/vnd.docker.distribution.manifest.v2+json"
+        }) {
+            Err(format!(
+                "media type {:?} is not an image manifest",
+                m.media_type()
+            ))
+        } else {
+            Ok(format!(
+                "{} ({} layers)",
+                img.desc.digest(),
+                m.layers().len()
+            ))
+        },
+    );
+
+    let config = match config_of(&img) {
+        Ok(c) => {
+            v.check("config blob", Ok(m.config().digest().to_string()));
+            c
+        }
+        Err(e) => {
+            v.check("config blob", Err(e.to_string()));
+            return Ok(v);
+        }
+    };
+    let diff_ids = strings(&config["rootfs"]["diff_ids"]);
+    v.check(
+        "config",
+        if config["os"].as_str().is_none() || config["architecture"].as_str().is_none() {
+            Err("os or architecture missing".into())
+        } else if diff_ids.len() != m.layers().len() {
+            Err(format!(
+                "{} diff_ids for {} layers",
+                diff_ids.len(),
+                m.layers().len()
+            ))
+        } else {
+            Ok(format!(
+                "{}/{}",
+                config["os"].as_str().unwrap_or(""),
+                config["architecture"].as_str().unwrap_or("")
+            ))
+        },
+    );
+    for (i, layer) in m.layers().iter().enumerate() {
+        let diff_id = diff_ids.get(i).map(String::as_str).unwrap_or("");
+        let known = ["tar", "tar+gzip", "tar+zstd"]
+            .iter()
+            .any(|s| layer.media_type().to_string().ends_with(s));
+        let result = if !known {
+            Err(format!(
+                "{}: media type {} is not a layer",
+                layer.digest(),
+                layer.media_type()
+            ))
+        } else {
+            scan_layer(layout, layer, diff_id)
+                .map(|_| format!("{} {} bytes", layer.digest(), layer.size()))
+        };
+        v.check(format!("layer {}", i + 1), result);
+    }
+    consistency(&img, &config, &mut v)?;
+    Ok(v)
+}
+
+/// Labels, `/etc/gpubake/lock.yaml`, `/etc/nccl.conf` and the config's environment agree.
+fn consistency(img: &Opened, config: &Value, v: &mut Verification) -> Result<()> {
+    let labels = config["config"]["Labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    if !labels.contains_key("io.gpubake.recipe.sha256") {
+        v.check(
+            "gpubake metadata",
+            Ok("not a gpubake image; lock checks skipped".into()),
+        );
+        return Ok(());
+    }
+    let lock_bytes = match read_file(&img.layout, &img.manifest, LOCK_PATH_IN_IMAGE) {
+        Ok(Some(b)) => b,
+        Ok(None) => {
+            v.check(
+                "lock",
+                Err(format!("{LOCK_PATH_IN_IMAGE} is missing from the layers")),
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            v.check("lock", Err(e.to_string()));
+            return Ok(());
+        }
+    };
+    let lock: Lock = match serde_yaml::from_slice(&lock_bytes) {
+        Ok(l) => l,
+        Err(e) => {
+            v.check(
+                "lock",
+                Err(format!("{LOCK_PATH_IN_IMAGE} does not parse: {e}")),
+            );
+            return Ok(());
+        }
+    };
+    v.check(
+        "lock",
+        Ok(format!(
+            "{LOCK_PATH_IN_IMAGE} for recipe {}",
+            lock.recipe.name
+        )),
+    );
+
+    let disagree: Vec<String> = lock
+        .labels
+        .iter()
+        .filter(|(k, _)| k.starts_with("io.gpubake."))
+        .filter(|(k, want)| labels.get(*k).and_then(Value::as_str) != Some(want.as_str()))
+        .map(|(k, want)| {
+            format!(
+                "label {k} is {:?}, the lock says {want:?}",
+                labels.get(k).and_then(Value::as_str)
+            )
+        })
+        .collect();
+    v.check(
+        "labels vs lock",
+        if disagree.is_empty() {
+            Ok("agree".into())
+        } else {
+            Err(disagree.join("; "))
+        },
+    );
+
+    let conf = read_file(&img.layout, &img.manifest, "/etc/nccl.conf")?;
+    v.check(
+        "nccl.conf vs lock",
+        match conf {
+            Some(c) if c == lock.env.nccl_conf().as_bytes() => Ok("agree".into()),
+            Some(c) => Err(format!(
+                "/etc/nccl.conf holds {:?}, the lock's preset gives {:?}",
+                String::from_utf8_lossy(&c),
+                lock.env.nccl_conf()
+            )),
+            None => Err("/etc/nccl.conf is missing from the layers".into()),
+        },
+    );
+
+    let env = strings(&config["config"]["Env"]);
+    let missing: Vec<String> = lock
+        .image_env()
+        .into_iter()
+        .map(|(k, val)| format!("{k}={val}"))
+        .filter(|line| !env.contains(line))
+        .collect();
+    v.check(
+        "env vs lock",
+        if missing.is_empty() {
+            Ok("agree".into())
+        } else {
+            Err(format!("config Env lacks {}", missing.join(", ")))
+        },
+    );
+    Ok(())
+}
+
+/// A short, human size.
+pub fn human_size(bytes: u64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"];
+    let mut size = bytes as f64;
+    let mut unit = 0;
+    while size >= 1000.0 && unit + 1 < units.len() {
+        size /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{size:.1} {}", units[unit])
+    }
+}

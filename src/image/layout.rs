@@ -1,0 +1,326 @@
+//! An OCI image layout on disk (`oci-layout`, `index.json`, `blobs/sha256/…`): blobs are
+//! written to a temporary file, hashed on the way, and renamed into place under their digest;
+//! `index.json` is replaced last, so a build killed at any point leaves the previous image
+//! readable. Every blob read is checked against its digest and size.
+
+use super::digest::{Digest, HashingWriter, Tally, VerifyingReader};
+use crate::error::{Error, Result};
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
+use serde::Serialize;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The annotation that names a tag in `index.json`.
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+/// JSON blobs larger than this are refused when read into memory.
+const MAX_JSON_BYTES: u64 = 16 << 20;
+
+/// Serialises `value` with sorted keys, so equal content gives equal bytes (oci-spec keeps
+/// labels and annotations in hash maps).
+pub fn canonical_json<T: Serialize>(value: &T) -> Vec<u8> {
+    let value = serde_json::to_value(value).expect("image metadata serializes");
+    serde_json::to_vec(&value).expect("JSON values serialize")
+}
+
+/// An OCI layout directory.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+/// Holds the layout's lock file until dropped.
+pub struct LayoutLock {
+    _file: File,
+}
+
+impl Layout {
+    /// Opens an existing layout, checking that it is one.
+    pub fn open(root: &Path) -> Result<Self> {
+        let marker = root.join("oci-layout");
+        let text = std::fs::read_to_string(&marker)
+            .map_err(|e| Error::image(marker.display(), format!("not an OCI layout ({e})")))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::image(marker.display(), format!("not valid JSON: {e}")))?;
+        if value["imageLayoutVersion"].as_str().is_none() {
+            return Err(Error::image(marker.display(), "has no imageLayoutVersion"));
+        }
+        Ok(Layout {
+            root: root.to_path_buf(),
+        })
+    }
+
+    /// Opens a layout, creating the directory structure if it does not exist yet.
+    pub fn create(root: &Path) -> Result<Self> {
+        let blobs = root.join("blobs/sha256");
+        std::fs::create_dir_all(&blobs).map_err(|e| Error::io(&blobs, e))?;
+        let marker = root.join("oci-layout");
+        if !marker.exists() {
+            crate::fsutil::write_atomic(&marker, br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        }
+        Self::open(root)
+    }
+
+    /// The layout's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Takes the layout's exclusive lock, waiting for another build to finish first.
+    pub fn lock(&self) -> Result<LayoutLock> {
+        let path = self.root.join(".gpubake-lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        if file.try_lock().is_err() {
+            eprintln!(
+                "gpubake: waiting for another build to release {}",
+                self.root.display()
+            );
+            file.lock().map_err(|e| Error::io(&path, e))?;
+        }
+        Ok(LayoutLock { _file: file })
+    }
+
+    /// Where a blob lives.
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(digest.hex())
+    }
+
+    /// True when the blob is present with the expected size. Blobs only ever land here under
+    /// their verified digest, so presence is trusted for skipping writes; reads still verify.
+    pub fn has_blob(&self, digest: &Digest, size: u64) -> bool {
+        std::fs::metadata(self.blob_path(digest)).is_ok_and(|m| m.len() == size)
+    }
+
+    /// A reader over a blob that fails unless the content matches the descriptor.
+    pub fn open_blob(
+        &self,
+        digest: &Digest,
+        size: Option<u64>,
+    ) -> Result<VerifyingReader<BufReader<File>>> {
+        let path = self.blob_path(digest);
+        let file = File::open(&path).map_err(|e| {
+            Error::image(
+                self.describe(),
+                format!("blob {digest} is missing or unreadable ({e})"),
+            )
+        })?;
+        Ok(VerifyingReader::new(
+            BufReader::with_capacity(1 << 20, file),
+            digest.clone(),
+            size,
+            format!("{}: blob {digest}", self.describe()),
+        ))
+    }
+
+    /// Reads a small blob (JSON) fully, verified.
+    pub fn read_blob(&self, digest: &Digest, size: Option<u64>) -> Result<Vec<u8>> {
+        if size.is_some_and(|s| s > MAX_JSON_BYTES) {
+            return Err(Error::image(
+                self.describe(),
+                format!("blob {digest} is too large for metadata"),
+            ));
+        }
+        let mut out = Vec::new();
+        self.open_blob(digest, size)?
+            .take(MAX_JSON_BYTES + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::image(self.describe(), e.to_string()))?;
+        Ok(out)
+    }
+
+    /// Stores `bytes` as a blob; returns its digest and size.
+    pub fn write_blob(&self, bytes: &[u8]) -> Result<(Digest, u64)> {
+        let digest = Digest::of(bytes);
+        if !self.has_blob(&digest, bytes.len() as u64) {
+            let mut w = self.blob_writer()?;
+            w.write_all(bytes)
+                .map_err(|e| Error::io(self.root.join("blobs"), e))?;
+            w.commit()?;
+        }
+        Ok((digest, bytes.len() as u64))
+    }
+
+    /// A writer for a new blob whose digest is known only at the end.
+    pub fn blob_writer(&self) -> Result<BlobWriter> {
+        let dir = self.root.join("blobs/sha256");
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempfile_in(&dir)
+            .map_err(|e| Error::io(&dir, e))?;
+        let file = tmp
+            .as_file()
+            .try_clone()
+            .map_err(|e| Error::io(tmp.path(), e))?;
+        let (writer, tally) = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+        Ok(BlobWriter {
+            tmp,
+            writer: Some(writer),
+            tally,
+            layout: self.clone(),
+        })
+    }
+
+    /// Serialises `value` canonically and stores it as a blob with a descriptor.
+    pub fn write_json<T: Serialize>(&self, value: &T, media_type: MediaType) -> Result<Descriptor> {
+        let bytes = canonical_json(value);
+        let (digest, size) = self.write_blob(&bytes)?;
+        Ok(descriptor(media_type, &digest, size))
+    }
+
+    /// Reads and parses `index.json`.
+    pub fn index(&self) -> Result<ImageIndex> {
+        let path = self.root.join("index.json");
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Error::image(path.display(), format!("unreadable ({e})")))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(path.display(), format!("not a valid OCI image index: {e}")))
+    }
+
+    /// The index, or an empty one for a new layout.
+    pub fn index_or_empty(&self) -> Result<ImageIndex> {
+        if self.root.join("index.json").exists() {
+            self.index()
+        } else {
+            Ok(oci_spec::image::ImageIndexBuilder::default()
+                .schema_version(2u32)
+                .manifests(Vec::<Descriptor>::new())
+                .build()
+                .expect("an empty index is valid"))
+        }
+    }
+
+    /// Replaces `index.json` atomically.
+    pub fn write_index(&self, index: &ImageIndex) -> Result<()> {
+        crate::fsutil::write_atomic(&self.root.join("index.json"), &canonical_json(index))
+    }
+
+    /// The manifest descriptor tagged `tag`, or the only one when `tag` is None.
+    pub fn find(&self, tag: Option<&str>) -> Result<Descriptor> {
+        let index = self.index()?;
+        let tagged = |d: &&Descriptor| {
+            let name = d.annotations().as_ref().and_then(|a| a.get(REF_NAME));
+            tag.is_none_or(|t| name.is_some_and(|n| n == t))
+        };
+        let found: Vec<&Descriptor> = index.manifests().iter().filter(tagged).collect();
+        match (found.as_slice(), tag) {
+            ([one], _) => Ok((*one).clone()),
+            ([], Some(t)) => Err(Error::image(
+                self.describe(),
+                format!("no image tagged `{t}`"),
+            )),
+            ([], None) => Err(Error::image(self.describe(), "holds no image")),
+            (_, _) => Err(Error::image(
+                self.describe(),
+                format!("holds {} images; name one with oci:DIR:TAG", found.len()),
+            )),
+        }
+    }
+
+    /// Reads the image manifest a descriptor points at, descending into an index (picking
+    /// linux/amd64) when it is one.
+    pub fn manifest(&self, desc: &Descriptor) -> Result<(Descriptor, ImageManifest)> {
+        let digest = digest_of(desc)?;
+        let bytes = self.read_blob(&digest, Some(desc.size()))?;
+        match desc.media_type() {
+            MediaType::ImageIndex => {
+                let index: ImageIndex = serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::image(self.describe(), format!("index {digest}: {e}")))?;
+                let pick = index
+                    .manifests()
+                    .iter()
+                    .find(|m| {
+                        m.platform().as_ref().is_none_or(|p| {
+                            p.os().to_string() == "linux" && p.architecture().to_string() == "amd64"
+                        })
+                    })
+                    .ok_or_else(|| {
+                        Error::image(
+                            self.describe(),
+                            format!("index {digest} has no linux/amd64 image"),
+                        )
+                    })?
+                    .clone();
+                self.manifest(&pick)
+            }
+            _ => {
+                let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::image(self.describe(), format!("manifest {digest}: {e}"))
+                })?;
+                Ok((desc.clone(), manifest))
+            }
+        }
+    }
+
+    /// `oci:DIR` for messages.
+    pub fn describe(&self) -> String {
+        format!("oci:{}", self.root.display())
+    }
+}
+
+/// A blob being written: a temporary file in the blob directory, renamed under its digest on
+/// [`BlobWriter::commit`], deleted if dropped uncommitted.
+pub struct BlobWriter {
+    tmp: tempfile::NamedTempFile,
+    writer: Option<HashingWriter<BufWriter<File>>>,
+    tally: Tally,
+    layout: Layout,
+}
+
+impl BlobWriter {
+    /// Takes the underlying writer, for encoders that need to own theirs. The digest is
+    /// still collected; call [`BlobWriter::commit`] once the encoder has finished.
+    pub fn take_writer(&mut self) -> HashingWriter<BufWriter<File>> {
+        self.writer.take().expect("the writer is taken once")
+    }
+
+    /// Flushes, syncs and moves the blob into place; returns its digest and size.
+    pub fn commit(mut self) -> Result<(Digest, u64)> {
+        if let Some(w) = self.writer.take() {
+            let mut inner = w.into_inner();
+            inner.flush().map_err(|e| Error::io(self.tmp.path(), e))?;
+        }
+        self.tmp
+            .as_file()
+            .sync_all()
+            .map_err(|e| Error::io(self.tmp.path(), e))?;
+        let (digest, size) = self.tally.finish();
+        let target = self.layout.blob_path(&digest);
+        if self.layout.has_blob(&digest, size) {
+            return Ok((digest, size));
+        }
+        self.tmp
+            .persist(&target)
+            .map_err(|e| Error::io(&target, e.error))?;
+        Ok((digest, size))
+    }
+}
+
+impl Write for BlobWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer.as_mut().expect("writer not taken").write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer.as_mut().expect("writer not taken").flush()
+    }
+}
+
+/// A descriptor for a blob.
+pub fn descriptor(media_type: MediaType, digest: &Digest, size: u64) -> Descriptor {
+    let d: oci_spec::image::Digest = digest.as_str().parse().expect("our digests are valid");
+    Descriptor::new(media_type, size, d)
+}
+
+/// The sha256 digest of a descriptor, refusing other algorithms and malformed values.
+pub fn digest_of(desc: &Descriptor) -> Result<Digest> {
+    desc.digest()
+        .to_string()
+        .parse()
+        .map_err(|e: String| Error::image("descriptor", e))
+}

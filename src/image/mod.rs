@@ -1,0 +1,14 @@
+//! Images: daemonless, reproducible OCI builds from a lock and a base image, and the reading
+//! side (`inspect`, `verify`). Blobs are content-addressed and checked whenever read.
+
+pub mod archive;
+pub mod build;
+pub mod digest;
+pub mod inspect;
+pub mod layer;
+pub mod layout;
+pub mod transport;
+
+pub use build::{BuildOptions, BuildReport, build};
+pub use layer::Compression;
+pub use transport::Transport;

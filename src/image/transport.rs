@@ -1,0 +1,164 @@
+//! Image references in skopeo's transport syntax, which users already know:
+//! `oci:DIR[:TAG]`, `docker-archive:FILE[:NAME:TAG]`, `docker-daemon:NAME:TAG`,
+//! `docker://REGISTRY/NAME:TAG`.
+
+use crate::error::{Error, Result};
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Where an image is read from or written to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// An OCI image layout directory, with an optional tag.
+    Oci {
+        /// The layout directory.
+        dir: PathBuf,
+        /// The `org.opencontainers.image.ref.name` to read or write.
+        tag: Option<String>,
+    },
+    /// A tar file as `docker save` writes it, loadable with `docker load`.
+    DockerArchive {
+        /// The archive.
+        path: PathBuf,
+        /// The `NAME:TAG` recorded in it.
+        reference: Option<String>,
+    },
+    /// An image in a Docker Engine.
+    DockerDaemon(String),
+    /// An image in a registry.
+    Registry(String),
+}
+
+impl FromStr for Transport {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        if let Some(rest) = text.strip_prefix("oci:") {
+            // The tag follows the last colon, unless that colon belongs to a path component.
+            let (dir, tag) = match rest.rsplit_once(':') {
+                Some((dir, tag)) if !tag.contains('/') && !dir.is_empty() => {
+                    (dir, Some(tag.to_string()))
+                }
+                _ => (rest, None),
+            };
+            if dir.is_empty() {
+                return Err(Error::Usage(format!(
+                    "`{text}`: oci: needs a directory, as in oci:./image:latest"
+                )));
+            }
+            return Ok(Transport::Oci {
+                dir: PathBuf::from(dir),
+                tag: tag.filter(|t| !t.is_empty()),
+            });
+        }
+        if let Some(rest) = text.strip_prefix("docker-archive:") {
+            let (path, reference) = match rest.split_once(':') {
+                Some((p, r)) => (p, Some(r.to_string())),
+                None => (rest, None),
+            };
+            if path.is_empty() {
+                return Err(Error::Usage(format!(
+                    "`{text}`: docker-archive: needs a file"
+                )));
+            }
+            return Ok(Transport::DockerArchive {
+                path: PathBuf::from(path),
+                reference,
+            });
+        }
+        if let Some(rest) = text.strip_prefix("docker-daemon:") {
+            return Ok(Transport::DockerDaemon(rest.to_string()));
+        }
+        if let Some(rest) = text.strip_prefix("docker://") {
+            return Ok(Transport::Registry(rest.to_string()));
+        }
+        Err(Error::Usage(format!(
+            "`{text}` names no transport: use oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG], \
+             docker-daemon:NAME:TAG or docker://REGISTRY/NAME:TAG"
+        )))
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Oci { dir, tag: Some(t) } => write!(f, "oci:{}:{t}", dir.display()),
+            Transport::Oci { dir, tag: None } => write!(f, "oci:{}", dir.display()),
+            Transport::DockerArchive {
+                path,
+                reference: Some(r),
+            } => write!(f, "docker-archive:{}:{r}", path.display()),
+            Transport::DockerArchive {
+                path,
+                reference: None,
+            } => write!(f, "docker-archive:{}", path.display()),
+            Transport::DockerDaemon(r) => write!(f, "docker-daemon:{r}"),
+            Transport::Registry(r) => write!(f, "docker://{r}"),
+        }
+    }
+}
+
+impl Transport {
+    /// Refuses transports this build of gpubake cannot use yet, saying what to do instead.
+    pub fn supported(self) -> Result<Self> {
+        match &self {
+            Transport::Registry(r) => Err(Error::Unsupported(format!(
+                "docker://{r}: registries are not supported yet; copy the image first \
+                 (skopeo copy docker://{r} oci:./base:latest) and use oci:./base:latest"
+            ))),
+            Transport::DockerDaemon(r) => Err(Error::Unsupported(format!(
+                "docker-daemon:{r}: the Docker Engine transport is not supported yet; \
+                 use `docker save {r} -o base.tar` and docker-archive:base.tar"
+            ))),
+            _ => Ok(self),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Transport {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn skopeo_syntax_parses() {
+        assert_eq!(
+            t("oci:./img:v1"),
+            Transport::Oci {
+                dir: "./img".into(),
+                tag: Some("v1".into())
+            }
+        );
+        assert_eq!(
+            t("oci:/a/b"),
+            Transport::Oci {
+                dir: "/a/b".into(),
+                tag: None
+            }
+        );
+        assert_eq!(
+            t("docker-archive:x.tar:name:tag"),
+            Transport::DockerArchive {
+                path: "x.tar".into(),
+                reference: Some("name:tag".into())
+            }
+        );
+        assert_eq!(
+            t("docker://nvcr.io/nvidia/cuda:12.8"),
+            Transport::Registry("nvcr.io/nvidia/cuda:12.8".into())
+        );
+        assert!("ubuntu:24.04".parse::<Transport>().is_err());
+        assert!("oci:".parse::<Transport>().is_err());
+        assert_eq!(t("oci:./img:v1").to_string(), "oci:./img:v1");
+    }
+
+    #[test]
+    fn registries_are_refused_with_a_way_forward() {
+        let err = t("docker://x/y:1").supported().unwrap_err().to_string();
+        assert!(err.contains("skopeo copy"), "{err}");
+    }
+}
