@@ -1,0 +1,774 @@
+//! Daemonless builds checked by independent tools: skopeo, umoci and the Docker engine read
+//! what gpubake writes. The base image is made here with umoci from busybox-static and the
+//! host's libc (enough to run the gpubake probe inside it), and cached between runs.
+
+mod common;
+
+use common::{assert_exit, gpubake, gpubake_in, stderr, stdout, write};
+use gpubake::image::digest::Digest;
+use gpubake::image::layout::{Layout, REF_NAME, descriptor};
+use oci_spec::image::{ImageManifestBuilder, MediaType};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// True when `tool` runs; in CI its absence fails the test instead of skipping it.
+fn have(tool: &str, arg: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs {tool}; it must run"
+        );
+        eprintln!("skipped: {tool} is not available");
+    }
+    ok
+}
+
+fn tools() -> bool {
+    have("umoci", "--version") && have("skopeo", "--version") && Path::new("/bin/busybox").exists()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A busybox base in an OCI layout, made by umoci, with the libraries gpubake links against.
+fn base() -> PathBuf {
+    static BASE: OnceLock<PathBuf> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("busybox-base");
+        let layout = root.join("layout");
+        if layout.join("index.json").exists() {
+            return layout;
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let bundle = root.join("bundle");
+        run(Command::new("umoci")
+            .args(["init", "--layout"])
+            .arg(&layout));
+        run(Command::new("umoci")
+            .args(["new", "--image"])
+            .arg(format!("{}:latest", layout.display())));
+        run(Command::new("umoci")
+            .args(["unpack", "--image"])
+            .arg(format!("{}:latest", layout.display()))
+            .arg(&bundle));
+        let rootfs = bundle.join("rootfs");
+        std::fs::create_dir_all(rootfs.join("bin")).unwrap();
+        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
+        for cmd in ["sh", "cat", "ls", "stat"] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(cmd)).unwrap();
+        }
+        let ldd = run(Command::new("ldd").arg(env!("CARGO_BIN_EXE_gpubake")));
+        for lib in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
+            let dest = rootfs.join(lib.trim_start_matches('/'));
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::copy(lib, &dest).unwrap();
+        }
+        run(Command::new("umoci")
+            .args(["repack", "--image"])
+            .arg(format!("{}:latest", layout.display()))
+            .arg(&bundle));
+        run(Command::new("umoci")
+            .args([
+                "config",
+                "--config.env",
+                "PATH=/usr/local/bin:/usr/bin:/bin",
+                "--image",
+            ])
+            .arg(format!("{}:latest", layout.display())));
+        layout
+    })
+    .clone()
+}
+
+fn from_base() -> String {
+    format!("oci:{}:latest", base().display())
+}
+
+/// A recipe file in `dir`, with extra YAML lines.
+fn recipe_in(dir: &Path, extra: &str) -> String {
+    write(
+        dir,
+        "recipe.yaml",
+        &format!(
+            "name: imgtest\nbase: ubuntu:24.04\npytorch: '2.9'\npresets: [base, nvlink]\n{extra}"
+        ),
+    )
+}
+
+/// Builds and returns the JSON report.
+fn build(recipe: &str, to: &str, extra: &[&str]) -> Value {
+    let from = from_base();
+    let mut args = vec!["build", recipe, "--from", &from, "--to", to, "--json"];
+    args.extend(extra);
+    let out = gpubake(&args);
+    assert_exit(&out, 0);
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn oci(dir: &Path, tag: &str) -> String {
+    format!("oci:{}:{tag}", dir.display())
+}
+
+#[test]
+fn skopeo_umoci_and_docker_read_the_image() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let out = dir.path().join("out");
+    let report = build(&recipe, &oci(&out, "v1"), &[]);
+    assert_eq!(report["layers"].as_array().unwrap().len(), 3, "{report}");
+
+    let inspect: Value = serde_json::from_str(&run(Command::new("skopeo")
+        .arg("inspect")
+        .arg(oci(&out, "v1"))))
+    .unwrap();
+    assert_eq!(inspect["Digest"], report["manifest"]);
+    assert_eq!(inspect["Labels"]["io.gpubake.torch"], "2.9.1+cu128");
+    assert_eq!(inspect["Labels"]["io.gpubake.nccl"], "2.27.5");
+    assert!(
+        inspect["Env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "NCCL_P2P_LEVEL=NVL"),
+        "{inspect}"
+    );
+    assert!(
+        inspect["Env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "NVIDIA_REQUIRE_CUDA=cuda>=12.0"),
+        "{inspect}"
+    );
+
+    let bundle = dir.path().join("bundle");
+    run(Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(oci(&out, "v1").trim_start_matches("oci:"))
+        .arg(&bundle));
+    let rootfs = bundle.join("rootfs");
+    let conf = std::fs::read_to_string(rootfs.join("etc/nccl.conf")).unwrap();
+    assert_eq!(
+        conf,
+        "NCCL_CUMEM_ENABLE=1\nNCCL_DEBUG=WARN\nNCCL_P2P_LEVEL=NVL\nNCCL_SOCKET_IFNAME=^docker,lo,veth\n"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(rootfs.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("usr/local/bin/gpubake"), 0o755);
+    assert_eq!(mode("etc/nccl.conf"), 0o644);
+    assert_eq!(mode("etc/gpubake"), 0o755);
+    let lock = std::fs::read_to_string(rootfs.join("etc/gpubake/lock.yaml")).unwrap();
+    assert!(lock.contains("requirement: torch==2.9.1+cu128"), "{lock}");
+    assert!(
+        rootfs.join("bin/busybox").exists(),
+        "the base layer is there too"
+    );
+
+    let archive = dir.path().join("copy.tar");
+    run(Command::new("skopeo")
+        .arg("copy")
+        .arg(oci(&out, "v1"))
+        .arg(format!(
+            "docker-archive:{}:skopeo/copy:v1",
+            archive.display()
+        )));
+    let v = gpubake(&["verify", &format!("docker-archive:{}", archive.display())]);
+    assert_exit(&v, 0);
+
+    if !have("docker", "info") {
+        return;
+    }
+    let tar = dir.path().join("image.tar");
+    let tag = format!("gpubake-image-test:{}", std::process::id());
+    build(
+        &recipe,
+        &format!("docker-archive:{}:{tag}", tar.display()),
+        &[],
+    );
+    run(Command::new("docker").arg("load").arg("-i").arg(&tar));
+    let cat = run(Command::new("docker").args(["run", "--rm", &tag, "cat", "/etc/nccl.conf"]));
+    let version = run(Command::new("docker").args(["run", "--rm", &tag, "gpubake", "--version"]));
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    assert_eq!(cat, conf);
+    assert!(version.starts_with("gpubake "), "{version}");
+}
+
+#[test]
+fn two_builds_give_the_same_digest() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    for compression in ["gzip", "zstd"] {
+        let a = build(
+            &recipe,
+            &oci(&dir.path().join(format!("a-{compression}")), "x"),
+            &["--compression", compression],
+        );
+        let b = build(
+            &recipe,
+            &oci(&dir.path().join(format!("b-{compression}")), "x"),
+            &["--compression", compression],
+        );
+        assert_eq!(a["manifest"], b["manifest"], "{compression}");
+        let media = run(Command::new("skopeo")
+            .args(["inspect", "--raw"])
+            .arg(oci(&dir.path().join(format!("a-{compression}")), "x")));
+        assert!(media.contains(&format!("tar+{compression}")), "{media}");
+    }
+    // The epoch is part of the content.
+    let other = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args([
+            "build",
+            &recipe,
+            "--from",
+            &from_base(),
+            "--to",
+            &oci(&dir.path().join("c"), "x"),
+            "--json",
+        ])
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .output()
+        .unwrap();
+    assert_exit(&other, 0);
+    let c: Value = serde_json::from_slice(&other.stdout).unwrap();
+    let a = build(&recipe, &oci(&dir.path().join("a-gzip"), "x"), &[]);
+    assert_ne!(a["manifest"], c["manifest"]);
+}
+
+#[test]
+fn a_preset_change_rewrites_only_the_small_layers() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("sub")).unwrap();
+    std::fs::write(data.join("train.py"), "print('hi')\n").unwrap();
+    std::fs::write(data.join("sub/weights.bin"), vec![7u8; 1 << 20]).unwrap();
+    let files = "files:\n  - {src: data, dest: /workspace}\n";
+    let recipe = recipe_in(dir.path(), files);
+    let out = oci(&dir.path().join("out"), "v1");
+    let first = build(&recipe, &out, &[]);
+    let names: Vec<&str> = first["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["base", "files", "probe", "presets"]);
+
+    recipe_in(dir.path(), &format!("{files}env:\n  NCCL_DEBUG: INFO\n"));
+    let second = build(&recipe, &out, &[]);
+    let layers = second["layers"].as_array().unwrap();
+    for (i, name) in ["base", "files", "probe"].iter().enumerate() {
+        assert_eq!(
+            layers[i]["reused"], true,
+            "{name} layer was rewritten: {second}"
+        );
+        assert_eq!(layers[i]["digest"], first["layers"][i]["digest"]);
+    }
+    assert_eq!(layers[3]["reused"], false);
+    assert_ne!(layers[3]["digest"], first["layers"][3]["digest"]);
+    assert_ne!(second["manifest"], first["manifest"]);
+
+    let bundle = dir.path().join("bundle");
+    run(Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(out.trim_start_matches("oci:"))
+        .arg(&bundle));
+    let rootfs = bundle.join("rootfs");
+    assert_eq!(
+        std::fs::read(rootfs.join("workspace/sub/weights.bin"))
+            .unwrap()
+            .len(),
+        1 << 20
+    );
+    assert!(
+        std::fs::read_to_string(rootfs.join("etc/nccl.conf"))
+            .unwrap()
+            .contains("NCCL_DEBUG=INFO")
+    );
+    assert_exit(&gpubake(&["verify", &out]), 0);
+}
+
+/// Flips one byte of `blob` in place.
+fn flip(layout: &Path, digest: &str) {
+    let path = layout
+        .join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[test]
+fn verify_names_a_tampered_blob() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    let report = build(&recipe, &oci(&layout, "v1"), &[]);
+    assert_exit(&gpubake(&["verify", &oci(&layout, "v1")]), 0);
+    for i in 0..3 {
+        let copy = dir.path().join(format!("copy{i}"));
+        run(Command::new("cp").arg("-r").arg(&layout).arg(&copy));
+        let digest = report["layers"][i]["digest"].as_str().unwrap();
+        flip(&copy, digest);
+        let out = gpubake(&["verify", &oci(&copy, "v1")]);
+        assert_exit(&out, 1);
+        let text = stdout(&out);
+        assert!(
+            text.contains(&format!("FAIL layer {}", i + 1)) && text.contains(digest),
+            "{text}"
+        );
+    }
+    let copy = dir.path().join("copy-config");
+    run(Command::new("cp").arg("-r").arg(&layout).arg(&copy));
+    flip(&copy, report["config"].as_str().unwrap());
+    let out = gpubake(&["verify", &oci(&copy, "v1")]);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains(report["config"].as_str().unwrap()),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn broken_layouts_exit_2_with_a_clear_message() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    let report = build(&recipe, &oci(&layout, "v1"), &[]);
+
+    let truncated = dir.path().join("truncated");
+    run(Command::new("cp").arg("-r").arg(&layout).arg(&truncated));
+    let index = std::fs::read(truncated.join("index.json")).unwrap();
+    std::fs::write(truncated.join("index.json"), &index[..index.len() / 2]).unwrap();
+    for cmd in ["verify", "inspect"] {
+        let out = gpubake(&[cmd, &oci(&truncated, "v1")]);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains("index.json: not a valid OCI image index"),
+            "{}",
+            stderr(&out)
+        );
+    }
+
+    let missing = dir.path().join("missing");
+    run(Command::new("cp").arg("-r").arg(&layout).arg(&missing));
+    let layer = report["layers"][1]["digest"].as_str().unwrap();
+    std::fs::remove_file(
+        missing
+            .join("blobs/sha256")
+            .join(layer.trim_start_matches("sha256:")),
+    )
+    .unwrap();
+    let out = gpubake(&["verify", &oci(&missing, "v1")]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(&format!("blob {layer} is missing")),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = gpubake(&["inspect", &oci(&layout, "nope")]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("no image tagged `nope`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpubake(&[
+        "inspect",
+        &format!("oci:{}", dir.path().join("nothing").display()),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("not an OCI layout"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_killed_build_leaves_the_previous_image_readable() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    let first = build(&recipe, &oci(&layout, "v1"), &[]);
+
+    // A second build with a large files layer, killed while it compresses.
+    let data = dir.path().join("big");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut noise = Vec::with_capacity(256 << 20);
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    while noise.len() < 256 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(data.join("noise.bin"), &noise).unwrap();
+    drop(noise);
+    recipe_in(dir.path(), "files:\n  - {src: big, dest: /data}\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args([
+            "build",
+            &recipe,
+            "--from",
+            &from_base(),
+            "--to",
+            &oci(&layout, "v1"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the build has started writing a blob, then kill it.
+    let blobs = layout.join("blobs/sha256");
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(20) {
+        let writing = std::fs::read_dir(&blobs).unwrap().any(|e| {
+            let e = e.unwrap();
+            e.file_name().to_string_lossy().starts_with(".tmp-")
+                && e.metadata().unwrap().len() > (1 << 20)
+        });
+        if writing {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the build finished before it could be killed"
+    );
+
+    let out = gpubake(&["verify", &oci(&layout, "v1")]);
+    assert_exit(&out, 0);
+    let inspect: Value = serde_json::from_str(&run(Command::new("skopeo")
+        .arg("inspect")
+        .arg(oci(&layout, "v1"))))
+    .unwrap();
+    assert_eq!(inspect["Digest"], first["manifest"]);
+}
+
+#[test]
+fn concurrent_builds_into_one_layout_both_land() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(
+        dir.path(),
+        "a.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let b = write(
+        dir.path(),
+        "b.yaml",
+        "name: b\nbase: x\npytorch: '2.8'\npresets: [pcie]\n",
+    );
+    let layout = dir.path().join("shared");
+    let spawn = |recipe: &str, tag: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args([
+                "build",
+                recipe,
+                "--from",
+                &from_base(),
+                "--to",
+                &oci(&layout, tag),
+            ])
+            .output()
+    };
+    let (ra, rb) = std::thread::scope(|s| {
+        let ha = s.spawn(|| spawn(&a, "a").unwrap());
+        let hb = s.spawn(|| spawn(&b, "b").unwrap());
+        (ha.join().unwrap(), hb.join().unwrap())
+    });
+    assert_exit(&ra, 0);
+    assert_exit(&rb, 0);
+    for tag in ["a", "b"] {
+        assert_exit(&gpubake(&["verify", &oci(&layout, tag)]), 0);
+    }
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["manifests"].as_array().unwrap().len(), 2, "{index}");
+}
+
+/// Writes a one-layer image whose layer holds one entry with a raw (unchecked) path.
+fn hostile_base(dir: &Path, name: &[u8], kind: tar::EntryType, link: Option<&[u8]>) -> PathBuf {
+    let mut header = tar::Header::new_old();
+    header.as_old_mut().name[..name.len()].copy_from_slice(name);
+    if let Some(link) = link {
+        header.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+    }
+    header.set_entry_type(kind);
+    header.set_size(if kind == tar::EntryType::Regular {
+        4
+    } else {
+        0
+    });
+    header.set_mode(0o644);
+    header.set_cksum();
+    let mut layer = header.as_bytes().to_vec();
+    if kind == tar::EntryType::Regular {
+        layer.extend_from_slice(b"evil");
+        layer.resize(1024, 0);
+    }
+    layer.resize(layer.len() + 1024, 0);
+    let root = dir.join(String::from_utf8_lossy(name).replace(['/', '.'], "_"));
+    let layout = Layout::create(&root).unwrap();
+    let (ld, ls) = layout.write_blob(&layer).unwrap();
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [Digest::of(&layer).as_str()]},
+        "config": {}
+    });
+    let config_desc = layout.write_json(&config, MediaType::ImageConfig).unwrap();
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(config_desc)
+        .layers(vec![descriptor(MediaType::ImageLayer, &ld, ls)])
+        .build()
+        .unwrap();
+    let mut desc = layout
+        .write_json(&manifest, MediaType::ImageManifest)
+        .unwrap();
+    desc.set_annotations(Some(HashMap::from([(
+        REF_NAME.to_string(),
+        "latest".to_string(),
+    )])));
+    let mut index = layout.index_or_empty().unwrap();
+    index.set_manifests(vec![desc]);
+    layout.write_index(&index).unwrap();
+    root
+}
+
+#[test]
+fn hostile_base_layers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let cases: [(&[u8], tar::EntryType, Option<&[u8]>, &str); 4] = [
+        (
+            b"../etc/passwd",
+            tar::EntryType::Regular,
+            None,
+            "entry `../etc/passwd` escapes the root",
+        ),
+        (
+            b"/etc/passwd",
+            tar::EntryType::Regular,
+            None,
+            "entry `/etc/passwd` escapes the root",
+        ),
+        (
+            b"usr/lib/link",
+            tar::EntryType::Symlink,
+            Some(b"../../../etc/shadow"),
+            "symlink `usr/lib/link` -> `../../../etc/shadow` escapes",
+        ),
+        (
+            b"etc/hard",
+            tar::EntryType::Link,
+            Some(b"../../outside"),
+            "hard link `etc/hard` -> `../../outside` escapes",
+        ),
+    ];
+    for (name, kind, link, expected) in cases {
+        let base = hostile_base(dir.path(), name, kind, link);
+        let out_dir = dir.path().join("out");
+        let out = gpubake_in(
+            dir.path(),
+            &[
+                "build",
+                &recipe,
+                "--from",
+                &format!("oci:{}:latest", base.display()),
+                "--to",
+                &oci(&out_dir, "x"),
+            ],
+        );
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains(expected),
+            "{}: {}",
+            String::from_utf8_lossy(name),
+            stderr(&out)
+        );
+        let index = out_dir.join("index.json");
+        assert!(
+            !index.exists() || !std::fs::read_to_string(&index).unwrap().contains("\"x\""),
+            "nothing was tagged"
+        );
+    }
+    // An absolute symlink target is resolved inside the root by runtimes: accepted.
+    let ok = hostile_base(
+        dir.path(),
+        b"etc/alt",
+        tar::EntryType::Symlink,
+        Some(b"/usr/bin/python3"),
+    );
+    let out = gpubake_in(
+        dir.path(),
+        &[
+            "build",
+            &recipe,
+            "--from",
+            &format!("oci:{}:latest", ok.display()),
+            "--to",
+            &oci(&dir.path().join("ok"), "x"),
+        ],
+    );
+    assert_exit(&out, 0);
+}
+
+#[test]
+fn hostile_archive_members_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut header = tar::Header::new_old();
+    let name = b"../../evil.json";
+    header.as_old_mut().name[..name.len()].copy_from_slice(name);
+    header.set_size(2);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_cksum();
+    let mut bytes = header.as_bytes().to_vec();
+    bytes.extend_from_slice(b"{}");
+    bytes.resize(512 * 4, 0);
+    let archive = dir.path().join("evil.tar");
+    std::fs::write(&archive, bytes).unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        &format!("docker-archive:{}", archive.display()),
+        "--to",
+        &oci(&dir.path().join("o"), "x"),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("points outside the archive"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unsupported_sources_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "r.yaml",
+        "name: r\nbase: nvidia/cuda:12.8.1-runtime-ubuntu24.04\npytorch: '2.9'\n",
+    );
+    let to = oci(&dir.path().join("o"), "x");
+    let out = gpubake(&["build", &recipe, "--to", &to]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("pass --from oci:DIR[:TAG]"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        "docker://nvcr.io/nvidia/cuda:12.8.1",
+        "--to",
+        &to,
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("skopeo copy docker://"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        "oci:/nonexistent/layout",
+        "--to",
+        &to,
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("oci:/nonexistent/layout")
+            || stderr(&out).contains("/nonexistent/layout"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn inspect_shows_pins_presets_and_layers() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    build(&recipe, &oci(&layout, "v1"), &[]);
+    let out = gpubake(&["inspect", &oci(&layout, "v1"), "--json"]);
+    assert_exit(&out, 0);
+    let info: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(info["labels"]["io.gpubake.cuda"], "12.8");
+    assert_eq!(info["presets"]["NCCL_P2P_LEVEL"]["by"], "preset nvlink");
+    let created: Vec<&str> = info["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["created_by"].as_str().unwrap())
+        .collect();
+    assert!(
+        created[1].contains("probe") && created[2].contains("NCCL preset [base, nvlink]"),
+        "{created:?}"
+    );
+    let text = stdout(&gpubake(&["inspect", &oci(&layout, "v1")]));
+    assert!(
+        text.contains("NCCL_P2P_LEVEL=NVL  (preset nvlink)"),
+        "{text}"
+    );
+}
