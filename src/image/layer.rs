@@ -243,6 +243,54 @@ fn header(entry: &Entry, size: u64, epoch: u64) -> tar::Header {
     h
 }
 
+/// Counts bytes into a progress bar on their way to the compressor.
+struct Progress<W> {
+    inner: W,
+    bar: indicatif::ProgressBar,
+}
+
+impl<W: Write> Write for Progress<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A byte progress bar on stderr for large layers; indicatif draws nothing when stderr is
+/// not a terminal.
+fn progress_bar(spec: &LayerSpec) -> indicatif::ProgressBar {
+    let total: u64 = spec
+        .entries
+        .iter()
+        .map(|e| match &e.source {
+            Source::Bytes(b) => b.len() as u64,
+            Source::File(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum();
+    if total < 64 << 20 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+        )
+        .expect("the template is valid")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(spec.name.clone());
+    bar
+}
+
 fn write_layer(
     layout: &Layout,
     spec: &LayerSpec,
@@ -253,7 +301,11 @@ fn write_layer(
     let io_err = |e: io::Error| Error::io(layout.root().join("blobs"), e);
     let encoder = Encoder::new(compression, blob.take_writer()).map_err(io_err)?;
     let (tee, diff_tally) = HashingWriter::new(encoder);
-    let mut tar = tar::Builder::new(tee);
+    let bar = progress_bar(spec);
+    let mut tar = tar::Builder::new(Progress {
+        inner: tee,
+        bar: bar.clone(),
+    });
     for entry in complete(&spec.entries) {
         match &entry.source {
             Source::Bytes(bytes) => {
@@ -283,7 +335,8 @@ fn write_layer(
             }
         }
     }
-    let tee = tar.into_inner().map_err(io_err)?;
+    let tee = tar.into_inner().map_err(io_err)?.inner;
+    bar.finish_and_clear();
     let encoder = tee.into_inner();
     encoder.finish().map_err(io_err)?;
     let (diff_id, _) = diff_tally.finish();
