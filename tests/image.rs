@@ -125,7 +125,7 @@ fn skopeo_umoci_and_docker_read_the_image() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e == "NVIDIA_REQUIRE_CUDA=cuda>=12.0"),
+            .any(|e| e == "NVIDIA_REQUIRE_CUDA=cuda>=12.0,driver>=525.60.13"),
         "{inspect}"
     );
 

@@ -141,10 +141,10 @@ fn gpus_map_to_the_code_that_runs_on_them() {
 fn driver_floor_follows_the_cuda_major() {
     let l = lock("pytorch: '2.9'\ncuda: '12.8'\ndriver: '>=570.86'\n");
     assert_eq!(l.driver.min.to_string(), "525.60.13");
-    assert_eq!(l.nvidia.require_cuda, "cuda>=12.0");
+    assert_eq!(l.nvidia.require_cuda, "cuda>=12.0,driver>=525.60.13");
     let l = lock("pytorch: '2.11'\ncuda: '13.0'\n");
     assert_eq!(l.driver.min.to_string(), "580");
-    assert_eq!(l.nvidia.require_cuda, "cuda>=13.0");
+    assert_eq!(l.nvidia.require_cuda, "cuda>=13.0,driver>=580");
 }
 
 #[test]

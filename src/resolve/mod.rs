@@ -618,7 +618,13 @@ fn build_lock(
     };
     let nccl = pin(&variant.nccl, "nccl", "NCCL");
     let cudnn = pin(&variant.cudnn, "cudnn", "cuDNN");
-    let require_cuda = format!("cuda>={}.0", variant.cuda.major());
+    // nvidia-container-toolkit grammar: `,` is AND. The driver must speak the wheel's CUDA
+    // major, and be at least the minor-version-compatibility floor of that major.
+    let require_cuda = format!(
+        "cuda>={}.0,driver>={}",
+        variant.cuda.major(),
+        family.min_driver
+    );
 
     let mut labels = IndexMap::new();
     let mut label = |k: &str, v: String| {
