@@ -160,6 +160,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
+    /// against the driver and the NCCL PyTorch would load.
+    ///
+    /// Exits 0 when every check passes (warnings included), 1 when one fails, 3 when no GPU
+    /// is visible, with what to do about it.
+    ///
+    /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
+    Probe {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also write the report as JUnit XML here.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// Shorter time budgets.
+        #[arg(long)]
+        quick: bool,
+        /// Only these GPU indices, comma-separated.
+        #[arg(long, value_name = "LIST", value_delimiter = ',')]
+        devices: Option<Vec<u32>>,
+        /// Expected floors per GPU model (YAML like data/policy.yaml) instead of the built-in ones.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+    },
     /// Print the compatibility database: PyTorch builds, their pins, Pythons, archs, drivers.
     ///
     /// `?` marks values not confirmed from the shipped wheel.
@@ -399,6 +423,40 @@ pub fn run(cli: Cli) -> Result<i32> {
                 );
             }
             Ok(if v.passed() { 0 } else { 1 })
+        }
+        Command::Probe {
+            json,
+            junit,
+            quick,
+            devices,
+            policy,
+        } => {
+            let policy = match policy {
+                Some(path) => {
+                    let doc = crate::document::Document::read(&path)?;
+                    Some(doc.parse::<Vec<crate::probe::policy::ModelPolicy>>("policy", |_| {
+                        Some("a list of {match, model, link, pcie: {gen, width}, nvlink_links, memory_gbps_floor, p2p_gbps_floor}".into())
+                    })?)
+                }
+                None => None,
+            };
+            let report = crate::probe::run(&crate::probe::ProbeOptions {
+                devices,
+                quick,
+                policy,
+            });
+            if let Some(path) = junit {
+                crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())?;
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("reports serialize")
+                );
+            } else {
+                print!("{}", report.to_text());
+            }
+            Ok(report.exit_code())
         }
         Command::Compat { release, json } => {
             let db = Compat::embedded();

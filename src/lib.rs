@@ -17,6 +17,7 @@ pub mod image;
 pub mod lint;
 pub mod lock;
 pub mod preset;
+pub mod probe;
 pub mod recipe;
 pub mod render;
 pub mod resolve;

@@ -1,0 +1,363 @@
+//! What the container runtime and nvidia-container-toolkit gave this process: whether it is
+//! in a container, the `NVIDIA_*` variables, the `/dev/nvidia*` nodes, and the driver's
+//! libraries with their versions. Every path is looked up under a root, so tests can point
+//! the discovery at a fake tree.
+
+use crate::version::Version;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Where to look: `/` on a real node, a fake tree in tests.
+#[derive(Clone, Debug)]
+pub struct Discovery {
+    root: PathBuf,
+    ld_library_path: Vec<PathBuf>,
+}
+
+/// A shared library found on disk.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FoundLib {
+    /// The path it was found at (a link such as `libcuda.so.1`, as the loader would open it).
+    pub path: PathBuf,
+    /// The file it resolves to.
+    pub real: PathBuf,
+    /// The version in the real file's name (`libcuda.so.580.95.05` gives 580.95.05).
+    pub version: Option<String>,
+}
+
+/// Directories the dynamic loader searches on common distributions, and where the toolkit
+/// and CUDA images put the driver's libraries.
+const LIB_DIRS: &[&str] = &[
+    "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/lib64",
+    "/usr/lib",
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/compat",
+];
+
+impl Discovery {
+    /// Discovery on this machine: the real root and `LD_LIBRARY_PATH`.
+    pub fn system() -> Self {
+        let ld = std::env::var_os("LD_LIBRARY_PATH")
+            .map(|v| std::env::split_paths(&v).collect())
+            .unwrap_or_default();
+        Discovery {
+            root: PathBuf::from("/"),
+            ld_library_path: ld,
+        }
+    }
+
+    /// Discovery under a fake root, with no `LD_LIBRARY_PATH`.
+    pub fn under(root: &Path) -> Self {
+        Discovery {
+            root: root.to_path_buf(),
+            ld_library_path: Vec::new(),
+        }
+    }
+
+    /// `path` (absolute) under the root.
+    pub fn at(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// The first `name` on the loader's search path, resolved.
+    pub fn find_lib(&self, name: &str) -> Option<FoundLib> {
+        self.find_all(name).into_iter().next()
+    }
+
+    /// Every copy of `name` on the search path, in search order, duplicates removed.
+    pub fn find_all(&self, name: &str) -> Vec<FoundLib> {
+        let mut dirs: Vec<PathBuf> = self
+            .ld_library_path
+            .iter()
+            .map(|d| self.at(&d.to_string_lossy()))
+            .collect();
+        dirs.extend(LIB_DIRS.iter().map(|d| self.at(d)));
+        let mut out: Vec<FoundLib> = Vec::new();
+        for dir in dirs {
+            let path = dir.join(name);
+            if let Some(found) = resolve(&path)
+                && !out.iter().any(|f| f.real == found.real)
+            {
+                out.push(found);
+            }
+        }
+        out
+    }
+
+    /// The Python package directories of the image: virtual environments under /opt, the
+    /// system Pythons, and `$VIRTUAL_ENV`.
+    pub fn site_packages(&self) -> Vec<PathBuf> {
+        let mut patterns: Vec<String> = vec![
+            "/opt/*/lib/python3*/site-packages".into(),
+            "/opt/*/.venv/lib/python3*/site-packages".into(),
+            "/usr/local/lib/python3*/site-packages".into(),
+            "/usr/local/lib/python3*/dist-packages".into(),
+            "/usr/lib/python3*/site-packages".into(),
+            "/usr/lib/python3/dist-packages".into(),
+        ];
+        if let Ok(venv) = std::env::var("VIRTUAL_ENV")
+            && self.root == Path::new("/")
+        {
+            patterns.insert(0, format!("{venv}/lib/python3*/site-packages"));
+        }
+        let mut out = Vec::new();
+        for p in patterns {
+            for dir in glob(&self.at(&p)) {
+                if !out.contains(&dir) {
+                    out.push(dir);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every `libnccl.so.2` in the order PyTorch would pick: the nvidia-nccl wheel next to
+    /// torch in each Python environment first, then the system's.
+    pub fn nccl_candidates(&self) -> Vec<FoundLib> {
+        let mut out: Vec<FoundLib> = Vec::new();
+        for site in self.site_packages() {
+            for rel in ["nvidia/nccl/lib/libnccl.so.2", "torch/lib/libnccl.so.2"] {
+                if let Some(found) = resolve(&site.join(rel))
+                    && !out.iter().any(|f| f.real == found.real)
+                {
+                    out.push(found);
+                }
+            }
+        }
+        for found in self.find_all("libnccl.so.2") {
+            if !out.iter().any(|f| f.real == found.real) {
+                out.push(found);
+            }
+        }
+        out
+    }
+
+    /// The `/dev/nvidia*` nodes.
+    pub fn device_nodes(&self) -> Vec<String> {
+        let mut nodes: Vec<String> = std::fs::read_dir(self.at("/dev"))
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("nvidia"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        nodes.sort();
+        nodes
+    }
+
+    /// `docker`, `podman`, `kubernetes`, `container` or `host`.
+    pub fn container_kind(&self) -> &'static str {
+        if self.root == Path::new("/") && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            return "kubernetes";
+        }
+        if self.at("/.dockerenv").exists() {
+            return "docker";
+        }
+        if self.at("/run/.containerenv").exists() {
+            return "podman";
+        }
+        let cgroup = std::fs::read_to_string(self.at("/proc/1/cgroup")).unwrap_or_default();
+        if ["docker", "kubepods", "containerd", "libpod"]
+            .iter()
+            .any(|w| cgroup.contains(w))
+        {
+            return "container";
+        }
+        "host"
+    }
+}
+
+/// Follows links to the real file and reads a version from its name.
+fn resolve(path: &Path) -> Option<FoundLib> {
+    let real = std::fs::canonicalize(path).ok()?;
+    if !real.is_file() {
+        return None;
+    }
+    let name = real.file_name()?.to_string_lossy().into_owned();
+    let version = name
+        .split_once(".so.")
+        .map(|(_, v)| v.to_string())
+        .filter(|v| v.parse::<Version>().is_ok() && v.contains('.'));
+    Some(FoundLib {
+        path: path.to_path_buf(),
+        real,
+        version,
+    })
+}
+
+/// Expands `*` in the path's components (no other wildcards), sorted.
+fn glob(pattern: &Path) -> Vec<PathBuf> {
+    let mut paths = vec![PathBuf::from("/")];
+    for comp in pattern.components().skip(1) {
+        let comp = comp.as_os_str().to_string_lossy();
+        let mut next = Vec::new();
+        for base in &paths {
+            if let Some((pre, post)) = comp.split_once('*') {
+                let Ok(entries) = std::fs::read_dir(base) else {
+                    continue;
+                };
+                let mut names: Vec<String> = entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| {
+                        n.starts_with(pre) && n.ends_with(post) && n.len() >= pre.len() + post.len()
+                    })
+                    .collect();
+                names.sort();
+                next.extend(names.into_iter().map(|n| base.join(n)));
+            } else {
+                let p = base.join(comp.as_ref());
+                if p.exists() {
+                    next.push(p);
+                }
+            }
+        }
+        paths = next;
+    }
+    paths
+}
+
+/// What `NVIDIA_DRIVER_CAPABILITIES` grants, and whether compute and utility are among them.
+pub fn capabilities(value: Option<&str>) -> (Vec<String>, bool) {
+    // The toolkit's default when the variable is unset or empty.
+    let value = value
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or("utility,compute");
+    let caps: Vec<String> = value
+        .split(',')
+        .map(|c| c.trim().to_ascii_lowercase())
+        .collect();
+    let ok = caps.iter().any(|c| c == "all")
+        || (caps.iter().any(|c| c == "compute") && caps.iter().any(|c| c == "utility"));
+    (caps, ok)
+}
+
+/// The message for a node where no GPU is visible: what to do about it.
+pub fn no_gpu_help(kind: &str) -> String {
+    let how = match kind {
+        "docker" => {
+            "run the container with `--gpus all` (or `--runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all`, or a CDI device such as `--device nvidia.com/gpu=all`)"
+        }
+        "podman" => {
+            "run the container with a CDI device: `--device nvidia.com/gpu=all` (after `nvidia-ctk cdi generate`)"
+        }
+        "kubernetes" => {
+            "request GPUs in the pod spec (`resources.limits: {nvidia.com/gpu: 1}`) on a node with the NVIDIA device plugin"
+        }
+        "container" => {
+            "start the container with GPUs: `--gpus all`, `--runtime=nvidia`, or a CDI device `nvidia.com/gpu=all`"
+        }
+        _ => {
+            "install the NVIDIA driver on this host (nvidia-smi should list the GPUs), or run on a GPU node"
+        }
+    };
+    format!("no NVIDIA GPU is visible to this {kind}: {how}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn touch(root: &Path, path: &str) {
+        let p = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"\x7fELF").unwrap();
+    }
+
+    #[test]
+    fn libraries_resolve_through_links_to_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        touch(root, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05");
+        symlink(
+            "libcuda.so.580.95.05",
+            root.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        )
+        .unwrap();
+        touch(root, "/usr/local/nvidia/lib64/libnvidia-ml.so.570.86.10");
+        symlink(
+            "libnvidia-ml.so.570.86.10",
+            root.join("usr/local/nvidia/lib64/libnvidia-ml.so.1"),
+        )
+        .unwrap();
+        let d = Discovery::under(root);
+        let cuda = d.find_lib("libcuda.so.1").unwrap();
+        assert_eq!(cuda.version.as_deref(), Some("580.95.05"));
+        assert!(cuda.path.ends_with("usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+        assert_eq!(
+            d.find_lib("libnvidia-ml.so.1").unwrap().version.as_deref(),
+            Some("570.86.10")
+        );
+        assert!(d.find_lib("libnothing.so.1").is_none());
+    }
+
+    #[test]
+    fn nccl_from_the_torch_environment_comes_before_the_system() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        touch(root, "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5");
+        symlink(
+            "libnccl.so.2.21.5",
+            root.join("usr/lib/x86_64-linux-gnu/libnccl.so.2"),
+        )
+        .unwrap();
+        touch(
+            root,
+            "/opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        );
+        touch(
+            root,
+            "/usr/local/lib/python3.11/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+        );
+        let d = Discovery::under(root);
+        let found = d.nccl_candidates();
+        let paths: Vec<String> = found
+            .iter()
+            .map(|f| f.path.strip_prefix(root).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+                "usr/local/lib/python3.11/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+                "usr/lib/x86_64-linux-gnu/libnccl.so.2",
+            ]
+        );
+        assert_eq!(found[2].version.as_deref(), Some("2.21.5"));
+        assert_eq!(
+            found[0].version, None,
+            "pip's libnccl.so.2 carries no full version in its name"
+        );
+    }
+
+    #[test]
+    fn containers_and_devices_are_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        assert_eq!(Discovery::under(root).container_kind(), "host");
+        touch(root, "/.dockerenv");
+        touch(root, "/dev/nvidia0");
+        touch(root, "/dev/nvidiactl");
+        touch(root, "/dev/null");
+        let d = Discovery::under(root);
+        assert_eq!(d.container_kind(), "docker");
+        assert_eq!(d.device_nodes(), ["nvidia0", "nvidiactl"]);
+        assert!(no_gpu_help("docker").contains("--gpus all"));
+    }
+
+    #[test]
+    fn capabilities_default_like_the_toolkit() {
+        assert!(capabilities(None).1);
+        assert!(capabilities(Some("all")).1);
+        assert!(!capabilities(Some("compute")).1);
+        assert!(capabilities(Some("compute, utility,video")).1);
+    }
+}

@@ -1,0 +1,280 @@
+//! The probe's one report, rendered three ways: a human table, JSON, and JUnit XML for CI.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// The outcome of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    /// Holds.
+    Pass,
+    /// Did not run (not applicable, or something it needs is absent); says why.
+    Skip,
+    /// Holds, but something deserves a look.
+    Warn,
+    /// Does not hold.
+    Fail,
+}
+
+impl Status {
+    fn label(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Skip => "SKIP",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check with its reason.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// The phase: environment, nvml, compatibility, cuda, allreduce.
+    pub phase: &'static str,
+    /// What was checked, naming the GPU or library where one is concerned.
+    pub name: String,
+    /// The outcome.
+    pub status: Status,
+    /// Why: what was found against what was expected.
+    pub detail: String,
+}
+
+/// Everything one probe run found.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    /// gpubake's version.
+    pub gpubake: String,
+    /// The checks, in the order they ran.
+    pub checks: Vec<Check>,
+    /// Facts gathered on the way (driver, GPUs, libraries, matrices), by phase.
+    pub facts: serde_json::Map<String, serde_json::Value>,
+    /// Seconds the probe took.
+    pub seconds: f64,
+    /// No GPU was visible: exit 3.
+    pub no_gpu: bool,
+}
+
+impl Report {
+    /// Adds a check.
+    pub fn push(
+        &mut self,
+        phase: &'static str,
+        name: impl Into<String>,
+        status: Status,
+        detail: impl Into<String>,
+    ) {
+        self.checks.push(Check {
+            phase,
+            name: name.into(),
+            status,
+            detail: detail.into(),
+        });
+    }
+
+    /// Records a fact for the JSON report.
+    pub fn fact(&mut self, key: &str, value: serde_json::Value) {
+        self.facts.insert(key.to_string(), value);
+    }
+
+    /// The worst status of any check.
+    pub fn worst(&self) -> Status {
+        self.checks
+            .iter()
+            .map(|c| c.status)
+            .max()
+            .unwrap_or(Status::Pass)
+    }
+
+    /// 0 pass (warnings included), 1 a check failed, 3 no GPU.
+    pub fn exit_code(&self) -> i32 {
+        if self.no_gpu {
+            3
+        } else if self.worst() == Status::Fail {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// The human table.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let width = self
+            .checks
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .unwrap_or(10)
+            .min(44);
+        let mut phase = "";
+        for c in &self.checks {
+            if c.phase != phase {
+                phase = c.phase;
+                let _ = writeln!(out, "# {phase}");
+            }
+            let _ = writeln!(
+                out,
+                "  {}  {:<width$}  {}",
+                c.status.label(),
+                c.name,
+                c.detail
+            );
+        }
+        let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
+        let _ = writeln!(
+            out,
+            "# {} passed, {} warned, {} failed, {} skipped in {:.1} s",
+            count(Status::Pass),
+            count(Status::Warn),
+            count(Status::Fail),
+            count(Status::Skip),
+            self.seconds
+        );
+        out
+    }
+
+    /// JUnit XML: one test case per check, grouped in a suite per phase.
+    pub fn to_junit(&self) -> String {
+        let mut phases: Vec<&str> = self.checks.iter().map(|c| c.phase).collect();
+        phases.dedup();
+        let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let failures = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .count();
+        let _ = writeln!(
+            out,
+            "<testsuites name=\"gpubake probe\" tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
+            self.checks.len(),
+            self.seconds
+        );
+        for phase in phases {
+            let cases: Vec<&Check> = self.checks.iter().filter(|c| c.phase == phase).collect();
+            let fails = cases.iter().filter(|c| c.status == Status::Fail).count();
+            let skips = cases.iter().filter(|c| c.status == Status::Skip).count();
+            let _ = writeln!(
+                out,
+                "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{fails}\" skipped=\"{skips}\">",
+                xml(phase),
+                cases.len()
+            );
+            for c in cases {
+                let _ = write!(
+                    out,
+                    "    <testcase classname=\"gpubake.probe.{}\" name=\"{}\"",
+                    xml(phase),
+                    xml(&c.name)
+                );
+                match c.status {
+                    Status::Pass => {
+                        let _ = writeln!(
+                            out,
+                            "><system-out>{}</system-out></testcase>",
+                            xml(&c.detail)
+                        );
+                    }
+                    Status::Warn => {
+                        let _ = writeln!(
+                            out,
+                            "><system-out>WARN: {}</system-out></testcase>",
+                            xml(&c.detail)
+                        );
+                    }
+                    Status::Skip => {
+                        let _ =
+                            writeln!(out, "><skipped message=\"{}\"/></testcase>", xml(&c.detail));
+                    }
+                    Status::Fail => {
+                        let _ =
+                            writeln!(out, "><failure message=\"{}\"/></testcase>", xml(&c.detail));
+                    }
+                }
+            }
+            out.push_str("  </testsuite>\n");
+        }
+        out.push_str("</testsuites>\n");
+        out
+    }
+}
+
+/// Escapes text for XML attributes and content.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Report {
+        let mut r = Report::default();
+        r.push("environment", "container", Status::Pass, "docker");
+        r.push(
+            "nvml",
+            "GPU 0 ECC",
+            Status::Warn,
+            "3 corrected errors <since boot>",
+        );
+        r.push(
+            "nvml",
+            "GPU 0 PCIe link",
+            Status::Fail,
+            "Gen4 x8, expected Gen5 x16 & more",
+        );
+        r.push("allreduce", "nccl", Status::Skip, "libnccl.so.2 not found");
+        r
+    }
+
+    #[test]
+    fn exit_codes_follow_the_worst_check() {
+        let mut r = sample();
+        assert_eq!(r.exit_code(), 1);
+        r.checks.retain(|c| c.status != Status::Fail);
+        assert_eq!(r.exit_code(), 0);
+        r.no_gpu = true;
+        assert_eq!(r.exit_code(), 3);
+    }
+
+    #[test]
+    fn junit_is_well_formed_and_escaped() {
+        let xml = sample().to_junit();
+        assert!(xml.contains("tests=\"4\" failures=\"1\""), "{xml}");
+        assert!(
+            xml.contains("<failure message=\"Gen4 x8, expected Gen5 x16 &amp; more\"/>"),
+            "{xml}"
+        );
+        assert!(xml.contains("&lt;since boot&gt;"), "{xml}");
+        assert!(
+            xml.contains("<skipped message=\"libnccl.so.2 not found\"/>"),
+            "{xml}"
+        );
+        assert_eq!(xml.matches("<testsuite ").count(), 3);
+        assert_eq!(xml.matches("</testsuite>").count(), 3);
+    }
+
+    #[test]
+    fn text_groups_by_phase_and_counts() {
+        let text = sample().to_text();
+        assert!(text.contains("# nvml\n"), "{text}");
+        assert!(text.contains("FAIL  GPU 0 PCIe link"), "{text}");
+        assert!(
+            text.contains("1 passed, 1 warned, 1 failed, 1 skipped"),
+            "{text}"
+        );
+    }
+}
