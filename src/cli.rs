@@ -180,9 +180,21 @@ enum Command {
         /// Only these GPU indices, comma-separated.
         #[arg(long, value_name = "LIST", value_delimiter = ',')]
         devices: Option<Vec<u32>>,
+        /// All-reduce message sizes: MIN:MAX in bytes (powers of 16 in between), or a comma list.
+        #[arg(long, value_name = "MIN:MAX")]
+        sizes: Option<String>,
         /// Expected floors per GPU model (YAML like data/policy.yaml) instead of the built-in ones.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+    },
+    /// The probe's GPU measurements, run by `gpubake probe` in a child process.
+    #[command(hide = true)]
+    ProbeWorker {
+        /// CUDA ordinals.
+        #[arg(long, value_delimiter = ',')]
+        devices: Vec<usize>,
+        #[command(subcommand)]
+        task: crate::probe::worker::Task,
     },
     /// Print the compatibility database: PyTorch builds, their pins, Pythons, archs, drivers.
     ///
@@ -429,8 +441,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             junit,
             quick,
             devices,
+            sizes,
             policy,
         } => {
+            let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
             let policy = match policy {
                 Some(path) => {
                     let doc = crate::document::Document::read(&path)?;
@@ -443,6 +457,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let report = crate::probe::run(&crate::probe::ProbeOptions {
                 devices,
                 quick,
+                sizes,
                 policy,
             });
             if let Some(path) = junit {
@@ -458,6 +473,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(report.exit_code())
         }
+        Command::ProbeWorker { devices, task } => {
+            let out = match crate::probe::worker::run(&task, &devices) {
+                Ok(v) => serde_json::json!({ "ok": v }),
+                Err(e) => serde_json::json!({ "error": e }),
+            };
+            println!("{out}");
+            Ok(if out.get("error").is_some() { 1 } else { 0 })
+        }
         Command::Compat { release, json } => {
             let db = Compat::embedded();
             if json {
@@ -470,6 +493,42 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+    }
+}
+
+/// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
+fn parse_sizes(text: &str) -> Result<Vec<u64>> {
+    let one = |t: &str| -> Result<u64> {
+        let t = t.trim();
+        let (digits, mult) = match t.chars().last() {
+            Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+            Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+            Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+            _ => (t, 1),
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(|n| n * mult)
+            .ok_or_else(|| Error::Usage(format!("`{t}` is not a size such as 4, 64K or 1G")))
+    };
+    if let Some((lo, hi)) = text.split_once(':') {
+        let (lo, hi) = (one(lo)?, one(hi)?);
+        if lo > hi {
+            return Err(Error::Usage(format!(
+                "--sizes {text}: the first size is larger than the second"
+            )));
+        }
+        let mut out: Vec<u64> = std::iter::successors(Some(lo), |s| Some(s * 16))
+            .take_while(|s| *s <= hi)
+            .collect();
+        if out.last() != Some(&hi) {
+            out.push(hi);
+        }
+        Ok(out)
+    } else {
+        text.split(',').map(one).collect()
     }
 }
 

@@ -76,3 +76,11 @@ fn a_bad_policy_file_is_located() {
         common::stderr(&out)
     );
 }
+
+#[test]
+fn bad_sizes_are_usage_errors() {
+    for bad in ["1G:4K", "abc", "0", "4:"] {
+        let out = gpubake(&["probe", "--sizes", bad]);
+        assert_exit(&out, 2);
+    }
+}

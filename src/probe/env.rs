@@ -137,6 +137,42 @@ impl Discovery {
         out
     }
 
+    /// NVRTC libraries: PyTorch's (from the nvidia pip packages), the CUDA toolkit's, then
+    /// the system's.
+    pub fn nvrtc_candidates(&self) -> Vec<FoundLib> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for site in self.site_packages() {
+            dirs.extend(glob(&site.join("nvidia/*/lib")));
+        }
+        dirs.push(self.at("/usr/local/cuda/lib64"));
+        dirs.extend(
+            self.ld_library_path
+                .iter()
+                .map(|d| self.at(&d.to_string_lossy())),
+        );
+        dirs.extend(LIB_DIRS.iter().map(|d| self.at(d)));
+        let mut out: Vec<FoundLib> = Vec::new();
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("libnvrtc.so"))
+                .collect();
+            names.sort();
+            for name in names {
+                if let Some(found) = resolve(&dir.join(name))
+                    && !out.iter().any(|f| f.real == found.real)
+                {
+                    out.push(found);
+                }
+            }
+        }
+        out
+    }
+
     /// The `/dev/nvidia*` nodes.
     pub fn device_nodes(&self) -> Vec<String> {
         let mut nodes: Vec<String> = std::fs::read_dir(self.at("/dev"))

@@ -4,11 +4,14 @@
 //! so a hung driver call becomes a failed check instead of a stuck job. NVIDIA libraries are
 //! loaded at run time, so the probe starts anywhere and says what is missing.
 
+pub mod cuda;
 pub mod env;
 pub mod nvml;
 pub mod policy;
 pub mod report;
 pub mod require;
+pub mod schedule;
+pub mod worker;
 
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::version::Version;
@@ -24,6 +27,8 @@ pub struct ProbeOptions {
     pub devices: Option<Vec<u32>>,
     /// Shorter budgets and fewer sizes.
     pub quick: bool,
+    /// All-reduce message sizes in bytes, replacing the default ladder.
+    pub sizes: Option<Vec<u64>>,
     /// Expectations per model, replacing the built-in table.
     pub policy: Option<Vec<policy::ModelPolicy>>,
 }
@@ -99,8 +104,421 @@ pub fn run(opts: &ProbeOptions) -> Report {
         }
     };
     compatibility(&disc, facts.as_ref(), &mut report);
+    if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
+        gpu_phases(&disc, &facts, opts, &mut report);
+    }
     report.seconds = start.elapsed().as_secs_f64();
     report
+}
+
+/// The default all-reduce sizes: 4 B to 1 GiB in steps of 16x (to 64 MiB with `--quick`).
+pub fn default_sizes(quick: bool) -> Vec<u64> {
+    let top = if quick { 64u64 << 20 } else { 1 << 30 };
+    let mut sizes: Vec<u64> = std::iter::successors(Some(4u64), |s| Some(s * 16))
+        .take_while(|s| *s <= top)
+        .collect();
+    if *sizes.last().expect("4 B is there") != top {
+        sizes.push(top);
+    }
+    sizes
+}
+
+/// The environment a worker starts with: the libraries the image would load (NCCL from the
+/// torch environment, NVRTC) reachable by their plain names, and NVLink multicast off.
+fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<tempfile::TempDir>) {
+    let mut env = Vec::new();
+    let shim = tempfile::tempdir().ok();
+    let mut dirs: Vec<String> = Vec::new();
+    if let Some(shim) = &shim {
+        let mut link = |name: &str, found: Option<env::FoundLib>| {
+            if let Some(f) = found {
+                let _ = std::os::unix::fs::symlink(&f.real, shim.path().join(name));
+                if let Some(parent) = f.real.parent() {
+                    dirs.push(parent.display().to_string());
+                }
+            }
+        };
+        link("libnccl.so", disc.nccl_candidates().into_iter().next());
+        link("libnvrtc.so", disc.nvrtc_candidates().into_iter().next());
+        dirs.insert(0, shim.path().display().to_string());
+    }
+    if let Ok(existing) = std::env::var("LD_LIBRARY_PATH") {
+        dirs.push(existing);
+    }
+    env.push(("LD_LIBRARY_PATH".to_string(), dirs.join(":")));
+    if gpus > 1 {
+        env.push(("NCCL_NVLS_ENABLE".to_string(), "0".to_string()));
+    }
+    (env, shim)
+}
+
+/// Runs `gpubake probe-worker ARGS` with `env`; kills it after `budget`.
+fn run_worker(
+    args: &[String],
+    env: &[(String, String)],
+    budget: Duration,
+) -> Result<serde_json::Value, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the gpubake binary: {e}"))?;
+    let mut child = std::process::Command::new(exe)
+        .arg("probe-worker")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the worker: {e}"))?;
+    let stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(stdout), &mut text);
+        text
+    });
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() > budget => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "no result within {} s: killed (a hung kernel or driver call)",
+                    budget.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let text = reader.join().unwrap_or_default();
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| {
+        format!(
+            "the worker failed: {}",
+            stderr.lines().last().unwrap_or("no output")
+        )
+    })?;
+    match value.get("error") {
+        Some(e) => Err(e.as_str().unwrap_or("unknown error").to_string()),
+        None => Ok(value["ok"].clone()),
+    }
+}
+
+/// CUDA copies and the all-reduce, in worker processes.
+fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report: &mut Report) {
+    let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
+    let devices = vec!["--devices".to_string(), ordinals.join(",")];
+    let (env, _shim) = worker_env(disc, facts.gpus.len());
+    let budget = Duration::from_secs(if opts.quick { 20 } else { 120 });
+    let policy = opts
+        .policy
+        .clone()
+        .unwrap_or_else(|| policy::embedded().to_vec());
+    let model = policy::for_gpu(&policy, &facts.gpus[0].name).cloned();
+
+    let mut args = devices.clone();
+    args.extend([
+        "cuda".to_string(),
+        "--bytes".to_string(),
+        (if opts.quick { 256u64 << 20 } else { 1 << 30 }).to_string(),
+    ]);
+    match run_worker(&args, &env, budget) {
+        Err(e) => report.push("cuda", "CUDA", Status::Fail, e),
+        Ok(v) => {
+            cuda_checks(&v, model.as_ref(), report);
+            report.fact("cuda", v);
+        }
+    }
+
+    let sizes = opts
+        .sizes
+        .clone()
+        .unwrap_or_else(|| default_sizes(opts.quick));
+    let per_gpu = if facts.gpus.len() == 1 { 4 } else { 1 };
+    let mut args = devices;
+    args.extend([
+        "allreduce".to_string(),
+        "--ranks-per-gpu".to_string(),
+        per_gpu.to_string(),
+        "--sizes".to_string(),
+        sizes
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        "--iters".to_string(),
+        (if opts.quick { 5 } else { 20 }).to_string(),
+        "--nccl".to_string(),
+    ]);
+    match run_worker(&args, &env, budget) {
+        Err(e) => report.push("allreduce", "bundled all-reduce", Status::Fail, e),
+        Ok(v) => {
+            allreduce_checks(&v, per_gpu, report);
+            report.fact("allreduce", v);
+        }
+    }
+    preset_ab(disc, facts, &env, budget, report);
+}
+
+/// NCCL with the image's preset against NCCL's defaults, each in a fresh process since NCCL
+/// reads its environment once. For the defaults, every preset variable is set empty, which
+/// NCCL treats as unset and which keeps /etc/nccl.conf from filling it in.
+fn preset_ab(
+    disc: &Discovery,
+    facts: &nvml::Facts,
+    env: &[(String, String)],
+    budget: Duration,
+    report: &mut Report,
+) {
+    const PHASE: &str = "allreduce";
+    if facts.gpus.len() < 2 {
+        report.push(
+            PHASE,
+            "preset vs NCCL defaults",
+            Status::Skip,
+            "needs two or more GPUs",
+        );
+        return;
+    }
+    let mut preset: Vec<(String, String)> = std::fs::read_to_string(disc.at("/etc/nccl.conf"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")) {
+        preset.retain(|(p, _)| *p != k);
+        preset.push((k, v));
+    }
+    preset.retain(|(k, _)| k != "NCCL_NVLS_ENABLE");
+    if preset.is_empty() {
+        report.push(
+            PHASE,
+            "preset vs NCCL defaults",
+            Status::Skip,
+            "the image sets no NCCL_* variable",
+        );
+        return;
+    }
+    let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
+    let sizes = [1u64 << 20, 64 << 20, 512 << 20];
+    let args: Vec<String> = [
+        "--devices".to_string(),
+        ordinals.join(","),
+        "nccl".into(),
+        "--sizes".into(),
+        sizes.map(|s| s.to_string()).join(","),
+    ]
+    .to_vec();
+    let mut with_preset = env.to_vec();
+    with_preset.extend(preset.iter().cloned());
+    let mut defaults = env.to_vec();
+    defaults.extend(preset.iter().map(|(k, _)| (k.clone(), String::new())));
+    let busbw = |v: &serde_json::Value| {
+        v["rows"]
+            .as_array()
+            .and_then(|r| r.last())
+            .and_then(|r| r["busbw"].as_f64())
+    };
+    match (
+        run_worker(&args, &with_preset, budget),
+        run_worker(&args, &defaults, budget),
+    ) {
+        (Ok(a), Ok(b)) => {
+            let (pa, pb) = (busbw(&a).unwrap_or(0.0), busbw(&b).unwrap_or(0.0));
+            let ratio = if pb > 0.0 { pa / pb } else { 0.0 };
+            let names: Vec<&str> = preset.iter().map(|(k, _)| k.as_str()).collect();
+            report.push(
+                PHASE,
+                "preset vs NCCL defaults",
+                if ratio >= 0.95 { Status::Pass } else { Status::Warn },
+                format!(
+                    "busbw at 512 MiB: {pa:.0} GB/s with the preset ({}), {pb:.0} with NCCL's defaults: the preset {} ({:+.0}%)",
+                    names.join(" "),
+                    if ratio >= 1.05 { "helps" } else if ratio >= 0.95 { "is neutral" } else { "hurts" },
+                    (ratio - 1.0) * 100.0
+                ),
+            );
+            report.fact(
+                "preset_ab",
+                json!({"preset": a, "defaults": b, "variables": preset}),
+            );
+        }
+        (Err(e), _) | (_, Err(e)) => report.push(PHASE, "preset vs NCCL defaults", Status::Fail, e),
+    }
+}
+
+fn cuda_checks(v: &serde_json::Value, model: Option<&policy::ModelPolicy>, report: &mut Report) {
+    const PHASE: &str = "cuda";
+    let peer = v["peer_access"].as_array().cloned().unwrap_or_default();
+    let n = peer.len();
+    let missing: Vec<String> = peer
+        .iter()
+        .enumerate()
+        .flat_map(|(i, row)| {
+            row.as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .filter(|(_, ok)| ok == &json!(false))
+                .map(move |(j, _)| format!("{i}->{j}"))
+        })
+        .collect();
+    if n > 1 {
+        report.push(
+            PHASE,
+            "peer access",
+            if missing.is_empty() {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+            if missing.is_empty() {
+                format!("all {} pairs", n * (n - 1))
+            } else {
+                format!("no peer access: {}", missing.join(", "))
+            },
+        );
+    }
+    for m in v["memory"].as_array().cloned().unwrap_or_default() {
+        let gbps = m["gbps"].as_f64().unwrap_or(0.0);
+        let name = format!("GPU {} memory bandwidth", m["gpu"]);
+        match model {
+            Some(p) if gbps < p.memory_gbps_floor => report.push(
+                PHASE,
+                name,
+                Status::Fail,
+                format!(
+                    "{gbps:.0} GB/s copy (read+write), below the {} floor of {:.0}",
+                    p.model, p.memory_gbps_floor
+                ),
+            ),
+            Some(p) => report.push(
+                PHASE,
+                name,
+                Status::Pass,
+                format!(
+                    "{gbps:.0} GB/s copy (read+write); floor {:.0} for {}",
+                    p.memory_gbps_floor, p.model
+                ),
+            ),
+            None => report.push(
+                PHASE,
+                name,
+                Status::Pass,
+                format!("{gbps:.0} GB/s copy (read+write); no floor for this model"),
+            ),
+        }
+    }
+    for p in v["p2p"].as_array().cloned().unwrap_or_default() {
+        let gbps = p["gbps"].as_f64().unwrap_or(0.0);
+        let detail = format!(
+            "{gbps:.0} GB/s one way, {:.0} GB/s both ways, {:.1} µs latency",
+            p["bidir_gbps"].as_f64().unwrap_or(0.0),
+            p["latency_us"].as_f64().unwrap_or(0.0)
+        );
+        let name = format!("P2P {}->{}", p["from"], p["to"]);
+        match model {
+            Some(m) if gbps < m.p2p_gbps_floor => report.push(
+                PHASE,
+                name,
+                Status::Fail,
+                format!(
+                    "{detail}; below the {} floor of {:.0}",
+                    m.model, m.p2p_gbps_floor
+                ),
+            ),
+            _ => report.push(PHASE, name, Status::Pass, detail),
+        }
+    }
+}
+
+fn allreduce_checks(v: &serde_json::Value, per_gpu: usize, report: &mut Report) {
+    const PHASE: &str = "allreduce";
+    let rows = v["rows"].as_array().cloned().unwrap_or_default();
+    let ranks = rows.first().and_then(|r| r["ranks"].as_u64()).unwrap_or(0);
+    let wrong: Vec<String> = rows
+        .iter()
+        .filter(|r| r["wrong"].as_u64().unwrap_or(1) > 0)
+        .map(|r| {
+            format!(
+                "{} {} {} B: {} wrong ({})",
+                r["dtype"].as_str().unwrap_or(""),
+                r["algo"].as_str().unwrap_or(""),
+                r["bytes"],
+                r["wrong"],
+                r["first_wrong"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let checked: u64 = rows
+        .iter()
+        .map(|r| r["checked"].as_u64().unwrap_or(0))
+        .sum();
+    let placement = if per_gpu > 1 {
+        format!("{ranks} ranks on one GPU")
+    } else {
+        format!("{ranks} ranks, one per GPU")
+    };
+    report.push(
+        PHASE,
+        "results",
+        if wrong.is_empty() { Status::Pass } else { Status::Fail },
+        if wrong.is_empty() {
+            format!("{} cases, {checked} elements bit-identical to the CPU reference ({placement}, NVRTC {})", rows.len(), v["nvrtc"].as_str().unwrap_or("?"))
+        } else {
+            wrong.join("; ")
+        },
+    );
+    let largest = rows
+        .iter()
+        .filter(|r| r["dtype"] == "f32" && r["algo"] == "two-shot")
+        .max_by_key(|r| r["bytes"].as_u64().unwrap_or(0));
+    if let Some(r) = largest {
+        let bytes = r["bytes"].as_u64().unwrap_or(0);
+        if let (Some(ours), Some(theirs)) = (r["busbw"].as_f64(), r["nccl_busbw"].as_f64()) {
+            let ratio = ours / theirs;
+            report.push(
+                PHASE,
+                "busbw vs NCCL",
+                if ratio >= 0.9 {
+                    Status::Pass
+                } else {
+                    Status::Warn
+                },
+                format!(
+                    "{ours:.0} GB/s against NCCL's {theirs:.0} at {bytes} B ({:.0}%)",
+                    ratio * 100.0
+                ),
+            );
+        } else if bytes < 64 << 20 {
+            report.push(
+                PHASE,
+                "throughput vs copy",
+                Status::Skip,
+                format!(
+                    "the largest size, {bytes} B, stays in the GPU's cache; use 64 MiB or more"
+                ),
+            );
+        } else if let (Some(local), Some(copy)) =
+            (r["local_gbps"].as_f64(), v["copy_gbps"].as_f64())
+        {
+            let ratio = local / copy;
+            report.push(
+                PHASE,
+                "throughput vs copy",
+                if ratio >= 0.9 { Status::Pass } else { Status::Warn },
+                format!("two-shot moves {local:.0} GB/s at {bytes} B, {:.0}% of a plain copy's {copy:.0} GB/s", ratio * 100.0),
+            );
+        }
+    }
 }
 
 /// Container or host, the toolkit's variables, device nodes and driver libraries.
@@ -312,7 +730,10 @@ fn require_checks(facts: &nvml::Facts, report: &mut Report) {
                 PHASE,
                 name,
                 Status::Pass,
-                format!("`{value}` holds for driver {driver} (CUDA {cuda})"),
+                format!(
+                    "`{}` holds for driver {driver} (CUDA {cuda})",
+                    shorten(&value, 60)
+                ),
             );
         } else {
             report.push(
@@ -322,6 +743,14 @@ fn require_checks(facts: &nvml::Facts, report: &mut Report) {
                 format!("`{value}`: {}", failures.join("; ")),
             );
         }
+    }
+}
+
+/// The first `max` characters of `text`, marked when cut.
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
     }
 }
 
@@ -393,4 +822,24 @@ fn nccl_version(path: &std::path::Path) -> Option<String> {
         (code / 1000, code / 100 % 10, code % 100)
     };
     Some(format!("{major}.{minor}.{patch}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sizes_climb_by_16_to_the_top() {
+        assert_eq!(default_sizes(true), vec![4, 64, 1024, 16 << 10, 256 << 10, 4 << 20, 64 << 20]);
+        let full = default_sizes(false);
+        assert_eq!(full.last(), Some(&(1 << 30)));
+        assert!(full.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn long_text_is_shortened_on_a_character_boundary() {
+        assert_eq!(shorten("abcdef", 3), "abc…");
+        assert_eq!(shorten("ab", 3), "ab");
+        assert_eq!(shorten("äöüß", 2), "äö…");
+    }
 }

@@ -1,0 +1,206 @@
+//! `gpubake probe-worker`: the GPU measurements, run as a child of `gpubake probe` so a hang
+//! can be killed and NCCL starts from a fresh environment. Prints one JSON document.
+
+use super::cuda::{self, Algo, Ranks};
+use super::schedule::{self, Dtype};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// What the worker measures.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum Task {
+    /// Peer access, device memory bandwidth, P2P bandwidth and latency.
+    Cuda {
+        /// Bytes per copy.
+        #[arg(long, default_value_t = 1 << 30)]
+        bytes: usize,
+    },
+    /// The bundled all-reduce: correctness on every size, time, and NCCL beside it.
+    Allreduce {
+        /// Ranks on each GPU (several ranks on one GPU exercise the same code path).
+        #[arg(long, default_value_t = 1)]
+        ranks_per_gpu: usize,
+        /// Message sizes in bytes.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sizes: Vec<u64>,
+        /// Timed launches per size.
+        #[arg(long, default_value_t = 20)]
+        iters: u32,
+        /// Also time NCCL on the same buffers.
+        #[arg(long)]
+        nccl: bool,
+        /// Check results only, no timing.
+        #[arg(long)]
+        check_only: bool,
+    },
+    /// NCCL alone on the GPUs, with whatever NCCL_* environment the worker was given.
+    Nccl {
+        /// Message sizes in bytes.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sizes: Vec<u64>,
+        /// Timed launches per size.
+        #[arg(long, default_value_t = 20)]
+        iters: u32,
+    },
+}
+
+/// Runs a task on the given GPUs and returns its JSON, or an error message.
+pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
+    let mut devices = cuda::open(ordinals)?;
+    if devices.is_empty() {
+        return Err("no CUDA device".into());
+    }
+    match task {
+        Task::Cuda { bytes } => {
+            let peer = cuda::peer_access(&devices)?;
+            let mut memory = Vec::new();
+            for d in &devices {
+                memory.push(
+                    json!({"gpu": d.ordinal, "gbps": cuda::memory_bandwidth(d, *bytes, 10)?}),
+                );
+            }
+            let mut pairs = Vec::new();
+            for (i, a) in devices.iter().enumerate() {
+                for (j, b) in devices.iter().enumerate() {
+                    if i != j && peer[i][j] {
+                        let (uni, both, latency) = cuda::p2p(a, b, (*bytes).min(256 << 20), 10)?;
+                        pairs.push(json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "latency_us": latency}));
+                    }
+                }
+            }
+            Ok(json!({"peer_access": peer, "memory": memory, "p2p": pairs}))
+        }
+        Task::Allreduce {
+            ranks_per_gpu,
+            sizes,
+            iters,
+            nccl,
+            check_only,
+        } => {
+            peer_all(&devices)?;
+            let nvrtc = cuda::load_kernels(&mut devices)?;
+            let capacity = *sizes.iter().max().unwrap_or(&4) as usize;
+            let mut ranks = Ranks::new(&devices, *ranks_per_gpu, capacity)?;
+            let copy = if *check_only {
+                None
+            } else {
+                Some(cuda::memory_bandwidth(
+                    &devices[0],
+                    capacity.max(1 << 20),
+                    10,
+                )?)
+            };
+            let mut rows = Vec::new();
+            for (k, &bytes) in sizes.iter().enumerate() {
+                for dtype in [Dtype::F32, Dtype::Bf16] {
+                    let n = (bytes / dtype.size() as u64).max(1);
+                    for algo in [Algo::OneShot, Algo::TwoShot] {
+                        let seed = (k as u32) * 4 + (dtype as u32) * 2 + algo as u32 + 1;
+                        ranks.fill(dtype, n, seed)?;
+                        ranks.launch(dtype, algo, n)?;
+                        let (checked, wrong, first) = ranks.verify(dtype, n, seed)?;
+                        let mut row = Row {
+                            dtype,
+                            algo,
+                            bytes: n * dtype.size() as u64,
+                            ranks: ranks.count(),
+                            checked,
+                            wrong,
+                            first_wrong: first,
+                            ..Row::default()
+                        };
+                        if !*check_only {
+                            let t = ranks.time(dtype, algo, n, *iters)?;
+                            row.time_us = Some(t * 1e6);
+                            row.busbw = Some(schedule::busbw(row.bytes, t, row.ranks));
+                            if *ranks_per_gpu == 1 && devices.len() == 1 {
+                                row.local_gbps = None;
+                            } else if devices.len() == 1 && algo == Algo::TwoShot {
+                                row.local_gbps = Some(
+                                    schedule::two_shot_local_bytes(row.bytes, row.ranks) as f64
+                                        / t
+                                        / 1e9,
+                                );
+                            }
+                            if *nccl && *ranks_per_gpu == 1 && algo == Algo::TwoShot {
+                                match ranks.nccl_time(dtype, n, *iters) {
+                                    Ok(t) => {
+                                        row.nccl_time_us = Some(t * 1e6);
+                                        row.nccl_busbw =
+                                            Some(schedule::busbw(row.bytes, t, row.ranks));
+                                    }
+                                    Err(e) => row.nccl_error = Some(e),
+                                }
+                            }
+                        }
+                        rows.push(row);
+                    }
+                }
+            }
+            Ok(json!({"nvrtc": nvrtc, "copy_gbps": copy, "rows": rows}))
+        }
+        Task::Nccl { sizes, iters } => {
+            let capacity = *sizes.iter().max().unwrap_or(&4) as usize;
+            let ranks = Ranks::new(&devices, 1, capacity)?;
+            let mut rows = Vec::new();
+            for &bytes in sizes {
+                let n = (bytes / 4).max(1);
+                let t = ranks.nccl_time(Dtype::F32, n, *iters)?;
+                rows.push(json!({"bytes": n * 4, "time_us": t * 1e6, "busbw": schedule::busbw(n * 4, t, ranks.count())}));
+            }
+            Ok(json!({"rows": rows}))
+        }
+    }
+}
+
+fn peer_all(devices: &[cuda::Device]) -> Result<(), String> {
+    let peer = cuda::peer_access(devices)?;
+    for (i, row) in peer.iter().enumerate() {
+        for (j, ok) in row.iter().enumerate() {
+            if !ok {
+                return Err(format!(
+                    "GPU {i} cannot access GPU {j}: the all-reduce needs peer access between all GPUs"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One all-reduce measurement.
+#[derive(Debug, Default, Serialize)]
+pub struct Row {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Algorithm.
+    pub algo: Algo,
+    /// Message bytes.
+    pub bytes: u64,
+    /// Ranks.
+    pub ranks: usize,
+    /// Elements compared (all ranks).
+    pub checked: u64,
+    /// Elements that differ from the reference.
+    pub wrong: u64,
+    /// The first difference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_wrong: Option<String>,
+    /// Microseconds per all-reduce.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<f64>,
+    /// nccl-tests bus bandwidth, GB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busbw: Option<f64>,
+    /// Device memory traffic, GB/s, when every rank shares one GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_gbps: Option<f64>,
+    /// NCCL's microseconds on the same buffers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_time_us: Option<f64>,
+    /// NCCL's bus bandwidth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_busbw: Option<f64>,
+    /// Why NCCL did not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_error: Option<String>,
+}
