@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The GPU runs behind the probe's acceptance, in one device call: the probe (quick and full,
-# timed), the all-reduce correctness sweep (every power-of-two size from 4 B to 1 GiB, plus
-# odd sizes, with 1, 2, 4 and 8 ranks on one GPU), and the benchmark table.
-# usage: benches/h200.sh BINARY OUTDIR [sweep|probe|all]
+# timed), the all-reduce correctness sweep (every power-of-two size from 4 B to 1 GiB plus
+# odd sizes), and the benchmark table of the bundled kernel beside NCCL.
+# usage: benches/h200.sh BINARY OUTDIR STAGE...   (stages: probe sweep bench)
+# env:   DEVICES=0,1     GPUs to use (default 0)
+#        SWEEP_RPG="1 2 4 8"  ranks per GPU for the sweep
+#        BENCH_RPG="4 1"      ranks per GPU for the benchmark
 set -uo pipefail
 bin=$1
 out=$2
-what=${3:-all}
+shift 2
+devices=${DEVICES:-0}
+ngpu=$(echo "$devices" | tr ',' '\n' | wc -l)
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 mkdir -p "$out"
 
@@ -16,49 +21,53 @@ nccl=$(ls /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2
 nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -1)
 [ -n "$nccl" ] && ln -s "$nccl" "$shim/libnccl.so"
 [ -n "$nvrtc" ] && ln -s "$nvrtc" "$shim/libnvrtc.so"
-export LD_LIBRARY_PATH="$shim:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# worker FILE ARGS...: runs the worker, its JSON result into FILE, and says how long it took.
+worker() {
+  local file=$1; shift
+  local start=$SECONDS
+  LD_LIBRARY_PATH="$shim:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" "$bin" probe-worker --devices "$devices" --result "$file" "$@" >/dev/null
+  echo "  $(basename "$file"): $((SECONDS - start)) s"
+}
 
-if [ "$what" = probe ] || [ "$what" = all ]; then
-  /usr/bin/time -f "probe --quick: %e s" "$bin" probe --quick --json > "$out/probe-quick.json"; echo "exit $?"
-  /usr/bin/time -f "probe: %e s" "$bin" probe --json --junit "$out/probe.xml" > "$out/probe.json"; echo "exit $?"
-  "$bin" probe --quick | tail -30
-fi
-
-if [ "$what" = sweep ] || [ "$what" = all ]; then
-  sizes=4
-  s=4; while [ $s -lt 1073741824 ]; do s=$((s * 2)); sizes="$sizes,$s"; done
-  sizes="$sizes,12,20,1000004,123456788"
-  for r in 1 2 4 8; do
-    /usr/bin/time -f "sweep ranks=$r: %e s" "$bin" probe-worker --devices 0 allreduce --ranks-per-gpu $r \
-      --sizes "$sizes" --check-only > "$out/sweep-r$r.json"
-    python3 - "$out/sweep-r$r.json" <<'PY'
+summary() {
+  python3 - "$1" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-if "error" in d: print("ERROR", d["error"]); sys.exit()
-rows = d["ok"]["rows"]
-bad = [r for r in rows if r["wrong"]]
-print(f"  {len(rows)} cases, {sum(r['checked'] for r in rows)} elements, {len(bad)} with differences")
-for r in bad[:5]: print("  ", r)
-PY
-  done
-fi
-
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  "$bin" probe-worker --devices 0 allreduce --ranks-per-gpu 4 \
-    --sizes 1024,16384,262144,4194304,67108864,268435456,1073741824 --iters 20 --nccl > "$out/bench-r4.json"
-  "$bin" probe-worker --devices 0 allreduce --ranks-per-gpu 1 \
-    --sizes 1024,16384,262144,4194304,67108864,268435456,1073741824 --iters 20 --nccl > "$out/bench-r1.json"
-  for f in "$out"/bench-r4.json "$out"/bench-r1.json; do
-  python3 - "$f" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-if "error" in d: print("ERROR", d["error"]); sys.exit()
+if "error" in d: print("  ERROR", d["error"]); sys.exit()
 d = d["ok"]
-print(f"copy {d['copy_gbps']:.0f} GB/s (read+write); nvrtc {d['nvrtc']}")
-print(f"{'dtype':5} {'algo':9} {'ranks':>5} {'bytes':>11} {'us':>9} {'busbw':>7} {'local':>7} {'nccl us':>9} {'nccl bw':>8} ok")
-for r in d["rows"]:
+rows = d["rows"]
+if all(r.get("time_us") is None for r in rows):
+    bad = [r for r in rows if r["wrong"]]
+    print(f"  {sys.argv[1].split('/')[-1]}: {len(rows)} cases, {sum(r['checked'] for r in rows)} elements, {len(bad)} with differences")
+    for r in bad[:5]: print("   ", r)
+    sys.exit()
+print(f"  {sys.argv[1].split('/')[-1]}: copy {d['copy_gbps']:.0f} GB/s (read+write); nvrtc {d['nvrtc']}")
+print(f"  {'dtype':5} {'algo':9} {'ranks':>5} {'bytes':>11} {'us':>9} {'busbw':>7} {'local':>6} {'nccl us':>9} {'nccl bw':>8} ok")
+for r in rows:
     f = lambda k, fmt: (fmt % r[k]) if r.get(k) is not None else "-"
-    print(f"{r['dtype']:5} {r['algo']:9} {r['ranks']:5} {r['bytes']:11} {f('time_us','%9.1f')} {f('busbw','%7.1f')} {f('local_gbps','%7.0f')} {f('nccl_time_us','%9.1f')} {f('nccl_busbw','%8.1f')} {r['wrong']==0}")
+    print(f"  {r['dtype']:5} {r['algo']:9} {r['ranks']:5} {r['bytes']:11} {f('time_us','%9.1f')} {f('busbw','%7.1f')} {f('local_gbps','%6.0f')} {f('nccl_time_us','%9.1f')} {f('nccl_busbw','%8.1f')} {r['wrong']==0}")
 PY
-  done
-fi
+}
+
+for stage in "$@"; do
+  case $stage in
+  probe)
+    /usr/bin/time -f "  probe --quick: %e s" "$bin" probe --quick --devices "$devices" --json > "$out/probe-quick-${ngpu}gpu.json"
+    /usr/bin/time -f "  probe: %e s" "$bin" probe --devices "$devices" --json --junit "$out/probe-${ngpu}gpu.xml" > "$out/probe-${ngpu}gpu.json"
+    "$bin" probe --quick --devices "$devices" | grep -v "^  PASS" ;;
+  sweep)
+    sizes=4; s=4
+    while [ $s -lt 1073741824 ]; do s=$((s * 2)); sizes="$sizes,$s"; done
+    sizes="$sizes,12,20,1000004,123456788"
+    for r in ${SWEEP_RPG:-1 2 4 8}; do
+      worker "$out/sweep-${ngpu}gpu-${r}rpg.json" allreduce --ranks-per-gpu "$r" --sizes "$sizes" --check-only
+      summary "$out/sweep-${ngpu}gpu-${r}rpg.json"
+    done ;;
+  bench)
+    for r in ${BENCH_RPG:-4 1}; do
+      worker "$out/bench-${ngpu}gpu-${r}rpg.json" allreduce --ranks-per-gpu "$r" \
+        --sizes 1024,16384,262144,4194304,67108864,268435456,1073741824 --iters 20 --nccl
+      summary "$out/bench-${ngpu}gpu-${r}rpg.json"
+    done ;;
+  esac
+done

@@ -193,6 +193,9 @@ enum Command {
         /// CUDA ordinals.
         #[arg(long, value_delimiter = ',')]
         devices: Vec<usize>,
+        /// Write the JSON result here rather than to standard output, which NCCL logs to.
+        #[arg(long, value_name = "FILE")]
+        result: Option<PathBuf>,
         #[command(subcommand)]
         task: crate::probe::worker::Task,
     },
@@ -473,12 +476,19 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(report.exit_code())
         }
-        Command::ProbeWorker { devices, task } => {
+        Command::ProbeWorker {
+            devices,
+            result,
+            task,
+        } => {
             let out = match crate::probe::worker::run(&task, &devices) {
                 Ok(v) => serde_json::json!({ "ok": v }),
                 Err(e) => serde_json::json!({ "error": e }),
             };
-            println!("{out}");
+            match result {
+                Some(path) => crate::fsutil::write_atomic(&path, out.to_string().as_bytes())?,
+                None => println!("{out}"),
+            }
             Ok(if out.get("error").is_some() { 1 } else { 0 })
         }
         Command::Compat { release, json } => {

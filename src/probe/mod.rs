@@ -152,7 +152,8 @@ fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<t
     (env, shim)
 }
 
-/// Runs `gpubake probe-worker ARGS` with `env`; kills it after `budget`.
+/// Runs `gpubake probe-worker ARGS` with `env`; kills it after `budget`. The result comes
+/// back in a file: NCCL writes its own messages to standard output.
 fn run_worker(
     args: &[String],
     env: &[(String, String)],
@@ -160,20 +161,40 @@ fn run_worker(
 ) -> Result<serde_json::Value, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the gpubake binary: {e}"))?;
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+    let result = dir.path().join("result.json");
     let mut child = std::process::Command::new(exe)
         .arg("probe-worker")
+        .arg("--result")
+        .arg(&result)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the worker: {e}"))?;
-    let stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(stdout), &mut text);
-        text
-    });
+    // Drain both pipes so a chatty child never blocks on a full one.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
     let started = Instant::now();
     loop {
         match child.try_wait() {
@@ -190,17 +211,20 @@ fn run_worker(
             Err(e) => return Err(e.to_string()),
         }
     }
-    let text = reader.join().unwrap_or_default();
-    let mut stderr = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-    }
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| {
-        format!(
-            "the worker failed: {}",
-            stderr.lines().last().unwrap_or("no output")
-        )
-    })?;
+    let logs = format!(
+        "{}{}",
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default()
+    );
+    let value: serde_json::Value = std::fs::read(&result)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| {
+            format!(
+                "the worker failed: {}",
+                logs.lines().last().unwrap_or("no output")
+            )
+        })?;
     match value.get("error") {
         Some(e) => Err(e.as_str().unwrap_or("unknown error").to_string()),
         None => Ok(value["ok"].clone()),
@@ -251,8 +275,10 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
             .join(","),
         "--iters".to_string(),
         (if opts.quick { 5 } else { 20 }).to_string(),
-        "--nccl".to_string(),
     ]);
+    if !opts.quick {
+        args.push("--nccl".to_string());
+    }
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("allreduce", "bundled all-reduce", Status::Fail, e),
         Ok(v) => {
@@ -260,7 +286,16 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
             report.fact("allreduce", v);
         }
     }
-    preset_ab(disc, facts, &env, budget, report);
+    if opts.quick {
+        report.push(
+            "allreduce",
+            "preset vs NCCL defaults",
+            Status::Skip,
+            "not run with --quick (two NCCL start-ups)",
+        );
+    } else {
+        preset_ab(disc, facts, &env, budget, report);
+    }
 }
 
 /// NCCL with the image's preset against NCCL's defaults, each in a fresh process since NCCL
@@ -296,7 +331,10 @@ fn preset_ab(
         preset.retain(|(p, _)| *p != k);
         preset.push((k, v));
     }
-    preset.retain(|(k, _)| k != "NCCL_NVLS_ENABLE");
+    // Only NCCL's own parameters (images also carry NCCL_VERSION and the like), and never
+    // multicast: NCCL_NVLS_ENABLE stays 0 in both runs.
+    let table = crate::lint::params::ParamTable::embedded();
+    preset.retain(|(k, _)| k != "NCCL_NVLS_ENABLE" && table.get(k).is_some());
     if preset.is_empty() {
         report.push(
             PHASE,
@@ -830,7 +868,10 @@ mod tests {
 
     #[test]
     fn default_sizes_climb_by_16_to_the_top() {
-        assert_eq!(default_sizes(true), vec![4, 64, 1024, 16 << 10, 256 << 10, 4 << 20, 64 << 20]);
+        assert_eq!(
+            default_sizes(true),
+            vec![4, 64, 1024, 16 << 10, 256 << 10, 4 << 20, 64 << 20]
+        );
         let full = default_sizes(false);
         assert_eq!(full.last(), Some(&(1 << 30)));
         assert!(full.windows(2).all(|w| w[0] < w[1]));
