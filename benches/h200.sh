@@ -2,10 +2,11 @@
 # The GPU runs behind the probe's acceptance, in one device call: the probe (quick and full,
 # timed), the all-reduce correctness sweep (every power-of-two size from 4 B to 1 GiB plus
 # odd sizes), and the benchmark table of the bundled kernel beside NCCL.
-# usage: benches/h200.sh BINARY OUTDIR STAGE...   (stages: probe sweep bench)
+# usage: benches/h200.sh BINARY OUTDIR STAGE...   (stages: probe sweep bench presets)
 # env:   DEVICES=0,1     GPUs to use (default 0)
 #        SWEEP_RPG="1 2 4 8"  ranks per GPU for the sweep
 #        BENCH_RPG="4 1"      ranks per GPU for the benchmark
+#        TOP=1073741824       largest message of the sweep and the benchmark
 set -uo pipefail
 bin=$1
 out=$2
@@ -49,6 +50,22 @@ for r in rows:
 PY
 }
 
+# 1 KiB to TOP: 16x steps to 64 MiB, then 4x, TOP included.
+ladder() {
+  local top=${TOP:-1073741824} list=""
+  for s in 1024 16384 262144 4194304 67108864 268435456 1073741824 4294967296; do
+    [ "$s" -le "$top" ] && list="$list,$s"
+  done
+  echo "${list#,}"
+}
+
+# NCCL alone under one preset: preset NAME VAR=VALUE...
+preset() {
+  local name=$1; shift
+  ( for kv in "$@"; do export "${kv?}"; done
+    worker "$out/nccl-${ngpu}gpu-$name.json" nccl --sizes "$(ladder)" --iters 20 )
+}
+
 for stage in "$@"; do
   case $stage in
   probe)
@@ -57,7 +74,7 @@ for stage in "$@"; do
     "$bin" probe --quick --devices "$devices" | grep -v "^  PASS" ;;
   sweep)
     sizes=4; s=4
-    while [ $s -lt 1073741824 ]; do s=$((s * 2)); sizes="$sizes,$s"; done
+    while [ $s -lt "${TOP:-1073741824}" ]; do s=$((s * 2)); sizes="$sizes,$s"; done
     sizes="$sizes,12,20,1000004,123456788"
     for r in ${SWEEP_RPG:-1 2 4 8}; do
       worker "$out/sweep-${ngpu}gpu-${r}rpg.json" allreduce --ranks-per-gpu "$r" --sizes "$sizes" --check-only
@@ -66,8 +83,29 @@ for stage in "$@"; do
   bench)
     for r in ${BENCH_RPG:-4 1}; do
       worker "$out/bench-${ngpu}gpu-${r}rpg.json" allreduce --ranks-per-gpu "$r" \
-        --sizes 1024,16384,262144,4194304,67108864,268435456,1073741824 --iters 20 --nccl
+        --sizes "$(ladder)" --iters 20 --nccl
       summary "$out/bench-${ngpu}gpu-${r}rpg.json"
     done ;;
+  presets)
+    # Each run sees only its own settings: no /etc/nccl.conf, NVLink multicast off.
+    rm -f /etc/nccl.conf
+    preset defaults
+    preset nvlink NCCL_CUMEM_ENABLE=1 NCCL_DEBUG=WARN NCCL_P2P_LEVEL=NVL "NCCL_SOCKET_IFNAME=^docker,lo,veth"
+    preset forced NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=4 NCCL_P2P_LEVEL=PIX
+    python3 - "$out" "$ngpu" <<'PY'
+import json, sys
+out, n = sys.argv[1], sys.argv[2]
+runs = {}
+for name in ["defaults", "nvlink", "forced"]:
+    d = json.load(open(f"{out}/nccl-{n}gpu-{name}.json"))
+    runs[name] = d.get("ok", {}).get("rows") or d.get("error")
+print(f"  {'bytes':>11} " + " ".join(f"{k:>16}" for k in runs))
+for i, r in enumerate(runs["defaults"] if isinstance(runs["defaults"], list) else []):
+    cells = []
+    for k, rows in runs.items():
+        cells.append(f"{rows[i]['busbw']:7.1f} GB/s {rows[i]['time_us']:7.0f}us"[:16] if isinstance(rows, list) else "error")
+    print(f"  {r['bytes']:11} " + " ".join(f"{c:>16}" for c in cells))
+PY
+    ;;
   esac
 done
