@@ -174,9 +174,12 @@ enum Command {
         /// Also write the report as JUnit XML here.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
-        /// Shorter time budgets.
+        /// Shorter time budgets, fewer sizes, no NCCL runs.
         #[arg(long)]
         quick: bool,
+        /// Also print the all-reduce table: the bundled kernel beside NCCL and a plain copy.
+        #[arg(long)]
+        bench: bool,
         /// Only these GPU indices, comma-separated.
         #[arg(long, value_name = "LIST", value_delimiter = ',')]
         devices: Option<Vec<u32>>,
@@ -443,6 +446,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             json,
             junit,
             quick,
+            bench,
             devices,
             sizes,
             policy,
@@ -473,6 +477,14 @@ pub fn run(cli: Cli) -> Result<i32> {
                 );
             } else {
                 print!("{}", report.to_text());
+            }
+            if bench && !json {
+                match report.bench_table() {
+                    Some(table) => print!("{table}"),
+                    None => eprintln!(
+                        "gpubake: no all-reduce measurements to show (no GPU, or the all-reduce did not run)"
+                    ),
+                }
             }
             Ok(report.exit_code())
         }

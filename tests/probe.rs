@@ -84,3 +84,27 @@ fn bad_sizes_are_usage_errors() {
         assert_exit(&out, 2);
     }
 }
+
+/// On a GPU node (not in CI) the quick probe must pass and its all-reduce must be exact.
+#[test]
+fn the_quick_probe_passes_on_a_gpu() {
+    if !std::path::Path::new("/dev/nvidia0").exists() {
+        eprintln!(
+            "skipped: no GPU here (/dev/nvidia0 is absent); benches/h200.sh runs this on an H200"
+        );
+        return;
+    }
+    let out = gpubake(&["probe", "--quick", "--json"]);
+    assert_exit(&out, 0);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let results = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["phase"] == "allreduce" && c["name"] == "results");
+    assert_eq!(
+        results.map(|c| c["status"].clone()),
+        Some(serde_json::json!("PASS")),
+        "{report}"
+    );
+}

@@ -135,6 +135,66 @@ impl Report {
         out
     }
 
+    /// The all-reduce measurements as a table like nccl-tests': per size and type, the bundled
+    /// kernel's time and bus bandwidth, NCCL's on the same buffers, and (ranks sharing one GPU)
+    /// the memory throughput against a plain device-to-device copy.
+    pub fn bench_table(&self) -> Option<String> {
+        let v = self.facts.get("allreduce")?;
+        let rows = v["rows"].as_array()?;
+        let copy = v["copy_gbps"].as_f64();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# all-reduce: bundled kernel beside NCCL on the same buffers{}",
+            copy.map(|c| format!("; device copy {c:.0} GB/s (read+write)"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(
+            out,
+            "#{:>12} {:>5} {:>9} {:>6} {:>10} {:>8} {:>10} {:>8} {:>8} {:>6}",
+            "bytes",
+            "type",
+            "algo",
+            "ranks",
+            "time(us)",
+            "busbw",
+            "nccl(us)",
+            "busbw",
+            "vs copy",
+            "exact"
+        );
+        for r in rows {
+            let num = |k: &str, p: usize| {
+                r[k].as_f64()
+                    .map(|x| format!("{x:.p$}"))
+                    .unwrap_or_else(|| "-".into())
+            };
+            let vs_copy = match (r["local_gbps"].as_f64(), copy) {
+                (Some(l), Some(c)) if c > 0.0 => format!("{:.0}%", 100.0 * l / c),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                out,
+                " {:>12} {:>5} {:>9} {:>6} {:>10} {:>8} {:>10} {:>8} {:>8} {:>6}",
+                r["bytes"].as_u64().unwrap_or(0),
+                r["dtype"].as_str().unwrap_or(""),
+                r["algo"].as_str().unwrap_or(""),
+                r["ranks"].as_u64().unwrap_or(0),
+                num("time_us", 1),
+                num("busbw", 1),
+                num("nccl_time_us", 1),
+                num("nccl_busbw", 1),
+                vs_copy,
+                if r["wrong"].as_u64() == Some(0) {
+                    "yes"
+                } else {
+                    "NO"
+                }
+            );
+        }
+        Some(out)
+    }
+
     /// JUnit XML: one test case per check, grouped in a suite per phase.
     pub fn to_junit(&self) -> String {
         let mut phases: Vec<&str> = self.checks.iter().map(|c| c.phase).collect();
@@ -265,6 +325,28 @@ mod tests {
         );
         assert_eq!(xml.matches("<testsuite ").count(), 3);
         assert_eq!(xml.matches("</testsuite>").count(), 3);
+    }
+
+    #[test]
+    fn bench_table_shows_kernel_nccl_and_copy() {
+        let mut r = sample();
+        assert!(r.bench_table().is_none());
+        r.fact(
+            "allreduce",
+            serde_json::json!({"copy_gbps": 4000.0, "rows": [
+                {"bytes": 1024, "dtype": "f32", "algo": "two-shot", "ranks": 4, "time_us": 6.0, "busbw": 0.2,
+                 "local_gbps": 3900.0, "wrong": 0},
+                {"bytes": 1024, "dtype": "bf16", "algo": "one-shot", "ranks": 2, "time_us": 5.0, "busbw": 0.3,
+                 "nccl_time_us": 20.0, "nccl_busbw": 0.1, "wrong": 3}
+            ]}),
+        );
+        let table = r.bench_table().unwrap();
+        assert!(table.contains("device copy 4000 GB/s"), "{table}");
+        assert!(table.contains("98%") && table.contains("   yes"), "{table}");
+        assert!(
+            table.contains("20.0") && table.contains("    NO"),
+            "{table}"
+        );
     }
 
     #[test]
