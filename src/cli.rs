@@ -160,6 +160,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Certify an image for CI: static checks of the image, then `gpubake probe` inside it.
+    ///
+    /// Static: every digest, OCI structure, pins in labels against the lock and the layers'
+    /// packages, the NCCL preset linted, NVIDIA_REQUIRE_CUDA against the lock, no secrets in Env,
+    /// layer count and size. Dynamic: the image is loaded into the Docker engine and the probe
+    /// runs in a container with GPUs, as `docker run --gpus` asks for them. Exits 0 certified,
+    /// 1 a check failed, 3 GPUs were asked for but the engine or GPU runtime is missing.
+    ///
+    /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
+    Certify {
+        /// The image: oci:DIR[:TAG] or docker-archive:FILE[:NAME:TAG].
+        image: String,
+        /// GPUs for the probe: all, a number, or none (static checks only).
+        #[arg(long, default_value = "all")]
+        gpus: crate::engine::Gpus,
+        /// Print the certificate as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Write the certificate (JSON) here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Also write JUnit XML here.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// Most layers allowed.
+        #[arg(long, default_value_t = 127)]
+        max_layers: usize,
+        /// Largest compressed layer allowed, in GiB.
+        #[arg(long, default_value_t = 20)]
+        max_layer_gib: u64,
+    },
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
     ///
@@ -487,6 +518,44 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
             }
             Ok(report.exit_code())
+        }
+        Command::Certify {
+            image,
+            gpus,
+            json,
+            out,
+            junit,
+            max_layers,
+            max_layer_gib,
+        } => {
+            let opts = crate::certify::CertifyOptions {
+                gpus,
+                max_layers,
+                max_layer_bytes: max_layer_gib << 30,
+                ..Default::default()
+            };
+            let (report, code) = crate::certify::certify(&image.parse()?, &opts)?;
+            let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
+            if let Some(path) = out {
+                crate::fsutil::write_atomic(&path, certificate.as_bytes())?;
+            }
+            if let Some(path) = junit {
+                crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())?;
+            }
+            if json {
+                println!("{certificate}");
+            } else {
+                print!("{}", report.to_text());
+                println!(
+                    "{image}: {}",
+                    match code {
+                        0 => "certified",
+                        3 => "static checks passed; the GPU probe could not run here",
+                        _ => "NOT certified",
+                    }
+                );
+            }
+            Ok(code)
         }
         Command::ProbeWorker {
             devices,

@@ -79,6 +79,9 @@ pub enum Error {
     /// A transport or feature gpubake does not offer.
     #[error("{0}")]
     Unsupported(String),
+    /// Something the environment should provide is missing: a Docker engine, a GPU runtime.
+    #[error("{0}")]
+    Environment(String),
 }
 
 /// What is wrong with an input, and where.
@@ -129,6 +132,7 @@ impl Error {
             | Error::Usage(_)
             | Error::Image { .. }
             | Error::Unsupported(_) => 2,
+            Error::Environment(_) => 3,
         }
     }
 

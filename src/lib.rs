@@ -8,9 +8,11 @@
 //! - [`render`] writes a Dockerfile from a lock.
 #![deny(missing_docs)]
 
+pub mod certify;
 pub mod cli;
 pub mod compat;
 pub mod document;
+pub mod engine;
 pub mod error;
 pub mod fsutil;
 pub mod image;

@@ -12,7 +12,6 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 /// True when `tool` runs; in CI its absence fails the test instead of skipping it.
 fn have(tool: &str, arg: &str) -> bool {
@@ -45,28 +44,8 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A busybox base in an OCI layout, made by umoci (scripts/make-test-base), with the
-/// libraries gpubake links against. Made once and kept in the target directory.
-fn base() -> PathBuf {
-    static BASE: OnceLock<PathBuf> = OnceLock::new();
-    BASE.get_or_init(|| {
-        let layout = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("busybox-base");
-        if !layout.join("index.json").exists() {
-            let staging = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-            let tmp = staging.path().join("layout");
-            run(Command::new(common::root().join("scripts/make-test-base"))
-                .arg(&tmp)
-                .arg(env!("CARGO_BIN_EXE_gpubake")));
-            // Another test binary may have made it meanwhile; either copy is fine.
-            let _ = std::fs::rename(&tmp, &layout);
-        }
-        layout
-    })
-    .clone()
-}
-
 fn from_base() -> String {
-    format!("oci:{}:latest", base().display())
+    format!("oci:{}:latest", common::base().display())
 }
 
 /// A recipe file in `dir`, with extra YAML lines.

@@ -60,6 +60,47 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
     Ok(None)
 }
 
+/// Every path in the image's filesystem after applying each layer's whiteouts, sorted.
+pub fn paths(layout: &Layout, manifest: &ImageManifest) -> Result<Vec<String>> {
+    let mut all = std::collections::BTreeSet::new();
+    for layer in manifest.layers() {
+        let digest = digest_of(layer)?;
+        let raw = layout.open_blob(&digest, Some(layer.size()))?;
+        let reader = decompressor(layer.media_type(), raw)
+            .map_err(|e| Error::image(&digest, e.to_string()))?;
+        let bad = |e: std::io::Error| {
+            Error::image(
+                format!("{}: layer {digest}", layout.describe()),
+                e.to_string(),
+            )
+        };
+        let mut tar = tar::Archive::new(reader);
+        for entry in tar.entries().map_err(bad)? {
+            let entry = entry.map_err(bad)?;
+            let p = entry
+                .path()
+                .map_err(bad)?
+                .to_string_lossy()
+                .trim_start_matches("./")
+                .trim_end_matches('/')
+                .to_string();
+            let (dir, name) = p
+                .rsplit_once('/')
+                .map(|(d, n)| (format!("{d}/"), n))
+                .unwrap_or((String::new(), p.as_str()));
+            if name == ".wh..wh..opq" {
+                all.retain(|q: &String| !q.starts_with(&dir) || *q == dir.trim_end_matches('/'));
+            } else if let Some(gone) = name.strip_prefix(".wh.") {
+                let gone = format!("{dir}{gone}");
+                all.retain(|q: &String| *q != gone && !q.starts_with(&format!("{gone}/")));
+            } else {
+                all.insert(p);
+            }
+        }
+    }
+    Ok(all.into_iter().collect())
+}
+
 /// One layer as `inspect` shows it.
 #[derive(Debug, Serialize)]
 pub struct LayerInfo {

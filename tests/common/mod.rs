@@ -60,3 +60,30 @@ pub fn write(dir: &Path, name: &str, text: &str) -> String {
 pub fn recipe(extra: &str) -> String {
     format!("name: test\nbase: ubuntu:24.04\n{extra}")
 }
+
+/// A busybox base in an OCI layout, made by umoci (scripts/make-test-base), with the
+/// libraries gpubake links against. Made once and kept in the target directory.
+pub fn base() -> PathBuf {
+    static BASE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let layout = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("busybox-base");
+        if !layout.join("index.json").exists() {
+            let staging = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+            let tmp = staging.path().join("layout");
+            let out = Command::new(root().join("scripts/make-test-base"))
+                .arg(&tmp)
+                .arg(env!("CARGO_BIN_EXE_gpubake"))
+                .output()
+                .expect("scripts/make-test-base runs");
+            assert!(
+                out.status.success(),
+                "make-test-base: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // Another test binary may have made it meanwhile; either copy is fine.
+            let _ = std::fs::rename(&tmp, &layout);
+        }
+        layout
+    })
+    .clone()
+}

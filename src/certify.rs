@@ -1,0 +1,452 @@
+//! `gpubake certify`: the verdict image CI needs. Static checks read the image itself (every
+//! digest, the OCI structure, the pins in the labels against `/etc/gpubake/lock.yaml` and
+//! against what the layers contain, the NCCL preset linted, `NVIDIA_REQUIRE_CUDA` against the
+//! lock, no secrets in `Env`, layer count and sizes); the dynamic check runs `gpubake probe`
+//! inside a container of the image on the GPUs asked for, and folds its report in.
+
+use crate::engine::{Engine, Gpus};
+use crate::error::{Error, Result};
+use crate::image::Transport;
+use crate::image::build::{Opened, open};
+use crate::image::inspect::{human_size, read_file, verify};
+use crate::image::layout::digest_of;
+use crate::lint::{Context, Severity, check_var};
+use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
+use crate::probe::report::{Report, Status};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// How to certify.
+#[derive(Clone, Debug)]
+pub struct CertifyOptions {
+    /// GPUs for the dynamic check.
+    pub gpus: Gpus,
+    /// Most layers allowed (overlay filesystems stop at 127).
+    pub max_layers: usize,
+    /// Largest compressed layer allowed, bytes.
+    pub max_layer_bytes: u64,
+    /// How long the probe in the container may take.
+    pub probe_timeout: Duration,
+}
+
+impl Default for CertifyOptions {
+    fn default() -> Self {
+        CertifyOptions {
+            gpus: Gpus::All,
+            max_layers: 127,
+            max_layer_bytes: 20 << 30,
+            probe_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Variable names that hold secrets and must not be baked into an image.
+pub fn looks_secret(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    n.ends_with("_TOKEN")
+        || n.ends_with("_KEY")
+        || n.contains("PASSWORD")
+        || n.contains("SECRET")
+        || n.ends_with("_CREDENTIALS")
+        || n == "TOKEN"
+        || n == "API_KEY"
+}
+
+/// Certifies `image`. The report's checks are the certificate; facts hold the image digest
+/// and the probe's own report. Exit: 0 pass, 1 a check failed, 3 GPUs were asked for and the
+/// environment could not give them.
+pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)> {
+    let start = std::time::Instant::now();
+    let mut report = Report {
+        gpubake: env!("CARGO_PKG_VERSION").to_string(),
+        ..Report::default()
+    };
+    let opened = open(image)?;
+    report.fact("image", json!(image.to_string()));
+    report.fact("manifest", json!(opened.desc.digest().to_string()));
+
+    let verification = verify(image)?;
+    for c in &verification.checks {
+        report.push(
+            "structure",
+            c.name.clone(),
+            if c.ok { Status::Pass } else { Status::Fail },
+            c.detail.clone(),
+        );
+    }
+    let config = config(&opened)?;
+    let lock: Option<Lock> = read_file(&opened.layout, &opened.manifest, LOCK_PATH_IN_IMAGE)?
+        .and_then(|b| serde_yaml::from_slice(&b).ok());
+    let env: Vec<(String, String)> = config["config"]["Env"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| {
+                    v.as_str()?
+                        .split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    preset_lint(&env, lock.as_ref(), &mut report);
+    require_cuda(&env, lock.as_ref(), &mut report);
+    secrets(&env, &mut report);
+    layers(&opened, opts, &mut report);
+    contents(&opened, lock.as_ref(), &mut report)?;
+
+    let mut code = if report.worst() == Status::Fail { 1 } else { 0 };
+    if opts.gpus == Gpus::None {
+        report.push(
+            "probe",
+            "gpubake probe in a container",
+            Status::Skip,
+            "not requested (--gpus none)",
+        );
+    } else if let Err(missing) = dynamic(&opened, image, opts, &mut report) {
+        report.push(
+            "probe",
+            "gpubake probe in a container",
+            Status::Skip,
+            missing,
+        );
+        if code == 0 {
+            code = 3;
+        }
+    } else if report.worst() == Status::Fail {
+        code = 1;
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    Ok((report, code))
+}
+
+fn config(opened: &Opened) -> Result<Value> {
+    let desc = opened.manifest.config();
+    let digest = digest_of(desc)?;
+    serde_json::from_slice(&opened.layout.read_blob(&digest, Some(desc.size()))?)
+        .map_err(|e| Error::image(opened.layout.describe(), format!("config {digest}: {e}")))
+}
+
+fn preset_lint(env: &[(String, String)], lock: Option<&Lock>, report: &mut Report) {
+    let ctx = Context {
+        nccl: lock.and_then(|l| l.nccl.version.clone()),
+        nccl_from: "pinned by the image's lock".into(),
+        debug: false,
+    };
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for (name, value) in env {
+        for issue in check_var(name, value, &ctx) {
+            match issue.severity {
+                Severity::Error => errors.push(format!("{name}: {}", issue.message)),
+                Severity::Warning => warnings.push(format!("{name}: {}", issue.code)),
+            }
+        }
+    }
+    let nccl_vars = env.iter().filter(|(k, _)| k.starts_with("NCCL_")).count();
+    let (status, detail) = if !errors.is_empty() {
+        (Status::Fail, errors.join("; "))
+    } else if !warnings.is_empty() {
+        (
+            Status::Warn,
+            format!(
+                "{nccl_vars} NCCL variables; warnings: {}",
+                warnings.join(", ")
+            ),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!("{nccl_vars} NCCL variables, all valid for the pinned NCCL"),
+        )
+    };
+    report.push("static", "NCCL preset lint", status, detail);
+}
+
+fn require_cuda(env: &[(String, String)], lock: Option<&Lock>, report: &mut Report) {
+    let value = env
+        .iter()
+        .find(|(k, _)| k == "NVIDIA_REQUIRE_CUDA")
+        .map(|(_, v)| v.clone());
+    let (status, detail) = match (&value, lock) {
+        (None, _) => (
+            Status::Warn,
+            "unset: the toolkit will not refuse nodes whose driver is too old".to_string(),
+        ),
+        (Some(v), _) if crate::probe::require::Requirement::parse(v).is_err() => (
+            Status::Fail,
+            format!("`{v}` does not parse in the toolkit's grammar"),
+        ),
+        (Some(v), Some(lock)) if *v != lock.nvidia.require_cuda => (
+            Status::Fail,
+            format!("`{v}`, but the lock derives `{}`", lock.nvidia.require_cuda),
+        ),
+        (Some(v), _) => (Status::Pass, format!("`{v}`")),
+    };
+    report.push("static", "NVIDIA_REQUIRE_CUDA", status, detail);
+}
+
+fn secrets(env: &[(String, String)], report: &mut Report) {
+    let found: Vec<&str> = env
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| looks_secret(k))
+        .collect();
+    if found.is_empty() {
+        report.push(
+            "static",
+            "no secrets in Env",
+            Status::Pass,
+            format!("{} variables checked", env.len()),
+        );
+    } else {
+        report.push(
+            "static",
+            "no secrets in Env",
+            Status::Fail,
+            format!(
+                "{} look like secrets; pass them at run time, not in the image",
+                found.join(", ")
+            ),
+        );
+    }
+}
+
+fn layers(opened: &Opened, opts: &CertifyOptions, report: &mut Report) {
+    let layers = opened.manifest.layers();
+    let total: u64 = layers.iter().map(|l| l.size()).sum();
+    report.push(
+        "static",
+        "layer count",
+        if layers.len() <= opts.max_layers {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        format!(
+            "{} layers (at most {}), {} compressed",
+            layers.len(),
+            opts.max_layers,
+            human_size(total)
+        ),
+    );
+    let big: Vec<String> = layers
+        .iter()
+        .filter(|l| l.size() > opts.max_layer_bytes)
+        .map(|l| format!("{} is {}", l.digest(), human_size(l.size())))
+        .collect();
+    report.push(
+        "static",
+        "layer size",
+        if big.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        if big.is_empty() {
+            format!("every layer under {}", human_size(opts.max_layer_bytes))
+        } else {
+            format!(
+                "{} (cap {})",
+                big.join(", "),
+                human_size(opts.max_layer_bytes)
+            )
+        },
+    );
+}
+
+/// The version in a `NAME-VERSION.dist-info` directory among the image's paths.
+fn dist_info(paths: &[String], names: &[&str]) -> Option<String> {
+    paths.iter().find_map(|p| {
+        p.split('/').find_map(|comp| {
+            let stem = comp.strip_suffix(".dist-info")?;
+            let (name, version) = stem.rsplit_once('-')?;
+            names
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(name))
+                .then(|| version.to_string())
+        })
+    })
+}
+
+/// Pins in the lock against the Python packages the layers hold.
+fn contents(opened: &Opened, lock: Option<&Lock>, report: &mut Report) -> Result<()> {
+    let Some(lock) = lock else {
+        report.push(
+            "static",
+            "pins vs content",
+            Status::Skip,
+            format!("no {LOCK_PATH_IN_IMAGE}: not a gpubake image"),
+        );
+        return Ok(());
+    };
+    let paths = crate::image::inspect::paths(&opened.layout, &opened.manifest)?;
+    let torch = dist_info(&paths, &["torch"]);
+    let Some(torch) = torch else {
+        report.push(
+            "static",
+            "pins vs content",
+            Status::Skip,
+            "torch is not installed in the image's layers",
+        );
+        return Ok(());
+    };
+    let mut wrong = Vec::new();
+    let want_torch = format!("{}+{}", lock.torch.version, lock.torch.variant);
+    if torch != want_torch && torch != lock.torch.version.to_string() {
+        wrong.push(format!("torch {torch}, the lock pins {want_torch}"));
+    }
+    let nccl = dist_info(
+        &paths,
+        &["nvidia_nccl_cu11", "nvidia_nccl_cu12", "nvidia_nccl_cu13"],
+    );
+    if let (Some(have), Some(pin)) = (&nccl, &lock.nccl.version)
+        && have.parse::<crate::version::Version>().ok().as_ref() != Some(pin)
+    {
+        wrong.push(format!("NCCL {have}, the lock pins {pin}"));
+    }
+    let runtime = dist_info(
+        &paths,
+        &[
+            "nvidia_cuda_runtime_cu11",
+            "nvidia_cuda_runtime_cu12",
+            "nvidia_cuda_runtime",
+        ],
+    );
+    if let (Some(have), Some(pin)) = (&runtime, &lock.cuda.runtime)
+        && !have.starts_with(pin.as_str())
+    {
+        wrong.push(format!("CUDA runtime {have}, the lock pins {pin}"));
+    }
+    report.push(
+        "static",
+        "pins vs content",
+        if wrong.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        if wrong.is_empty() {
+            format!(
+                "torch {torch}, NCCL {}, CUDA runtime {}",
+                nccl.as_deref().unwrap_or("not found"),
+                runtime.as_deref().unwrap_or("not found")
+            )
+        } else {
+            wrong.join("; ")
+        },
+    );
+    Ok(())
+}
+
+/// Loads the image into the engine, runs `gpubake probe --json` in it with GPUs, and folds
+/// the probe's checks in. Err carries why the environment could not run it.
+fn dynamic(
+    opened: &Opened,
+    image: &Transport,
+    opts: &CertifyOptions,
+    report: &mut Report,
+) -> std::result::Result<(), String> {
+    let engine = Engine::connect().map_err(|e| e.to_string())?;
+    let short = &opened.desc.digest().to_string()["sha256:".len()..][..12];
+    let tag = format!("gpubake-certify:{short}");
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let archive = dir.path().join("image.tar");
+    crate::image::archive::write(
+        &opened.layout,
+        &opened.desc,
+        &opened.manifest,
+        &archive,
+        &tag,
+    )
+    .map_err(|e| e.to_string())?;
+    engine.load(&archive).map_err(|e| e.to_string())?;
+    let run = engine.run(
+        &tag,
+        &["gpubake", "probe", "--json"],
+        &opts.gpus,
+        opts.probe_timeout,
+    );
+    engine.remove_image(&tag);
+    let outcome = run.map_err(|e| {
+        format!(
+            "{e} (on {}: is nvidia-container-toolkit installed and the engine configured for it?)",
+            engine.host()
+        )
+    })?;
+    let probe: Value = serde_json::from_str(&outcome.stdout).map_err(|_| {
+        format!(
+            "{image}: `gpubake probe` did not report (exit {}): {}",
+            outcome.exit_code,
+            outcome.stderr.lines().last().unwrap_or("no output")
+        )
+    })?;
+    if outcome.exit_code == 3 {
+        return Err("the container saw no GPU (exit 3): the engine gave it none".into());
+    }
+    for c in probe["checks"].as_array().cloned().unwrap_or_default() {
+        let status = match c["status"].as_str() {
+            Some("PASS") => Status::Pass,
+            Some("WARN") => Status::Warn,
+            Some("SKIP") => Status::Skip,
+            _ => Status::Fail,
+        };
+        report.push(
+            "probe",
+            format!(
+                "{}: {}",
+                c["phase"].as_str().unwrap_or(""),
+                c["name"].as_str().unwrap_or("")
+            ),
+            status,
+            c["detail"].as_str().unwrap_or(""),
+        );
+    }
+    report.fact("probe", probe);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names_are_recognised() {
+        for name in [
+            "HF_TOKEN",
+            "WANDB_API_KEY",
+            "DB_PASSWORD",
+            "AWS_SECRET_ACCESS_KEY",
+            "GCP_CREDENTIALS",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in [
+            "NCCL_IB_HCA",
+            "PATH",
+            "KEYBOARD",
+            "NVIDIA_VISIBLE_DEVICES",
+            "TOKENIZERS_PARALLELISM",
+        ] {
+            assert!(!looks_secret(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn dist_info_versions_are_read_from_paths() {
+        let paths = vec![
+            "opt/venv/lib/python3.12/site-packages/torch-2.9.1+cu128.dist-info/METADATA"
+                .to_string(),
+            "opt/venv/lib/python3.12/site-packages/nvidia_nccl_cu12-2.27.5.dist-info/".to_string(),
+        ];
+        assert_eq!(
+            dist_info(&paths, &["torch"]).as_deref(),
+            Some("2.9.1+cu128")
+        );
+        assert_eq!(
+            dist_info(&paths, &["nvidia_nccl_cu12"]).as_deref(),
+            Some("2.27.5")
+        );
+        assert_eq!(dist_info(&paths, &["numpy"]), None);
+    }
+}

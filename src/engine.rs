@@ -1,0 +1,243 @@
+//! A Docker Engine, through bollard: load an image (streamed from a `docker save` archive on
+//! disk, never held in memory) and run a command in a container with GPUs requested the way
+//! `docker run --gpus` asks for them. `DOCKER_HOST` is respected; an engine that does not
+//! answer is an environment problem (exit 3), not bad input.
+
+use crate::error::{Error, Result};
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use futures_util::StreamExt;
+use std::path::Path;
+use std::time::Duration;
+
+/// Which GPUs a container gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gpus {
+    /// Every GPU (`--gpus all`).
+    All,
+    /// This many (`--gpus N`).
+    Count(u32),
+    /// None: no GPU work.
+    None,
+}
+
+impl std::str::FromStr for Gpus {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "all" => Ok(Gpus::All),
+            "none" | "0" => Ok(Gpus::None),
+            n => n
+                .parse()
+                .map(Gpus::Count)
+                .map_err(|_| format!("`{n}`: expected all, none or a number of GPUs")),
+        }
+    }
+}
+
+/// What a container printed and how it ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Its exit code.
+    pub exit_code: i64,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// A connected engine.
+pub struct Engine {
+    docker: Docker,
+    rt: tokio::runtime::Runtime,
+    host: String,
+}
+
+impl Engine {
+    /// Connects (DOCKER_HOST, else the local socket) and pings.
+    pub fn connect() -> Result<Self> {
+        let host =
+            std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+        let missing = |e: String| {
+            Error::Environment(format!(
+                "no Docker engine answers at {host}: {e}; start dockerd or set DOCKER_HOST"
+            ))
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| missing(e.to_string()))?;
+        let docker = Docker::connect_with_defaults().map_err(|e| missing(e.to_string()))?;
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), docker.ping()).await })
+            .map_err(|_| missing("no answer within 10 s".into()))?
+            .map_err(|e| missing(e.to_string()))?;
+        Ok(Engine { docker, rt, host })
+    }
+
+    /// Where the engine is.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Loads a `docker save` archive, streaming it from disk.
+    pub fn load(&self, archive: &Path) -> Result<()> {
+        let docker = self.docker.clone();
+        let path = archive.to_path_buf();
+        self.rt.block_on(async move {
+            let file = tokio::fs::File::open(&path)
+                .await
+                .map_err(|e| Error::io(&path, e))?;
+            let body = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
+            let mut progress = docker.import_image_stream(
+                bollard::query_parameters::ImportImageOptionsBuilder::default()
+                    .quiet(true)
+                    .build(),
+                body,
+                None,
+            );
+            while let Some(step) = progress.next().await {
+                step.map_err(|e| Error::Environment(format!("the engine refused the image: {e}")))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes an image by name, quietly.
+    pub fn remove_image(&self, name: &str) {
+        let _ = self.rt.block_on(
+            self.docker.remove_image(
+                name,
+                Some(
+                    bollard::query_parameters::RemoveImageOptionsBuilder::default()
+                        .force(true)
+                        .build(),
+                ),
+                None,
+            ),
+        );
+    }
+
+    /// Runs `cmd` in a new container of `image` with `gpus`, waits up to `timeout`, and
+    /// removes the container.
+    pub fn run(
+        &self,
+        image: &str,
+        cmd: &[&str],
+        gpus: &Gpus,
+        timeout: Duration,
+    ) -> Result<RunOutcome> {
+        let requests = match gpus {
+            Gpus::None => None,
+            g => Some(vec![DeviceRequest {
+                driver: Some("nvidia".into()),
+                count: Some(match g {
+                    Gpus::Count(n) => i64::from(*n),
+                    _ => -1,
+                }),
+                capabilities: Some(vec![vec!["gpu".into()]]),
+                ..Default::default()
+            }]),
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            host_config: Some(HostConfig {
+                device_requests: requests,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let docker = self.docker.clone();
+        self.rt.block_on(async move {
+            let created = docker
+                .create_container(
+                    None::<bollard::query_parameters::CreateContainerOptions>,
+                    body,
+                )
+                .await
+                .map_err(|e| {
+                    Error::Environment(format!("cannot create a container of {image}: {e}"))
+                })?;
+            let id = created.id;
+            let result = async {
+                docker
+                    .start_container(
+                        &id,
+                        None::<bollard::query_parameters::StartContainerOptions>,
+                    )
+                    .await
+                    .map_err(|e| Error::Environment(format!("cannot start the container: {e}")))?;
+                let mut wait = docker
+                    .wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+                let exit_code = match tokio::time::timeout(timeout, wait.next()).await {
+                    Err(_) => {
+                        return Err(Error::Environment(format!(
+                            "the container ran past {} s",
+                            timeout.as_secs()
+                        )));
+                    }
+                    Ok(Some(Ok(r))) => r.status_code,
+                    // bollard reports a non-zero exit as an error carrying the code.
+                    Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError {
+                        code,
+                        ..
+                    }))) => code,
+                    Ok(Some(Err(e))) => {
+                        return Err(Error::Environment(format!(
+                            "waiting for the container: {e}"
+                        )));
+                    }
+                    Ok(None) => {
+                        return Err(Error::Environment(
+                            "the engine ended the wait without a status".into(),
+                        ));
+                    }
+                };
+                let mut logs = docker.logs(
+                    &id,
+                    Some(
+                        bollard::query_parameters::LogsOptionsBuilder::default()
+                            .stdout(true)
+                            .stderr(true)
+                            .build(),
+                    ),
+                );
+                let (mut stdout, mut stderr) = (String::new(), String::new());
+                while let Some(chunk) = logs.next().await {
+                    match chunk {
+                        Ok(bollard::container::LogOutput::StdOut { message }) => {
+                            stdout.push_str(&String::from_utf8_lossy(&message))
+                        }
+                        Ok(bollard::container::LogOutput::StdErr { message }) => {
+                            stderr.push_str(&String::from_utf8_lossy(&message))
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            return Err(Error::Environment(format!(
+                                "reading the container's output: {e}"
+                            )));
+                        }
+                    }
+                }
+                Ok(RunOutcome {
+                    exit_code,
+                    stdout,
+                    stderr,
+                })
+            }
+            .await;
+            let _ = docker
+                .remove_container(
+                    &id,
+                    Some(
+                        bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                            .force(true)
+                            .build(),
+                    ),
+                )
+                .await;
+            result
+        })
+    }
+}

@@ -1,0 +1,292 @@
+//! `gpubake certify` against images built here, and the Docker engine that runs on this
+//! machine: the probe in a container without GPUs exits 3 with its message; certify names the
+//! failing check for a tampered blob, labels that disagree with the lock, an invalid NCCL
+//! value, a token in Env, and too many layers.
+
+mod common;
+
+use common::{assert_exit, gpubake, stdout, write};
+use gpubake::engine::{Engine, Gpus};
+use gpubake::image::layout::{Layout, REF_NAME};
+use oci_spec::image::{ImageManifest, MediaType};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+fn tools() -> bool {
+    let ok = Command::new("umoci")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "CI installs umoci");
+        eprintln!("skipped: umoci is not available to make the base image");
+    }
+    ok
+}
+
+/// Builds an image from a recipe with extra lines into `dir/out:v1`; returns the reference.
+fn build(dir: &Path, extra: &str) -> String {
+    let recipe = write(
+        dir,
+        "recipe.yaml",
+        &format!("name: cert\nbase: x\npytorch: '2.9'\npresets: [base, nvlink]\n{extra}"),
+    );
+    let image = format!("oci:{}:v1", dir.join("out").display());
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        &format!("oci:{}:latest", common::base().display()),
+        "--to",
+        &image,
+    ]);
+    assert_exit(&out, 0);
+    image
+}
+
+fn certify(image: &str, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["certify", image, "--gpus", "none"];
+    args.extend(extra);
+    let out = gpubake(&args);
+    let text = stdout(&out);
+    assert!(!common::stderr(&out).contains("panicked"));
+    (out.status.code().unwrap(), text)
+}
+
+#[test]
+fn a_clean_image_is_certified_and_the_certificate_is_written() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let cert = dir.path().join("cert.json");
+    let junit = dir.path().join("cert.xml");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--gpus",
+        "none",
+        "--out",
+        cert.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("SKIP  gpubake probe in a container  not requested (--gpus none)"),
+        "{}",
+        stdout(&out)
+    );
+    let c: Value = serde_json::from_slice(&std::fs::read(&cert).unwrap()).unwrap();
+    assert_eq!(c["gpubake"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        c["facts"]["manifest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(
+        std::fs::read_to_string(&junit)
+            .unwrap()
+            .contains("<testsuite name=\"static\"")
+    );
+}
+
+#[test]
+fn certify_names_what_fails() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+
+    let tampered = dir.path().join("tampered");
+    let image = build(&tampered, "");
+    let report: Value =
+        serde_json::from_str(&stdout(&gpubake(&["inspect", &image, "--json"]))).unwrap();
+    let top = report["layers"][2]["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_string();
+    let blob = tampered.join("out/blobs/sha256").join(&top);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 1;
+    std::fs::write(&blob, bytes).unwrap();
+    let (code, text) = certify(&image, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("FAIL  layer 3") && text.contains(&top),
+        "{text}"
+    );
+
+    let nccl = dir.path().join("nccl");
+    let image = build(&nccl, "env:\n  NCCL_NTHREADS: '1000'\n");
+    let (code, text) = certify(&image, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("FAIL  NCCL preset lint") && text.contains("NCCL_NTHREADS"),
+        "{text}"
+    );
+
+    let token = dir.path().join("token");
+    let image = build(&token, "env:\n  HF_TOKEN: hf_abc\n");
+    let (code, text) = certify(&image, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("FAIL  no secrets in Env") && text.contains("HF_TOKEN"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hf_abc"),
+        "the secret's value is never printed"
+    );
+
+    let many = dir.path().join("many");
+    let image = build(&many, "");
+    let (code, text) = certify(&image, &["--max-layers", "2"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("FAIL  layer count") && text.contains("3 layers (at most 2)"),
+        "{text}"
+    );
+}
+
+/// Rewrites the image's config so a label disagrees with the lock baked into the layers.
+#[test]
+fn labels_that_disagree_with_the_lock_fail() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let layout = Layout::open(&dir.path().join("out")).unwrap();
+    let found = layout.find(Some("v1")).unwrap();
+    let (_, manifest) = layout.manifest(&found).unwrap();
+    let config_digest = gpubake::image::layout::digest_of(manifest.config()).unwrap();
+    let mut config: Value =
+        serde_json::from_slice(&layout.read_blob(&config_digest, None).unwrap()).unwrap();
+    config["config"]["Labels"]["io.gpubake.nccl"] = Value::from("2.99.0");
+    let config_desc = layout.write_json(&config, MediaType::ImageConfig).unwrap();
+    let mut edited: ImageManifest = manifest.clone();
+    edited.set_config(config_desc);
+    let mut desc = layout
+        .write_json(&edited, MediaType::ImageManifest)
+        .unwrap();
+    desc.set_annotations(Some(HashMap::from([(
+        REF_NAME.to_string(),
+        "v1".to_string(),
+    )])));
+    let mut index = layout.index().unwrap();
+    index.set_manifests(vec![desc]);
+    layout.write_index(&index).unwrap();
+
+    let (code, text) = certify(&image, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("FAIL  labels vs lock") && text.contains("io.gpubake.nccl"),
+        "{text}"
+    );
+}
+
+fn engine() -> Option<Engine> {
+    match Engine::connect() {
+        Ok(e) => Some(e),
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI starts the Docker engine: {e}"
+            );
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
+    if !tools() {
+        return;
+    }
+    let Some(engine) = engine() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let tag = format!("gpubake-certify-test:{}", std::process::id());
+    let archive = dir.path().join("image.tar");
+    let recipe = write(
+        dir.path(),
+        "r.yaml",
+        "name: p\nbase: x\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        &format!("oci:{}:latest", common::base().display()),
+        "--to",
+        &format!("docker-archive:{}:{tag}", archive.display()),
+    ]);
+    assert_exit(&out, 0);
+    engine.load(&archive).unwrap();
+    let run = engine.run(
+        &tag,
+        &["gpubake", "probe"],
+        &Gpus::None,
+        std::time::Duration::from_secs(60),
+    );
+    engine.remove_image(&tag);
+    let run = run.unwrap();
+    assert_eq!(run.exit_code, 3, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("no NVIDIA GPU is visible to this docker"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("--gpus all"), "{}", run.stdout);
+}
+
+#[test]
+fn asking_for_gpus_without_a_gpu_runtime_exits_3() {
+    if !tools() {
+        return;
+    }
+    if engine().is_none() || Path::new("/dev/nvidia0").exists() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let out = gpubake(&["certify", &image, "--gpus", "all"]);
+    assert_exit(&out, 3);
+    let text = stdout(&out);
+    assert!(
+        text.contains("SKIP  gpubake probe in a container"),
+        "{text}"
+    );
+    assert!(
+        text.contains("static checks passed; the GPU probe could not run here"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_missing_engine_is_an_environment_problem() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["certify", &image, "--gpus", "all"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    let text = stdout(&out);
+    assert!(
+        text.contains("no Docker engine answers at unix:///nonexistent/docker.sock"),
+        "{text}"
+    );
+}
