@@ -128,6 +128,13 @@ enum Command {
         /// Layer compression.
         #[arg(long, value_enum, default_value = "gzip")]
         compression: crate::image::Compression,
+        /// Build with the Docker engine from the rendered Dockerfile instead (DEST must be
+        /// docker-daemon:NAME:TAG; BASE, if given, docker-daemon:NAME:TAG too).
+        #[arg(long)]
+        engine_build: bool,
+        /// With --engine-build: render this template instead of the built-in Dockerfile.template.
+        #[arg(long, value_name = "FILE", requires = "engine_build")]
+        template: Option<PathBuf>,
         /// The fleet's oldest driver; overrides the recipe's `driver`.
         #[arg(long, value_name = "VERSION")]
         driver: Option<Version>,
@@ -371,16 +378,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 preset_dirs: preset_dir,
             };
             let resolved = resolve::resolve_recipe(&loaded, &opts)?;
-            let (text, name) = match &template {
-                Some(path) => (
-                    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?,
-                    path.display().to_string(),
-                ),
-                None => (
-                    render::DEFAULT_TEMPLATE.to_string(),
-                    "Dockerfile.template".to_string(),
-                ),
-            };
+            let (text, name) = read_template(template.as_deref())?;
             let dockerfile = render::render(&resolved.lock, &text, &name)?;
             emit(output.as_deref(), &dockerfile)?;
             Ok(0)
@@ -390,6 +388,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             to,
             from,
             compression,
+            engine_build,
+            template,
             driver,
             preset_dir,
             json,
@@ -405,9 +405,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
             }
+            let to: crate::image::Transport = to.parse()?;
+            let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
+            if engine_build {
+                return engine_build_image(resolved.lock, &to, from.as_ref(), template.as_deref());
+            }
             let opts = crate::image::BuildOptions {
-                to: to.parse()?,
-                from: from.map(|f| f.parse()).transpose()?,
+                to,
+                from,
                 compression,
                 epoch: crate::image::build::source_date_epoch()?,
             };
@@ -621,6 +626,55 @@ fn parse_sizes(text: &str) -> Result<Vec<u64>> {
     } else {
         text.split(',').map(one).collect()
     }
+}
+
+/// The Dockerfile template: a file, or the built-in one.
+fn read_template(path: Option<&Path>) -> Result<(String, String)> {
+    match path {
+        Some(p) => Ok((
+            std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?,
+            p.display().to_string(),
+        )),
+        None => Ok((
+            render::DEFAULT_TEMPLATE.to_string(),
+            "Dockerfile.template".to_string(),
+        )),
+    }
+}
+
+/// `build --engine-build`: renders the Dockerfile and has the Docker engine build it.
+fn engine_build_image(
+    mut lock: crate::lock::Lock,
+    to: &crate::image::Transport,
+    from: Option<&crate::image::Transport>,
+    template: Option<&Path>,
+) -> Result<i32> {
+    use crate::image::Transport;
+    let Transport::DockerDaemon(tag) = to else {
+        return Err(Error::Usage(
+            "--engine-build writes to the engine: use --to docker-daemon:NAME:TAG".into(),
+        ));
+    };
+    match from {
+        None => {}
+        Some(Transport::DockerDaemon(base)) => lock.base = base.clone(),
+        Some(other) => {
+            return Err(Error::Usage(format!(
+                "--engine-build reads its base from the engine: use --from docker-daemon:NAME:TAG, not {other}"
+            )));
+        }
+    }
+    let (text, name) = read_template(template)?;
+    let dockerfile = render::render(&lock, &text, &name)?;
+    let engine = crate::engine::Engine::connect()?;
+    let start = std::time::Instant::now();
+    engine.build(&dockerfile, tag, |line| eprintln!("{line}"))?;
+    println!(
+        "built docker-daemon:{tag} with the engine at {} in {:.1} s",
+        engine.host(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(0)
 }
 
 fn short(v: &Version) -> String {

@@ -103,6 +103,92 @@ impl Engine {
         })
     }
 
+    /// Writes `name` as a `docker save` archive to `to`, streaming.
+    pub fn export(&self, name: &str, to: &Path) -> Result<()> {
+        let docker = self.docker.clone();
+        let name = name.to_string();
+        let to = to.to_path_buf();
+        self.rt.block_on(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut file = tokio::fs::File::create(&to)
+                .await
+                .map_err(|e| Error::io(&to, e))?;
+            let mut stream = docker.export_image(&name);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    Error::Environment(format!("exporting {name} from the engine: {e}"))
+                })?;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| Error::io(&to, e))?;
+            }
+            file.flush().await.map_err(|e| Error::io(&to, e))
+        })
+    }
+
+    /// Builds `dockerfile` (the whole build context) and tags the result `tag`. The build log
+    /// goes to `log` line by line; a failure names the step that failed. The engine tags only
+    /// a finished build, so a failed one leaves no tag behind.
+    pub fn build(&self, dockerfile: &str, tag: &str, mut log: impl FnMut(&str)) -> Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(dockerfile.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        let mut context = tar::Builder::new(Vec::new());
+        context
+            .append_data(&mut header, "Dockerfile", dockerfile.as_bytes())
+            .map_err(|e| Error::io("build context", e))?;
+        let context = context
+            .into_inner()
+            .map_err(|e| Error::io("build context", e))?;
+        let options = bollard::query_parameters::BuildImageOptionsBuilder::default()
+            .dockerfile("Dockerfile")
+            .t(tag)
+            .rm(true)
+            .forcerm(true)
+            .build();
+        let docker = self.docker.clone();
+        self.rt.block_on(async move {
+            let mut stream =
+                docker.build_image(options, None, Some(bollard::body_full(context.into())));
+            let mut step = String::new();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(info) => {
+                        if let Some(text) = info.stream {
+                            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                                if line.starts_with("Step ") {
+                                    step = line.to_string();
+                                }
+                                log(line);
+                            }
+                        }
+                        if let Some(detail) = info.error_detail {
+                            let message = detail.message.unwrap_or_default();
+                            return Err(Error::Build(format!(
+                                "the build failed at {step}: {message}"
+                            )));
+                        }
+                    }
+                    Err(e) => {
+                        let at = if step.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" at {step}")
+                        };
+                        return Err(Error::Build(format!("the build failed{at}: {e}")));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// True when the engine has an image by this name.
+    pub fn has_image(&self, name: &str) -> bool {
+        self.rt.block_on(self.docker.inspect_image(name)).is_ok()
+    }
+
     /// Removes an image by name, quietly.
     pub fn remove_image(&self, name: &str) {
         let _ = self.rt.block_on(

@@ -79,6 +79,9 @@ pub enum Error {
     /// A transport or feature gpubake does not offer.
     #[error("{0}")]
     Unsupported(String),
+    /// The Docker engine refused a build: a failing step, a missing base image.
+    #[error("{0}")]
+    Build(String),
     /// Something the environment should provide is missing: a Docker engine, a GPU runtime.
     #[error("{0}")]
     Environment(String),
@@ -131,7 +134,8 @@ impl Error {
             | Error::PresetCycle { .. }
             | Error::Usage(_)
             | Error::Image { .. }
-            | Error::Unsupported(_) => 2,
+            | Error::Unsupported(_)
+            | Error::Build(_) => 2,
             Error::Environment(_) => 3,
         }
     }

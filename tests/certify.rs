@@ -290,3 +290,152 @@ fn a_missing_engine_is_an_environment_problem() {
         "{text}"
     );
 }
+
+/// Loads the test base into the engine as `tag` (skopeo writes the archive).
+fn load_base(engine: &Engine, dir: &Path, tag: &str) {
+    let archive = dir.join("base.tar");
+    let out = Command::new("skopeo")
+        .arg("copy")
+        .arg(format!("oci:{}:latest", common::base().display()))
+        .arg(format!("docker-archive:{}:{tag}", archive.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    engine.load(&archive).unwrap();
+}
+
+fn docker(args: &[&str]) -> (bool, String) {
+    let out = Command::new("docker").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
+    if !tools() {
+        return;
+    }
+    let Some(engine) = engine() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let id = std::process::id();
+    let base = format!("gpubake-test-base:{id}");
+    load_base(&engine, dir.path(), &base);
+    let recipe = write(
+        dir.path(),
+        "r.yaml",
+        "name: eb\nbase: x\npytorch: '2.9'\npresets: [base, nvlink]\n",
+    );
+    let template = common::root().join("tests/fixtures/offline.Dockerfile.template");
+
+    let built = format!("gpubake-engine-build:{id}");
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--engine-build",
+        "--template",
+        template.to_str().unwrap(),
+        "--from",
+        &format!("docker-daemon:{base}"),
+        "--to",
+        &format!("docker-daemon:{built}"),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        common::stderr(&out).contains("Step 1/"),
+        "the build log streams: {}",
+        common::stderr(&out)
+    );
+    let (_, labels) = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config.Labels}}",
+        &built,
+    ]);
+    let labels: Value = serde_json::from_str(&labels).unwrap();
+    assert_eq!(labels["io.gpubake.torch"], "2.9.1+cu128");
+    let (ok, conf) = docker(&["run", "--rm", &built, "cat", "/etc/nccl.conf"]);
+    assert!(ok);
+    assert!(conf.contains("NCCL_P2P_LEVEL=NVL"), "{conf}");
+
+    // The same recipe built daemonless and loaded into the engine.
+    let loaded = format!("gpubake-loaded:{id}");
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        &format!("docker-daemon:{base}"),
+        "--to",
+        &format!("docker-daemon:{loaded}"),
+    ]);
+    assert_exit(&out, 0);
+    let (ok, conf2) = docker(&["run", "--rm", &loaded, "cat", "/etc/nccl.conf"]);
+    assert!(ok && conf2 == conf, "{conf2}");
+
+    for image in [&built, &loaded, &base] {
+        engine.remove_image(image);
+    }
+}
+
+#[test]
+fn refused_engine_builds_leave_no_tag() {
+    if !tools() {
+        return;
+    }
+    let Some(engine) = engine() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let id = std::process::id();
+    let base = format!("gpubake-test-base2:{id}");
+    load_base(&engine, dir.path(), &base);
+    let recipe = write(dir.path(), "r.yaml", "name: eb\nbase: x\npytorch: '2.9'\n");
+    let failing = write(
+        dir.path(),
+        "fail.tmpl",
+        "FROM {{ lock.base }}\nRUN echo step-two\nRUN false\nLABEL never=1\n",
+    );
+    let tag = format!("gpubake-refused:{id}");
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--engine-build",
+        "--template",
+        &failing,
+        "--from",
+        &format!("docker-daemon:{base}"),
+        "--to",
+        &format!("docker-daemon:{tag}"),
+    ]);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("the build failed at Step 3/4 : RUN false"),
+        "{err}"
+    );
+    assert!(!engine.has_image(&tag), "a failed build left {tag} behind");
+
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--engine-build",
+        "--template",
+        &failing,
+        "--from",
+        "docker-daemon:gpubake-no-such-base:never",
+        "--to",
+        &format!("docker-daemon:{tag}"),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        common::stderr(&out).contains("the build failed"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(!engine.has_image(&tag));
+    engine.remove_image(&base);
+}

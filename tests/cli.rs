@@ -309,3 +309,35 @@ fn presets_list_show_and_diff() {
     let out = gpubake(&["presets", "show", "nope"]);
     assert_exit(&out, 2);
 }
+
+#[test]
+fn ci_examples_parse_and_use_real_commands() {
+    for file in [
+        "github-actions.yml",
+        "gitlab-ci.yml",
+        "k8s-preflight-job.yaml",
+    ] {
+        let text = std::fs::read_to_string(common::root().join("examples/ci").join(file)).unwrap();
+        let _: serde_yaml::Value =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        // Commands only: comments mention gpubake in prose.
+        let commands = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && !l.contains("name:"))
+            .map(|l| l.split(" #").next().unwrap_or(""));
+        for line in commands.filter(|l| l.contains("gpubake ")) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let Some(i) = words
+                .iter()
+                .position(|w| w.trim_matches(|c| c == '"' || c == '[' || c == ',') == "gpubake")
+            {
+                let cmd = words
+                    .get(i + 1)
+                    .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-'));
+                if let Some(cmd) = cmd.filter(|c| !c.is_empty() && !c.starts_with("--")) {
+                    assert_exit(&gpubake(&[cmd, "--help"]), 0);
+                }
+            }
+        }
+    }
+}

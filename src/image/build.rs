@@ -135,6 +135,19 @@ pub fn open(image: &Transport) -> Result<Opened> {
                 _staging: Some(staging),
             })
         }
+        Transport::DockerDaemon(name) => {
+            let staging = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            let tar = staging.path().join("export.tar");
+            crate::engine::Engine::connect()?.export(&name, &tar)?;
+            let layout = Layout::create(&staging.path().join("layout"))?;
+            let (desc, manifest) = archive::read(&tar, None, &layout)?;
+            Ok(Opened {
+                layout,
+                desc,
+                manifest,
+                _staging: Some(staging),
+            })
+        }
         other => Err(Error::Unsupported(format!("{other}: not readable yet"))),
     }
 }
@@ -156,9 +169,18 @@ pub fn build(
         })?,
     };
     let dest = opts.to.clone().supported()?;
+    // Fail before any work when an engine is the destination and none answers.
+    let engine = match &dest {
+        Transport::DockerDaemon(_) => Some(crate::engine::Engine::connect()?),
+        _ => None,
+    };
     let staging;
     let store = match &dest {
         Transport::Oci { dir, .. } => Layout::create(dir)?,
+        Transport::DockerDaemon(_) => {
+            staging = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            Layout::create(staging.path())?
+        }
         Transport::DockerArchive { path, .. } => {
             let parent = path
                 .parent()
@@ -170,7 +192,7 @@ pub fn build(
                 .map_err(|e| Error::io(parent, e))?;
             Layout::create(staging.path())?
         }
-        _ => unreachable!("supported() leaves oci and docker-archive"),
+        _ => unreachable!("supported() leaves oci, docker-archive and docker-daemon"),
     };
     let _lock = store.lock()?;
 
@@ -256,6 +278,16 @@ pub fn build(
                 .clone()
                 .unwrap_or_else(|| format!("{}:latest", loaded.recipe.name));
             archive::write(&store, &manifest_desc, &manifest, path, &reference)?;
+        }
+        Transport::DockerDaemon(reference) => {
+            let reference = if reference.contains(':') {
+                reference.clone()
+            } else {
+                format!("{reference}:latest")
+            };
+            let tar = store.root().join("load.tar");
+            archive::write(&store, &manifest_desc, &manifest, &tar, &reference)?;
+            engine.as_ref().expect("connected above").load(&tar)?;
         }
         _ => unreachable!("checked above"),
     }

@@ -107,10 +107,9 @@ impl Transport {
                 "docker://{r}: registries are not supported yet; copy the image first \
                  (skopeo copy docker://{r} oci:./base:latest) and use oci:./base:latest"
             ))),
-            Transport::DockerDaemon(r) => Err(Error::Unsupported(format!(
-                "docker-daemon:{r}: the Docker Engine transport is not supported yet; \
-                 use `docker save {r} -o base.tar` and docker-archive:base.tar"
-            ))),
+            Transport::DockerDaemon(r) if r.is_empty() => Err(Error::Usage(
+                "docker-daemon: needs an image name, as in docker-daemon:train:v1".into(),
+            )),
             _ => Ok(self),
         }
     }
@@ -154,6 +153,12 @@ mod tests {
         assert!("ubuntu:24.04".parse::<Transport>().is_err());
         assert!("oci:".parse::<Transport>().is_err());
         assert_eq!(t("oci:./img:v1").to_string(), "oci:./img:v1");
+    }
+
+    #[test]
+    fn docker_daemon_needs_a_name() {
+        assert!(t("docker-daemon:").supported().is_err());
+        assert!(t("docker-daemon:train:v1").supported().is_ok());
     }
 
     #[test]
