@@ -27,6 +27,8 @@ pub struct CertifyOptions {
     pub max_layer_bytes: u64,
     /// How long the probe in the container may take.
     pub probe_timeout: Duration,
+    /// A policy file for the probe (mounted into the container).
+    pub policy: Option<std::path::PathBuf>,
 }
 
 impl Default for CertifyOptions {
@@ -36,6 +38,7 @@ impl Default for CertifyOptions {
             max_layers: 127,
             max_layer_bytes: 20 << 30,
             probe_timeout: Duration::from_secs(300),
+            policy: None,
         }
     }
 }

@@ -197,6 +197,9 @@ enum Command {
         /// Largest compressed layer allowed, in GiB.
         #[arg(long, default_value_t = 20)]
         max_layer_gib: u64,
+        /// Expected floors per GPU model for the probe (YAML like data/policy.yaml).
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
     },
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
@@ -532,11 +535,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             junit,
             max_layers,
             max_layer_gib,
+            policy,
         } => {
             let opts = crate::certify::CertifyOptions {
                 gpus,
                 max_layers,
                 max_layer_bytes: max_layer_gib << 30,
+                policy,
                 ..Default::default()
             };
             let (report, code) = crate::certify::certify(&image.parse()?, &opts)?;
