@@ -128,6 +128,9 @@ enum Command {
         /// Layer compression.
         #[arg(long, value_enum, default_value = "gzip")]
         compression: crate::image::Compression,
+        /// Write every layer again: the layer cache knows files by path, size and mtime.
+        #[arg(long)]
+        no_cache: bool,
         /// Build with the Docker engine from the rendered Dockerfile instead (DEST must be
         /// docker-daemon:NAME:TAG; BASE, if given, docker-daemon:NAME:TAG too).
         #[arg(long)]
@@ -391,6 +394,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             to,
             from,
             compression,
+            no_cache,
             engine_build,
             template,
             driver,
@@ -418,6 +422,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 from,
                 compression,
                 epoch: crate::image::build::source_date_epoch()?,
+                no_cache,
             };
             let start = std::time::Instant::now();
             let report = crate::image::build(&loaded, &resolved, &opts)?;

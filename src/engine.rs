@@ -148,12 +148,12 @@ impl Engine {
             .forcerm(true)
             .build();
         let docker = self.docker.clone();
-        self.rt.block_on(async move {
+        let result = self.rt.block_on(async move {
             let mut stream =
                 docker.build_image(options, None, Some(bollard::body_full(context.into())));
             let mut step = String::new();
             while let Some(item) = stream.next().await {
-                match item {
+                let failure = match item {
                     Ok(info) => {
                         if let Some(text) = info.stream {
                             for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -163,24 +163,34 @@ impl Engine {
                                 log(line);
                             }
                         }
-                        if let Some(detail) = info.error_detail {
-                            let message = detail.message.unwrap_or_default();
-                            return Err(Error::Build(format!(
-                                "the build failed at {step}: {message}"
-                            )));
-                        }
+                        info.error_detail.map(|d| d.message.unwrap_or_default())
                     }
-                    Err(e) => {
-                        let at = if step.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" at {step}")
-                        };
-                        return Err(Error::Build(format!("the build failed{at}: {e}")));
-                    }
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(message) = failure {
+                    let at = if step.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at {step}")
+                    };
+                    return Err(format!("the build failed{at}: {message}"));
                 }
             }
             Ok(())
+        });
+        result.map_err(|message| {
+            // A refused build and a lost engine look alike in the stream; ask the engine.
+            let alive = self
+                .rt
+                .block_on(async {
+                    tokio::time::timeout(Duration::from_secs(5), self.docker.ping()).await
+                })
+                .is_ok_and(|r| r.is_ok());
+            if alive {
+                Error::Build(message)
+            } else {
+                Error::Environment(format!("lost the engine at {}: {message}", self.host))
+            }
         })
     }
 

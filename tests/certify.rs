@@ -439,3 +439,83 @@ fn refused_engine_builds_leave_no_tag() {
     assert!(!engine.has_image(&tag));
     engine.remove_image(&base);
 }
+
+/// A build whose engine goes away midway reports it (exit 3) and leaves no tag: the engine
+/// is reached through a socat proxy that the test kills while a step runs.
+#[test]
+fn losing_the_engine_mid_build_leaves_no_tag() {
+    if !tools() {
+        return;
+    }
+    let Some(engine) = engine() else { return };
+    if Command::new("socat").arg("-V").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI installs socat");
+        eprintln!("skipped: socat is not installed");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let id = std::process::id();
+    let base = format!("gpubake-test-base3:{id}");
+    load_base(&engine, dir.path(), &base);
+    let socket = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(String::from))
+        .unwrap_or_else(|| "/var/run/docker.sock".into());
+    let proxy = dir.path().join("proxy.sock");
+    let mut socat = Command::new("socat")
+        .arg(format!("UNIX-LISTEN:{},fork", proxy.display()))
+        .arg(format!("UNIX-CONNECT:{socket}"))
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    while !proxy.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let recipe = write(dir.path(), "r.yaml", "name: eb\nbase: x\npytorch: '2.9'\n");
+    let slow = write(
+        dir.path(),
+        "slow.tmpl",
+        "FROM {{ lock.base }}\nRUN sleep 8\nLABEL done=1\n",
+    );
+    let tag = format!("gpubake-cut:{id}");
+    let build = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["build", &recipe, "--engine-build", "--template", &slow])
+        .args([
+            "--from",
+            &format!("docker-daemon:{base}"),
+            "--to",
+            &format!("docker-daemon:{tag}"),
+        ])
+        .env("DOCKER_HOST", format!("unix://{}", proxy.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Cut every connection: socat and the children it forked share one process group.
+    let _ = Command::new("kill")
+        .arg("--")
+        .arg(format!("-{}", socat.id()))
+        .status();
+    let _ = socat.wait();
+    let out = build.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lost the engine at"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Give the engine time to notice the cancelled request, then check nothing was tagged.
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    assert!(
+        !engine.has_image(&tag),
+        "a build cut midway left {tag} behind"
+    );
+    engine.remove_image(&base);
+}

@@ -728,3 +728,34 @@ fn inspect_shows_pins_presets_and_layers() {
         "{text}"
     );
 }
+
+/// The layer cache trusts path, size and mtime; --no-cache reads the files again.
+#[test]
+fn no_cache_sees_a_change_that_keeps_size_and_mtime() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let file = dir.path().join("data/model.bin");
+    std::fs::write(&file, b"AAAA").unwrap();
+    let recipe = recipe_in(dir.path(), "files:\n  - {src: data, dest: /data}\n");
+    let out = oci(&dir.path().join("out"), "v1");
+    let first = build(&recipe, &out, &[]);
+    let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
+    std::fs::write(&file, b"BBBB").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let cached = build(&recipe, &out, &[]);
+    assert_eq!(
+        cached["layers"][1]["digest"], first["layers"][1]["digest"],
+        "the cache trusts size and mtime"
+    );
+    let fresh = build(&recipe, &out, &["--no-cache"]);
+    assert_ne!(fresh["layers"][1]["digest"], first["layers"][1]["digest"]);
+    assert_eq!(fresh["layers"][1]["reused"], false);
+}

@@ -36,6 +36,9 @@ pub struct BuildOptions {
     pub compression: Compression,
     /// The timestamp of every new file and of the image (`SOURCE_DATE_EPOCH`, else 0).
     pub epoch: u64,
+    /// Write every layer again instead of trusting the cache (which knows files by path,
+    /// size and mtime, as make and rsync do).
+    pub no_cache: bool,
 }
 
 /// One layer of the result.
@@ -228,7 +231,7 @@ pub fn build(
     let specs = layer_specs(loaded, resolved)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     for spec in &specs {
-        let layer = build_layer(&store, spec, opts.compression, opts.epoch)?;
+        let layer = build_layer(&store, spec, opts.compression, opts.epoch, !opts.no_cache)?;
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 

@@ -91,18 +91,20 @@ pub struct BuiltLayer {
     pub reused: bool,
 }
 
-/// Builds `spec` into `layout`, or finds it in the cache.
+/// Builds `spec` into `layout`, or finds it in the cache unless `use_cache` is false.
 pub fn build_layer(
     layout: &Layout,
     spec: &LayerSpec,
     compression: Compression,
     epoch: u64,
+    use_cache: bool,
 ) -> Result<BuiltLayer> {
     let key = cache_key(spec, compression, epoch)?;
     let cache_dir = layout.root().join(".gpubake/layers");
     let cache_file = cache_dir.join(format!("{key}.json"));
     if let Some(mut hit) = std::fs::read(&cache_file)
         .ok()
+        .filter(|_| use_cache)
         .and_then(|b| serde_json::from_slice::<BuiltLayer>(&b).ok())
         .filter(|l| {
             super::layout::digest_of(&l.descriptor)
