@@ -2,7 +2,7 @@
 //! result as text or JSON. Exit codes: 0 pass, 1 a check failed, 2 bad input or usage,
 //! 3 something the environment lacks.
 
-use crate::compat::{Arch, Compat};
+use crate::compat::Compat;
 use crate::error::{Error, Location, Result};
 use crate::lint::{self, LintOptions};
 use crate::preset::{Catalog, MergedEnv};
@@ -458,7 +458,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     serde_json::to_string_pretty(&info).expect("inspections serialize")
                 );
             } else {
-                print!("{}", inspection_text(&info));
+                print!("{}", info.to_text());
             }
             Ok(0)
         }
@@ -595,7 +595,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     serde_json::to_string_pretty(db).expect("the database serializes")
                 );
             } else {
-                print!("{}", compat_table(db, release.as_ref()));
+                print!("{}", db.table(release.as_ref()));
             }
             Ok(0)
         }
@@ -830,125 +830,6 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
         }
     }
     Ok(0)
-}
-
-fn inspection_text(info: &crate::image::inspect::Inspection) -> String {
-    use crate::image::inspect::human_size;
-    let mut out = format!(
-        "image     {}\nmanifest  {}\nplatform  {}\n",
-        info.image, info.manifest, info.platform
-    );
-    if let Some(c) = &info.created {
-        out.push_str(&format!("created   {c}\n"));
-    }
-    out.push_str("pins\n");
-    for (k, v) in info
-        .labels
-        .iter()
-        .filter(|(k, _)| k.starts_with("io.gpubake."))
-    {
-        out.push_str(&format!(
-            "  {:<28} {}\n",
-            k.trim_start_matches("io.gpubake."),
-            v.as_str().unwrap_or("")
-        ));
-    }
-    out.push_str("layers\n");
-    for l in &info.layers {
-        out.push_str(&format!(
-            "  {} {:>9}  {}\n",
-            l.digest,
-            human_size(l.size),
-            l.created_by
-        ));
-    }
-    if let Some(p) = &info.presets {
-        out.push_str("presets\n");
-        for (k, v) in &p.0 {
-            out.push_str(&format!("  {k}={}  ({})\n", v.value, v.origin.by));
-        }
-    }
-    out.push_str("env\n");
-    for e in &info.env {
-        out.push_str(&format!("  {e}\n"));
-    }
-    out
-}
-
-fn compat_table(db: &Compat, only: Option<&Version>) -> String {
-    let q = |value: String, field: &str, marks: &[String]| {
-        if marks.iter().any(|m| m == field) {
-            format!("{value}?")
-        } else {
-            value
-        }
-    };
-    let mut out = format!(
-        "{:<6} {:<6} {:<3} {:<10} {:<5} {:<9} {:<11} {:<8} {:<5} {:<4} {:<16} {}\n",
-        "torch",
-        "build",
-        "def",
-        "python",
-        "cuda",
-        "runtime",
-        "cudnn",
-        "nccl",
-        "glibc",
-        "abi",
-        "archs",
-        "driver>="
-    );
-    for r in db
-        .releases
-        .iter()
-        .filter(|r| only.is_none_or(|v| r.release == *v))
-    {
-        for v in &r.variants {
-            let archs = match (v.archs.first(), v.archs.last()) {
-                (Some(lo), Some(hi)) => {
-                    format!("{lo}..{}", hi.to_string().trim_start_matches("sm_"))
-                }
-                _ => String::new(),
-            };
-            let archs = match v.ptx {
-                Some(Arch { major, minor }) => format!("{archs}+ptx{major}{minor}"),
-                None => archs,
-            };
-            let floor = db
-                .family_floor(v.cuda.major())
-                .map(|f| format!("{}{}", f.min_driver, if f.unconfirmed { "?" } else { "" }))
-                .unwrap_or_default();
-            let opt = |o: &Option<Version>| {
-                o.as_ref()
-                    .map(Version::to_string)
-                    .unwrap_or_else(|| "-".into())
-            };
-            let runtime = v.cuda_runtime.clone().unwrap_or_else(|| "-".into());
-            out.push_str(&format!(
-                "{:<6} {:<6} {:<3} {:<10} {:<5} {:<9} {:<11} {:<8} {:<5} {:<4} {:<16} {}\n",
-                r.release.to_string(),
-                v.tag,
-                if v.pypi_default { "*" } else { "" },
-                format!(
-                    "{}-{}",
-                    r.python.first().map(String::as_str).unwrap_or("?"),
-                    r.python.last().map(String::as_str).unwrap_or("?")
-                ),
-                v.cuda.to_string(),
-                q(runtime, "cuda_runtime", &v.unconfirmed),
-                q(opt(&v.cudnn), "cudnn", &v.unconfirmed),
-                q(opt(&v.nccl), "nccl", &v.unconfirmed),
-                r.glibc.to_string(),
-                if r.cxx11_abi { "cxx11" } else { "old" },
-                q(archs, "archs", &v.unconfirmed),
-                floor,
-            ));
-        }
-    }
-    out.push_str(
-        "def: the PyPI default build; ?: not confirmed from the shipped wheel; -: unknown\n",
-    );
-    out
 }
 
 /// Prints an error the way every command does, and returns its exit code.

@@ -227,6 +227,84 @@ pub struct GpuFamily {
 }
 
 impl Compat {
+    /// The database as a table, one build a line; `?` marks unconfirmed values.
+    pub fn table(&self, only: Option<&Version>) -> String {
+        let db = self;
+        let q = |value: String, field: &str, marks: &[String]| {
+            if marks.iter().any(|m| m == field) {
+                format!("{value}?")
+            } else {
+                value
+            }
+        };
+        let mut out = format!(
+            "{:<6} {:<6} {:<3} {:<10} {:<5} {:<9} {:<11} {:<8} {:<5} {:<4} {:<16} {}\n",
+            "torch",
+            "build",
+            "def",
+            "python",
+            "cuda",
+            "runtime",
+            "cudnn",
+            "nccl",
+            "glibc",
+            "abi",
+            "archs",
+            "driver>="
+        );
+        for r in db
+            .releases
+            .iter()
+            .filter(|r| only.is_none_or(|v| r.release == *v))
+        {
+            for v in &r.variants {
+                let archs = match (v.archs.first(), v.archs.last()) {
+                    (Some(lo), Some(hi)) => {
+                        format!("{lo}..{}", hi.to_string().trim_start_matches("sm_"))
+                    }
+                    _ => String::new(),
+                };
+                let archs = match v.ptx {
+                    Some(Arch { major, minor }) => format!("{archs}+ptx{major}{minor}"),
+                    None => archs,
+                };
+                let floor = db
+                    .family_floor(v.cuda.major())
+                    .map(|f| format!("{}{}", f.min_driver, if f.unconfirmed { "?" } else { "" }))
+                    .unwrap_or_default();
+                let opt = |o: &Option<Version>| {
+                    o.as_ref()
+                        .map(Version::to_string)
+                        .unwrap_or_else(|| "-".into())
+                };
+                let runtime = v.cuda_runtime.clone().unwrap_or_else(|| "-".into());
+                out.push_str(&format!(
+                    "{:<6} {:<6} {:<3} {:<10} {:<5} {:<9} {:<11} {:<8} {:<5} {:<4} {:<16} {}\n",
+                    r.release.to_string(),
+                    v.tag,
+                    if v.pypi_default { "*" } else { "" },
+                    format!(
+                        "{}-{}",
+                        r.python.first().map(String::as_str).unwrap_or("?"),
+                        r.python.last().map(String::as_str).unwrap_or("?")
+                    ),
+                    v.cuda.to_string(),
+                    q(runtime, "cuda_runtime", &v.unconfirmed),
+                    q(opt(&v.cudnn), "cudnn", &v.unconfirmed),
+                    q(opt(&v.nccl), "nccl", &v.unconfirmed),
+                    r.glibc.to_string(),
+                    if r.cxx11_abi { "cxx11" } else { "old" },
+                    q(archs, "archs", &v.unconfirmed),
+                    floor,
+                ));
+            }
+        }
+        out.push_str(
+            "def: the PyPI default build; ?: not confirmed from the shipped wheel; -: unknown\n",
+        );
+        out
+    }
+
     /// The database embedded in this binary.
     pub fn embedded() -> &'static Compat {
         static DB: OnceLock<Compat> = OnceLock::new();

@@ -201,6 +201,52 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
     })
 }
 
+impl Inspection {
+    /// The human view: pins, layers, presets with provenance, environment.
+    pub fn to_text(&self) -> String {
+        let info = self;
+        let mut out = format!(
+            "image     {}\nmanifest  {}\nplatform  {}\n",
+            info.image, info.manifest, info.platform
+        );
+        if let Some(c) = &info.created {
+            out.push_str(&format!("created   {c}\n"));
+        }
+        out.push_str("pins\n");
+        for (k, v) in info
+            .labels
+            .iter()
+            .filter(|(k, _)| k.starts_with("io.gpubake."))
+        {
+            out.push_str(&format!(
+                "  {:<28} {}\n",
+                k.trim_start_matches("io.gpubake."),
+                v.as_str().unwrap_or("")
+            ));
+        }
+        out.push_str("layers\n");
+        for l in &info.layers {
+            out.push_str(&format!(
+                "  {} {:>9}  {}\n",
+                l.digest,
+                human_size(l.size),
+                l.created_by
+            ));
+        }
+        if let Some(p) = &info.presets {
+            out.push_str("presets\n");
+            for (k, v) in &p.0 {
+                out.push_str(&format!("  {k}={}  ({})\n", v.value, v.origin.by));
+            }
+        }
+        out.push_str("env\n");
+        for e in &info.env {
+            out.push_str(&format!("  {e}\n"));
+        }
+        out
+    }
+}
+
 /// One check of `verify`.
 #[derive(Debug, Serialize)]
 pub struct Check {
