@@ -732,17 +732,26 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
     };
     match action {
         PresetAction::List => {
+            #[derive(serde::Serialize)]
+            struct Row {
+                name: String,
+                description: String,
+                extends: Vec<String>,
+                requires_nccl: Option<String>,
+                debug: bool,
+                file: String,
+            }
             let mut rows = Vec::new();
             for name in catalog.names() {
                 let p = catalog.load(&name, &here, None)?;
-                rows.push(serde_json::json!({
-                    "name": name,
-                    "description": p.file.description,
-                    "extends": p.file.extends,
-                    "requires_nccl": p.file.requires.nccl.as_ref().map(|c| c.to_string()),
-                    "debug": p.file.debug,
-                    "file": p.doc.name(),
-                }));
+                rows.push(Row {
+                    name,
+                    requires_nccl: p.file.requires.nccl.as_ref().map(ToString::to_string),
+                    debug: p.file.debug,
+                    file: p.doc.name().to_string(),
+                    description: p.file.description,
+                    extends: p.file.extends,
+                });
             }
             if json {
                 println!(
@@ -751,27 +760,12 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
                 );
             } else {
                 for r in &rows {
-                    let extends = r["extends"].as_array().map(|a| a.len()).unwrap_or(0);
-                    let ext = if extends > 0 {
-                        format!(
-                            " (extends {})",
-                            r["extends"]
-                                .as_array()
-                                .unwrap()
-                                .iter()
-                                .map(|v| v.as_str().unwrap_or(""))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    } else {
+                    let extends = if r.extends.is_empty() {
                         String::new()
+                    } else {
+                        format!(" (extends {})", r.extends.join(", "))
                     };
-                    println!(
-                        "{:<12} {}{}",
-                        r["name"].as_str().unwrap_or(""),
-                        r["description"].as_str().unwrap_or(""),
-                        ext
-                    );
+                    println!("{:<12} {}{extends}", r.name, r.description);
                 }
             }
         }

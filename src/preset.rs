@@ -339,7 +339,7 @@ impl MergedEnv {
     }
 }
 
-/// The NCCL versions every layer needs, joined; None when no layer says.
+/// The NCCL constraint of every layer that states one, with the layer's name.
 pub fn nccl_requirement(layers: &[Preset]) -> Vec<(Constraint, String)> {
     layers
         .iter()

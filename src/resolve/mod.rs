@@ -115,12 +115,13 @@ pub fn load_layers(loaded: &LoadedRecipe, opts: &Options) -> Result<Vec<Preset>>
     catalog.layers(&names, from_dir.as_deref())
 }
 
+/// The directory relative preset paths are read from: the recipe's own, when it is a file
+/// on disk (the built-in recipes are not).
 fn recipe_dir(loaded: &LoadedRecipe) -> Option<PathBuf> {
-    let name = loaded.doc.name();
-    Path::new(name)
-        .parent()
-        .filter(|_| !name.starts_with("recipes/") || Path::new(name).exists())
-        .map(Path::to_path_buf)
+    let path = Path::new(loaded.doc.name());
+    path.is_file()
+        .then(|| path.parent().map(Path::to_path_buf))
+        .flatten()
 }
 
 /// The presets merged in order, then the recipe's own `env` on top.
