@@ -108,30 +108,24 @@ fn main() {
 
     let mut rows: Vec<(String, Duration)> = Vec::new();
     for compression in ["gzip", "zstd"] {
-        write_recipe("WARN");
         let out = work.join(format!("out-{compression}"));
         let _ = std::fs::remove_dir_all(&out);
-        let d = run(Command::new(gpubake)
-            .arg("build")
-            .arg(&recipe)
-            .arg("--from")
-            .arg(format!("oci:{}:latest", base.display()))
-            .arg("--to")
-            .arg(format!("oci:{}:v1", out.display()))
-            .args(["--compression", compression]));
-        rows.push((format!("gpubake build, first ({compression})"), d));
+        let build = || {
+            run(Command::new(gpubake)
+                .arg("build")
+                .arg(&recipe)
+                .arg("--from")
+                .arg(format!("oci:{}:latest", base.display()))
+                .arg("--to")
+                .arg(format!("oci:{}:v1", out.display()))
+                .args(["--compression", compression]))
+        };
+        write_recipe("WARN");
+        rows.push((format!("gpubake build, first ({compression})"), build()));
         write_recipe("INFO");
-        let d = run(Command::new(gpubake)
-            .arg("build")
-            .arg(&recipe)
-            .arg("--from")
-            .arg(format!("oci:{}:latest", base.display()))
-            .arg("--to")
-            .arg(format!("oci:{}:v1", out.display()))
-            .args(["--compression", compression]));
         rows.push((
             format!("gpubake rebuild after a preset change ({compression})"),
-            d,
+            build(),
         ));
     }
 

@@ -5,11 +5,10 @@
 //! inside a container of the image on the GPUs asked for, and folds its report in.
 
 use crate::engine::{Engine, Gpus};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::image::Transport;
 use crate::image::build::{Opened, open};
-use crate::image::inspect::{human_size, read_file, verify};
-use crate::image::layout::digest_of;
+use crate::image::inspect::{config_of, human_size, read_file, strings, verify_opened};
 use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::probe::report::{Report, Status};
@@ -68,7 +67,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.desc.digest().to_string()));
 
-    let verification = verify(image)?;
+    let verification = verify_opened(&opened, image)?;
     for c in &verification.checks {
         report.push(
             "structure",
@@ -77,21 +76,16 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
             c.detail.clone(),
         );
     }
-    let config = config(&opened)?;
+    let config = config_of(&opened)?;
     let lock: Option<Lock> = read_file(&opened.layout, &opened.manifest, LOCK_PATH_IN_IMAGE)?
         .and_then(|b| serde_yaml::from_slice(&b).ok());
-    let env: Vec<(String, String)> = config["config"]["Env"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| {
-                    v.as_str()?
-                        .split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                })
-                .collect()
+    let env: Vec<(String, String)> = strings(&config["config"]["Env"])
+        .into_iter()
+        .filter_map(|e| {
+            e.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
         })
-        .unwrap_or_default();
+        .collect();
     preset_lint(&env, lock.as_ref(), &mut report);
     require_cuda(&env, lock.as_ref(), &mut report);
     secrets(&env, &mut report);
@@ -121,13 +115,6 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     }
     report.seconds = start.elapsed().as_secs_f64();
     Ok((report, code))
-}
-
-fn config(opened: &Opened) -> Result<Value> {
-    let desc = opened.manifest.config();
-    let digest = digest_of(desc)?;
-    serde_json::from_slice(&opened.layout.read_blob(&digest, Some(desc.size()))?)
-        .map_err(|e| Error::image(opened.layout.describe(), format!("config {digest}: {e}")))
 }
 
 fn preset_lint(env: &[(String, String)], lock: Option<&Lock>, report: &mut Report) {

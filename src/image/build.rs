@@ -6,6 +6,7 @@
 
 use super::archive;
 use super::digest::HashingReader;
+use super::inspect::strings;
 use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
 use super::layout::{Layout, REF_NAME, digest_of};
 use super::transport::Transport;
@@ -208,14 +209,7 @@ pub fn build(
             .read_blob(&config_digest, Some(config_desc.size()))?,
     )
     .map_err(|e| Error::image(&base_ref, format!("config {config_digest}: {e}")))?;
-    let base_diff_ids: Vec<String> = config["rootfs"]["diff_ids"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let base_diff_ids: Vec<String> = strings(&config["rootfs"]["diff_ids"]);
     if base_diff_ids.len() != base.manifest.layers().len() {
         return Err(Error::image(
             &base_ref,
@@ -409,14 +403,7 @@ fn edit_config(
     if !config["config"].is_object() {
         config["config"] = json!({});
     }
-    let mut env: Vec<String> = config["config"]["Env"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut env: Vec<String> = strings(&config["config"]["Env"]);
     for (name, value) in lock.image_env() {
         let line = format!("{name}={value}");
         match env

@@ -135,14 +135,16 @@ pub struct Inspection {
     pub presets: Option<MergedEnv>,
 }
 
-fn config_of(img: &Opened) -> Result<Value> {
+/// The image's config, read and verified.
+pub fn config_of(img: &Opened) -> Result<Value> {
     let desc = img.manifest.config();
     let digest = digest_of(desc)?;
     serde_json::from_slice(&img.layout.read_blob(&digest, Some(desc.size()))?)
         .map_err(|e| Error::image(img.layout.describe(), format!("config {digest}: {e}")))
 }
 
-fn strings(v: &Value) -> Vec<String> {
+/// The strings of a JSON list (`Env`, `diff_ids`); empty when it is not one.
+pub fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
@@ -289,7 +291,11 @@ impl Verification {
 /// Re-hashes every blob and checks structure and consistency. A missing blob or an
 /// unreadable index is an error (exit 2); content that does not match is a failed check.
 pub fn verify(image: &Transport) -> Result<Verification> {
-    let img = open(image)?;
+    verify_opened(&open(image)?, image)
+}
+
+/// [`verify`] on an image already opened.
+pub fn verify_opened(img: &Opened, image: &Transport) -> Result<Verification> {
     let mut v = Verification {
         image: image.to_string(),
         checks: Vec::new(),
@@ -327,7 +333,7 @@ pub fn verify(image: &Transport) -> Result<Verification> {
         },
     );
 
-    let config = match config_of(&img) {
+    let config = match config_of(img) {
         Ok(c) => {
             v.check("config blob", Ok(m.config().digest().to_string()));
             c
@@ -373,7 +379,7 @@ pub fn verify(image: &Transport) -> Result<Verification> {
         };
         v.check(format!("layer {}", i + 1), result);
     }
-    consistency(&img, &config, &mut v)?;
+    consistency(img, &config, &mut v)?;
     Ok(v)
 }
 

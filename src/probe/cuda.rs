@@ -283,6 +283,28 @@ pub fn p2p(a: &Device, b: &Device, bytes: usize, iters: u32) -> R<(f64, f64, f64
     Ok((uni, both, latency))
 }
 
+/// Average seconds of one `op` across `devices`: one warm-up run, then `iters` runs between
+/// events on every GPU's stream; the slowest GPU's time counts.
+fn timed(devices: &[Device], iters: u32, mut op: impl FnMut() -> R<()>) -> R<f64> {
+    op()?;
+    devices.iter().try_for_each(Device::sync)?;
+    let timers: Vec<Timer> = devices.iter().map(Timer::new).collect::<R<_>>()?;
+    for (t, d) in timers.iter().zip(devices) {
+        t.begin(d)?;
+    }
+    for _ in 0..iters {
+        op()?;
+    }
+    for (t, d) in timers.iter().zip(devices) {
+        t.end(d)?;
+    }
+    let mut worst = 0f64;
+    for t in &timers {
+        worst = worst.max(t.seconds()?);
+    }
+    Ok(worst / f64::from(iters))
+}
+
 /// The kernel's argument block; must match `struct Args` in allreduce.cu.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -538,23 +560,8 @@ impl<'a> Ranks<'a> {
 
     /// Average seconds of one all-reduce over `iters` launches (after a warm-up launch).
     pub fn time(&mut self, dtype: Dtype, algo: Algo, n: u64, iters: u32) -> R<f64> {
-        self.launch(dtype, algo, n)?;
-        self.sync()?;
-        let timers: Vec<Timer> = self.devices.iter().map(Timer::new).collect::<R<_>>()?;
-        for (t, d) in timers.iter().zip(self.devices) {
-            t.begin(d)?;
-        }
-        for _ in 0..iters {
-            self.launch(dtype, algo, n)?;
-        }
-        for (t, d) in timers.iter().zip(self.devices) {
-            t.end(d)?;
-        }
-        let mut worst = 0f64;
-        for t in &timers {
-            worst = worst.max(t.seconds()?);
-        }
-        Ok(worst / f64::from(iters))
+        let devices = self.devices;
+        timed(devices, iters, || self.launch(dtype, algo, n))
     }
 
     /// NCCL on the same buffers: average seconds of one all-reduce, one rank per GPU.
@@ -595,25 +602,7 @@ impl<'a> Ranks<'a> {
             nccl::group_end().map_err(|e| format!("{e:?}"))?;
             Ok(())
         };
-        let result = (|| {
-            run()?;
-            self.sync()?;
-            let timers: Vec<Timer> = self.devices.iter().map(Timer::new).collect::<R<_>>()?;
-            for (t, d) in timers.iter().zip(self.devices) {
-                t.begin(d)?;
-            }
-            for _ in 0..iters {
-                run()?;
-            }
-            for (t, d) in timers.iter().zip(self.devices) {
-                t.end(d)?;
-            }
-            let mut worst = 0f64;
-            for t in &timers {
-                worst = worst.max(t.seconds()?);
-            }
-            Ok(worst / f64::from(iters))
-        })();
+        let result = timed(self.devices, iters, run);
         for c in comms {
             let _ = unsafe { nccl::comm_destroy(c) };
         }
