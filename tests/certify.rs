@@ -14,18 +14,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-fn tools() -> bool {
-    let ok = Command::new("umoci")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "CI installs umoci");
-        eprintln!("skipped: umoci is not available to make the base image");
-    }
-    ok
-}
-
 /// Builds an image from a recipe with extra lines into `dir/out:v1`; returns the reference.
 fn build(dir: &Path, extra: &str) -> String {
     let recipe = write(
@@ -57,7 +45,7 @@ fn certify(image: &str, extra: &[&str]) -> (i32, String) {
 
 #[test]
 fn a_clean_image_is_certified_and_the_certificate_is_written() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -97,7 +85,7 @@ fn a_clean_image_is_certified_and_the_certificate_is_written() {
 
 #[test]
 fn certify_names_what_fails() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -158,7 +146,7 @@ fn certify_names_what_fails() {
 /// Rewrites the image's config so a label disagrees with the lock baked into the layers.
 #[test]
 fn labels_that_disagree_with_the_lock_fail() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -208,7 +196,7 @@ fn engine() -> Option<Engine> {
 
 #[test]
 fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let Some(engine) = engine() else { return };
@@ -250,7 +238,7 @@ fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
 
 #[test]
 fn asking_for_gpus_without_a_gpu_runtime_exits_3() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     if engine().is_none() || Path::new("/dev/nvidia0").exists() {
@@ -273,7 +261,7 @@ fn asking_for_gpus_without_a_gpu_runtime_exits_3() {
 
 #[test]
 fn a_missing_engine_is_an_environment_problem() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -318,7 +306,7 @@ fn docker(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let Some(engine) = engine() else { return };
@@ -385,7 +373,7 @@ fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
 
 #[test]
 fn refused_engine_builds_leave_no_tag() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let Some(engine) = engine() else { return };
@@ -444,7 +432,7 @@ fn refused_engine_builds_leave_no_tag() {
 /// is reached through a socat proxy that the test kills while a step runs.
 #[test]
 fn losing_the_engine_mid_build_leaves_no_tag() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let Some(engine) = engine() else { return };

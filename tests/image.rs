@@ -13,26 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// True when `tool` runs; in CI its absence fails the test instead of skipping it.
-fn have(tool: &str, arg: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg(arg)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI installs {tool}; it must run"
-        );
-        eprintln!("skipped: {tool} is not available");
-    }
-    ok
-}
-
-fn tools() -> bool {
-    have("umoci", "--version") && have("skopeo", "--version") && Path::new("/bin/busybox").exists()
-}
-
+/// Runs `cmd`, failing the test with its output unless it succeeds; returns its stdout.
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
@@ -75,7 +56,7 @@ fn oci(dir: &Path, tag: &str) -> String {
 
 #[test]
 fn skopeo_umoci_and_docker_read_the_image() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -148,7 +129,7 @@ fn skopeo_umoci_and_docker_read_the_image() {
     let v = gpubake(&["verify", &format!("docker-archive:{}", archive.display())]);
     assert_exit(&v, 0);
 
-    if !have("docker", "info") {
+    if !common::have("docker", "info") {
         return;
     }
     let tar = dir.path().join("image.tar");
@@ -168,7 +149,7 @@ fn skopeo_umoci_and_docker_read_the_image() {
 
 #[test]
 fn two_builds_give_the_same_digest() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -212,7 +193,7 @@ fn two_builds_give_the_same_digest() {
 
 #[test]
 fn a_preset_change_rewrites_only_the_small_layers() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -279,7 +260,7 @@ fn flip(layout: &Path, digest: &str) {
 
 #[test]
 fn verify_names_a_tampered_blob() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -314,7 +295,7 @@ fn verify_names_a_tampered_blob() {
 
 #[test]
 fn broken_layouts_exit_2_with_a_clear_message() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -374,7 +355,7 @@ fn broken_layouts_exit_2_with_a_clear_message() {
 
 #[test]
 fn a_killed_build_leaves_the_previous_image_readable() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -441,7 +422,7 @@ fn a_killed_build_leaves_the_previous_image_readable() {
 
 #[test]
 fn concurrent_builds_into_one_layout_both_land() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -700,7 +681,7 @@ fn unsupported_sources_say_what_to_do() {
 
 #[test]
 fn inspect_shows_pins_presets_and_layers() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -732,7 +713,7 @@ fn inspect_shows_pins_presets_and_layers() {
 /// The layer cache trusts path, size and mtime; --no-cache reads the files again.
 #[test]
 fn no_cache_sees_a_change_that_keeps_size_and_mtime() {
-    if !tools() {
+    if !common::tools() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

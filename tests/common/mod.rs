@@ -87,3 +87,26 @@ pub fn base() -> PathBuf {
     })
     .clone()
 }
+
+/// True when `tool` runs; in CI its absence fails the test instead of skipping it.
+pub fn have(tool: &str, arg: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs {tool}; it must run"
+        );
+        eprintln!("skipped: {tool} is not available");
+    }
+    ok
+}
+
+/// The tools the image tests need: umoci and busybox for the base, skopeo to read images.
+pub fn tools() -> bool {
+    have("umoci", "--version")
+        && have("skopeo", "--version")
+        && std::path::Path::new("/bin/busybox").exists()
+}
