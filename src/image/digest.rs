@@ -114,6 +114,11 @@ impl<W: Write> HashingWriter<W> {
     pub fn into_inner(self) -> W {
         self.inner
     }
+
+    /// The wrapped writer, borrowed.
+    pub fn get_ref(&self) -> &W {
+        &self.inner
+    }
 }
 
 impl<W: Write> Write for HashingWriter<W> {
