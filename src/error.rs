@@ -82,6 +82,18 @@ pub enum Error {
     /// The Docker engine refused a build: a failing step, a missing base image.
     #[error("{0}")]
     Build(String),
+    /// The Python closure cannot be resolved, or a pylock is malformed, stale or disagrees
+    /// with the lock.
+    #[error("{0}")]
+    Closure(String),
+    /// A wheel is damaged or does not match its lock: a hash, a RECORD entry, a file clash.
+    #[error("{wheel}: {message}")]
+    Wheel {
+        /// The wheel file or its name.
+        wheel: String,
+        /// What is wrong.
+        message: String,
+    },
     /// Something the environment should provide is missing: a Docker engine, a GPU runtime.
     #[error("{0}")]
     Environment(String),
@@ -135,7 +147,9 @@ impl Error {
             | Error::Usage(_)
             | Error::Image { .. }
             | Error::Unsupported(_)
-            | Error::Build(_) => 2,
+            | Error::Build(_)
+            | Error::Wheel { .. }
+            | Error::Closure(_) => 2,
             Error::Environment(_) => 3,
         }
     }

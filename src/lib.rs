@@ -10,6 +10,7 @@
 
 pub mod certify;
 pub mod cli;
+pub mod closure;
 pub mod compat;
 pub mod document;
 pub mod engine;
@@ -24,5 +25,6 @@ pub mod recipe;
 pub mod render;
 pub mod resolve;
 pub mod version;
+pub mod wheel;
 
 pub use error::{Error, Result};

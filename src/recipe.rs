@@ -52,9 +52,13 @@ pub struct Recipe {
     /// Extra image labels.
     #[serde(default)]
     pub labels: UniqueMap<String>,
-    /// Extra pip requirements (`transformers==4.57.1`).
+    /// Extra pip requirements (`transformers==4.57.1`), resolved together with PyTorch.
     #[serde(default)]
     pub pip: Vec<String>,
+    /// The package index the closure is resolved from, instead of PyPI (or instead of the
+    /// PyTorch index for builds that are not on PyPI): a PEP 503 simple index URL.
+    #[serde(default)]
+    pub index: Option<String>,
     /// Files and directories copied into the image by `gpubake build`.
     #[serde(default)]
     pub files: Vec<FileSpec>,
@@ -100,12 +104,13 @@ pub fn field_help(field: &str) -> Option<String> {
         "env" => "a mapping of environment variables to string values",
         "labels" => "a mapping of label keys to string values",
         "pip" => "a list of pip requirements such as `transformers==4.57.1`",
+        "index" => "a package index URL such as `https://download.pytorch.org/whl/cu126`",
         "files" => {
             "a list of `{src: ./train, dest: /workspace/train, mode: \"0755\"}`; src relative to the recipe"
         }
         _ => {
             "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
-             driver, presets, env, labels, pip, files"
+             driver, presets, env, labels, pip, index, files"
         }
     };
     Some(text.to_string())
@@ -134,6 +139,27 @@ impl LoadedRecipe {
     pub fn builtin(file: &str) -> Option<Self> {
         let text = BUILTIN_RECIPES.get_file(file)?.contents_utf8()?;
         Self::parse(Document::from_text(format!("recipes/{file}"), text)).ok()
+    }
+
+    /// The recipe's `files:` with their sources resolved against the recipe's directory; a
+    /// missing source is an error naming its field.
+    pub fn file_sources(&self) -> Result<Vec<(std::path::PathBuf, &FileSpec)>> {
+        let base_dir = Path::new(self.doc.name())
+            .parent()
+            .unwrap_or(Path::new("."));
+        let mut out = Vec::new();
+        for (i, f) in self.recipe.files.iter().enumerate() {
+            let src = base_dir.join(&f.src);
+            if !src.exists() {
+                return Err(self.doc.invalid(
+                    &["files", &i.to_string(), "src"],
+                    format!("{} does not exist", src.display()),
+                    Some("a file or directory relative to the recipe".into()),
+                ));
+            }
+            out.push((src, f));
+        }
+        Ok(out)
     }
 
     /// Parses and checks a document as a recipe.
@@ -197,6 +223,17 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
                 field_help("pip"),
             ));
         }
+    }
+    if let Some(index) = &recipe.index
+        && !(index.starts_with("https://")
+            || index.starts_with("http://")
+            || index.starts_with("file://"))
+    {
+        return Err(doc.invalid(
+            &["index"],
+            format!("`{index}` is not an index URL"),
+            field_help("index"),
+        ));
     }
     Ok(())
 }

@@ -1,0 +1,691 @@
+//! The Python closure of a lock: every wheel the image installs, each with its URL, size and
+//! sha256, as a PEP 751 lock (`pylock.<name>.toml`) resolved for the image's platform rather
+//! than the host's.
+//!
+//! uv is the resolver front-end: it evaluates markers for the target interpreter and expands
+//! manylinux tags, which pip does not do for a foreign platform. gpubake checks what uv chose
+//! against the lock's pins and records the inputs of the resolution in `[tool.gpubake]`, so a
+//! closure that no longer matches its recipe is refused instead of silently installed.
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::version::Version;
+use crate::wheel::cache::WheelRef;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The manylinux targets uv can resolve for, oldest first (glibc major, minor).
+const MANYLINUX: &[(u64, u64)] = &[
+    (2, 17),
+    (2, 28),
+    (2, 31),
+    (2, 32),
+    (2, 33),
+    (2, 34),
+    (2, 35),
+    (2, 36),
+    (2, 37),
+    (2, 38),
+    (2, 39),
+    (2, 40),
+];
+
+/// How long one resolution may take before it is called hung.
+const UV_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A PEP 751 lock file, as far as gpubake reads it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Pylock {
+    /// The format version (`1.0`).
+    pub lock_version: String,
+    /// What wrote it.
+    #[serde(default)]
+    pub created_by: Option<String>,
+    /// The Python versions it is for.
+    #[serde(default)]
+    pub requires_python: Option<String>,
+    /// Every package of the closure.
+    #[serde(default)]
+    pub packages: Vec<Package>,
+    /// Tool tables; gpubake keeps the inputs of the resolution in `tool.gpubake`.
+    #[serde(default)]
+    pub tool: BTreeMap<String, toml::Value>,
+}
+
+/// One package of the closure.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Package {
+    /// The distribution name.
+    pub name: String,
+    /// The exact version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Its wheels; a lock for one platform lists exactly one.
+    #[serde(default)]
+    pub wheels: Vec<WheelEntry>,
+    /// A source distribution, which gpubake never builds.
+    #[serde(default)]
+    pub sdist: Option<toml::Value>,
+}
+
+/// One wheel file of a package.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WheelEntry {
+    /// The file name, when not the last segment of the URL.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Where to download it.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Its size in bytes.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// Its digests by algorithm.
+    #[serde(default)]
+    pub hashes: BTreeMap<String, String>,
+}
+
+/// What a closure was resolved from: if any of it changes, the closure is stale.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Inputs {
+    /// The requirements given to the resolver, in order.
+    pub requirements: Vec<String>,
+    /// The target interpreter (`3.11`).
+    pub python: String,
+    /// The target platform (`x86_64-manylinux_2_28`).
+    pub platform: String,
+    /// The indexes, primary first; empty for PyPI.
+    pub indexes: Vec<String>,
+}
+
+/// A closure read from (or written to) a file, with its inputs checked.
+#[derive(Clone, Debug)]
+pub struct Closure {
+    /// Where it lives.
+    pub path: PathBuf,
+    /// The file's text, as written.
+    pub text: String,
+    /// Its content.
+    pub pylock: Pylock,
+    /// The wheels to install, one per package, in the file's order.
+    pub wheels: Vec<WheelRef>,
+}
+
+/// The file name of the closure of recipe `name`, as uv requires it to be spelled.
+pub fn file_name(recipe_name: &str) -> String {
+    // PEP 751 allows no dots in the name part.
+    format!("pylock.{}.toml", recipe_name.replace('.', "-"))
+}
+
+/// The inputs of a lock's closure: PyTorch as the lock pins it, the recipe's extras, and the
+/// image's interpreter and platform.
+pub fn inputs(lock: &Lock, index: Option<&str>) -> Result<Inputs> {
+    let python_label = lock
+        .labels
+        .get("io.gpubake.python")
+        .cloned()
+        .unwrap_or_default();
+    if python_label.ends_with('t') {
+        return Err(Error::Unsupported(format!(
+            "the free-threaded Python {python_label} has no closure support yet: \
+             ask for `python: \"{}\"`",
+            python_label.trim_end_matches('t')
+        )));
+    }
+    let python = lock
+        .python
+        .version
+        .as_ref()
+        .map(Version::to_string)
+        .ok_or_else(|| Error::Unsupported("the lock pins no Python version".into()))?;
+    // PyPI's build carries no local version label (`+cu128`); every other build comes from
+    // the PyTorch index, whose versions do.
+    let torch = if lock.torch.pypi_default && index.is_none() {
+        format!("torch=={}", lock.torch.version)
+    } else {
+        lock.torch.requirement.clone()
+    };
+    let mut requirements = vec![torch];
+    requirements.extend(lock.pip.iter().cloned());
+    let indexes = match index {
+        Some(url) => vec![url.to_string()],
+        None if lock.torch.pypi_default => Vec::new(),
+        None => vec![lock.torch.index_url.clone()],
+    };
+    let glibc = lock
+        .platform
+        .base_glibc
+        .as_ref()
+        .unwrap_or(&lock.platform.glibc);
+    Ok(Inputs {
+        requirements,
+        python,
+        platform: platform_for(glibc),
+        indexes,
+    })
+}
+
+/// The newest manylinux target uv knows that the base's glibc can run.
+fn platform_for(glibc: &Version) -> String {
+    let (major, minor) = (glibc.major(), glibc.minor());
+    let (a, b) = MANYLINUX
+        .iter()
+        .rev()
+        .find(|(a, b)| (*a, *b) <= (major, minor))
+        .copied()
+        .unwrap_or(MANYLINUX[0]);
+    format!("x86_64-manylinux_{a}_{b}")
+}
+
+/// Resolves the closure with uv and writes it to `path` atomically; checks it against the lock
+/// first, so a closure that contradicts the lock is never written.
+pub fn resolve(lock: &Lock, inputs: &Inputs, path: &Path) -> Result<Closure> {
+    let uv = which_uv()?;
+    let work = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let req = work.path().join("requirements.in");
+    std::fs::write(&req, inputs.requirements.join("\n") + "\n").map_err(|e| Error::io(&req, e))?;
+    let mut cmd = Command::new(&uv);
+    cmd.current_dir(work.path())
+        .args([
+            "pip",
+            "compile",
+            "requirements.in",
+            "--format",
+            "pylock.toml",
+        ])
+        .args(["--python-platform", &inputs.platform])
+        .args(["--python-version", &inputs.python])
+        .args([
+            "--only-binary",
+            ":all:",
+            "--no-python-downloads",
+            "--no-header",
+        ])
+        .args(["--no-config", "--quiet", "-o", "pylock.toml"]);
+    if let Some((primary, rest)) = inputs.indexes.split_first() {
+        cmd.args(["--index-url", primary]);
+        for extra in rest {
+            cmd.args(["--extra-index-url", extra]);
+        }
+    }
+    let stderr = run_bounded(cmd, &uv)?;
+    let out = work.path().join("pylock.toml");
+    let body = match std::fs::read_to_string(&out) {
+        Ok(body) => body,
+        Err(_) => return Err(uv_failure(inputs, &stderr)),
+    };
+    let version = uv_version(&uv);
+    let text = format!(
+        "# The Python closure of recipe `{}` for {} / CPython {}, resolved by {version}.\n\
+         # Written by `gpubake resolve`; do not edit. Every wheel is installed by its sha256.\n\
+         {body}\n{}",
+        lock.recipe.name,
+        inputs.platform,
+        inputs.python,
+        tool_table(inputs)
+    );
+    let closure = parse(path, &text)?;
+    check_pins(lock, &closure)?;
+    crate::fsutil::write_atomic(path, text.as_bytes())?;
+    Ok(closure)
+}
+
+/// The closure a build installs: `explicit` when given, else `pylock.<name>.toml` beside the
+/// recipe when it exists, else a fresh resolution written there (or, for a built-in recipe,
+/// to a temporary file). `offline` refuses to resolve.
+pub fn for_build(
+    lock: &Lock,
+    recipe_file: Option<&Path>,
+    explicit: Option<&Path>,
+    index: Option<&str>,
+    offline: bool,
+) -> Result<(Closure, Option<tempfile::TempDir>)> {
+    let inputs = inputs(lock, index)?;
+    if let Some(path) = explicit {
+        return Ok((read(path, lock, &inputs)?, None));
+    }
+    let beside = recipe_file.map(|r| {
+        r.parent()
+            .unwrap_or(Path::new(""))
+            .join(file_name(&lock.recipe.name))
+    });
+    if let Some(path) = beside.as_ref().filter(|p| p.exists()) {
+        return Ok((read(path, lock, &inputs)?, None));
+    }
+    if offline {
+        return Err(Error::Environment(format!(
+            "--offline needs the closure: no {} exists; write it with              `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
+            beside
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| file_name(&lock.recipe.name))
+        )));
+    }
+    match beside {
+        Some(path) => {
+            let closure = resolve(lock, &inputs, &path)?;
+            eprintln!("wrote {}", path.display());
+            Ok((closure, None))
+        }
+        None => {
+            let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            let path = dir.path().join(file_name(&lock.recipe.name));
+            Ok((resolve(lock, &inputs, &path)?, Some(dir)))
+        }
+    }
+}
+
+/// Reads a closure and checks that it was resolved from `inputs` and agrees with the lock.
+pub fn read(path: &Path, lock: &Lock, inputs: &Inputs) -> Result<Closure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let closure = parse(path, &text)?;
+    let recorded = recorded_inputs(&closure.pylock).ok_or_else(|| {
+        Error::Closure(format!(
+            "{}: no [tool.gpubake] table says what it was resolved from; \
+             write it with `gpubake resolve RECIPE -o LOCK`",
+            path.display()
+        ))
+    })?;
+    if &recorded != inputs {
+        return Err(Error::Closure(format!(
+            "{} is stale: it was resolved for {}, the recipe now asks for {}; \
+             run `gpubake resolve RECIPE -o LOCK` again",
+            path.display(),
+            describe(&recorded),
+            describe(inputs)
+        )));
+    }
+    check_pins(lock, &closure)?;
+    Ok(closure)
+}
+
+fn describe(inputs: &Inputs) -> String {
+    format!(
+        "[{}] on CPython {} / {}{}",
+        inputs.requirements.join(", "),
+        inputs.python,
+        inputs.platform,
+        if inputs.indexes.is_empty() {
+            String::new()
+        } else {
+            format!(" from {}", inputs.indexes.join(", "))
+        }
+    )
+}
+
+/// Parses PEP 751 text and lists its wheels; refuses anything gpubake cannot install by hash.
+pub fn parse(path: &Path, text: &str) -> Result<Closure> {
+    let at = path.display().to_string();
+    let pylock: Pylock = toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
+            .unwrap_or(0);
+        Error::Closure(format!("{at}:{line}: not a PEP 751 lock: {}", e.message()))
+    })?;
+    if !pylock.lock_version.starts_with("1.") {
+        return Err(Error::Closure(format!(
+            "{at}: lock-version {} is not one gpubake reads (1.x)",
+            pylock.lock_version
+        )));
+    }
+    let mut wheels = Vec::new();
+    for (i, p) in pylock.packages.iter().enumerate() {
+        let field = format!("{at}: packages[{i}] ({})", p.name);
+        let version = p
+            .version
+            .clone()
+            .ok_or_else(|| Error::Closure(format!("{field}: no exact version")))?;
+        let wheel = match p.wheels.as_slice() {
+            [one] => one,
+            [] if p.sdist.is_some() => {
+                return Err(Error::Closure(format!(
+                    "{field}: only a source distribution; gpubake installs wheels only"
+                )));
+            }
+            [] => return Err(Error::Closure(format!("{field}: no wheel"))),
+            many => {
+                return Err(Error::Closure(format!(
+                    "{field}: {} wheels; a closure for one platform names exactly one",
+                    many.len()
+                )));
+            }
+        };
+        let url = wheel
+            .url
+            .clone()
+            .ok_or_else(|| Error::Closure(format!("{field}: the wheel has no url")))?;
+        let sha256 = wheel
+            .hashes
+            .get("sha256")
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(|| Error::Closure(format!("{field}: the wheel has no sha256")))?;
+        wheels.push(WheelRef {
+            name: p.name.clone(),
+            version,
+            url,
+            size: wheel.size,
+            sha256: sha256.to_ascii_lowercase(),
+        });
+    }
+    Ok(Closure {
+        path: path.to_path_buf(),
+        text: text.to_string(),
+        pylock,
+        wheels,
+    })
+}
+
+fn tool_table(inputs: &Inputs) -> String {
+    let mut gpubake = toml::Table::new();
+    gpubake.insert(
+        "gpubake".into(),
+        toml::Value::try_from(inputs).expect("inputs serialize"),
+    );
+    let mut tool = toml::Table::new();
+    tool.insert("tool".into(), toml::Value::Table(gpubake));
+    toml::to_string(&tool).expect("tables serialize")
+}
+
+impl Closure {
+    /// What it was resolved from, as its `[tool.gpubake]` table says.
+    pub fn inputs(&self) -> Option<Inputs> {
+        recorded_inputs(&self.pylock)
+    }
+}
+
+fn recorded_inputs(pylock: &Pylock) -> Option<Inputs> {
+    pylock.tool.get("gpubake")?.clone().try_into().ok()
+}
+
+/// PEP 503 names: case and runs of `-_.` do not matter.
+pub fn normalize(name: &str) -> String {
+    let mut out = String::new();
+    let mut dash = false;
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            dash = true;
+        } else {
+            if dash && !out.is_empty() {
+                out.push('-');
+            }
+            dash = false;
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// The closure must agree with every exact pin of the lock: torch, NCCL, cuDNN, the CUDA
+/// runtime and cuBLAS, and each `==` requirement. A pin the database marks unconfirmed gives
+/// way to the closure, which was read from the wheels' own metadata.
+pub fn check_pins(lock: &Lock, closure: &Closure) -> Result<()> {
+    let found: BTreeMap<String, &WheelRef> = closure
+        .wheels
+        .iter()
+        .map(|w| (normalize(&w.name), w))
+        .collect();
+    let mut wanted: Vec<(String, String, bool)> = Vec::new();
+    wanted.push(("torch".into(), lock.torch.version.to_string(), false));
+    for (name, spec) in &lock.packages {
+        let bare = name.split('[').next().unwrap_or(name);
+        if bare != "torch"
+            && let Some(v) = spec.strip_prefix("==")
+        {
+            wanted.push((bare.to_string(), v.to_string(), false));
+        }
+    }
+    let suffix = format!("cu{}", lock.cuda.version.major());
+    let mut library = |base: &str, pin: Option<String>, unconfirmed: bool| {
+        if let Some(v) = pin {
+            let suffixed = format!("{base}-{suffix}");
+            let name = if found.contains_key(&suffixed) || !found.contains_key(base) {
+                suffixed
+            } else {
+                base.to_string()
+            };
+            wanted.push((name, v, unconfirmed));
+        }
+    };
+    library(
+        "nvidia-nccl",
+        lock.nccl.version.as_ref().map(Version::to_string),
+        lock.nccl.unconfirmed,
+    );
+    library(
+        "nvidia-cudnn",
+        lock.cudnn.version.as_ref().map(Version::to_string),
+        lock.cudnn.unconfirmed,
+    );
+    library("nvidia-cuda-runtime", lock.cuda.runtime.clone(), false);
+    library("nvidia-cublas", lock.cuda.cublas.clone(), false);
+    let mut problems = Vec::new();
+    for (name, want, unconfirmed) in wanted {
+        let key = normalize(&name);
+        match found.get(&key) {
+            Some(w) if same_version(&w.version, &want) => {}
+            Some(w) if unconfirmed => eprintln!(
+                "warning: the lock's {name} {want} is unconfirmed data; the closure resolved {} \
+                 from the wheels' metadata",
+                w.version
+            ),
+            Some(w) => problems.push(format!(
+                "{name}: the lock pins {want}, the closure has {}",
+                w.version
+            )),
+            None if key == "torch" || !unconfirmed => problems.push(format!(
+                "{name}: the lock pins {want}, the closure has none"
+            )),
+            None => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Closure(format!(
+            "{} disagrees with the lock of recipe `{}` ({}):\n  {}",
+            closure.path.display(),
+            lock.recipe.name,
+            lock.recipe.file,
+            problems.join("\n  ")
+        )))
+    }
+}
+
+/// Replaces every range the lock still carries (`cuda-bindings <14,>=13.0.3`) with the exact
+/// version of the closure, so the lock names what the image really holds.
+pub fn exact_pins(lock: &mut Lock, closure: &Closure) {
+    for (name, spec) in lock.packages.iter_mut() {
+        if spec.starts_with("==") {
+            continue;
+        }
+        let bare = normalize(name.split('[').next().unwrap_or(name));
+        if let Some(w) = closure.wheels.iter().find(|w| normalize(&w.name) == bare) {
+            *spec = format!("=={}", w.version);
+        }
+    }
+}
+
+/// Versions equal as PEP 440 releases; a local label (`+cu128`) on only one side is ignored,
+/// since PyPI's default build has none.
+fn same_version(a: &str, b: &str) -> bool {
+    let (a_pub, a_local) = a.split_once('+').map_or((a, None), |(p, l)| (p, Some(l)));
+    let (b_pub, b_local) = b.split_once('+').map_or((b, None), |(p, l)| (p, Some(l)));
+    let release = |v: &str| -> Vec<String> {
+        let mut parts: Vec<String> = v
+            .split('.')
+            .map(|p| p.trim_start_matches('0').to_string())
+            .collect();
+        while parts.last().is_some_and(String::is_empty) {
+            parts.pop();
+        }
+        parts
+    };
+    release(a_pub) == release(b_pub)
+        && match (a_local, b_local) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        }
+}
+
+fn which_uv() -> Result<PathBuf> {
+    let name = std::env::var_os("GPUBAKE_UV").unwrap_or_else(|| "uv".into());
+    let candidate = PathBuf::from(&name);
+    if candidate.components().count() > 1 {
+        return Ok(candidate);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(&candidate))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            Error::Environment(
+                "uv is not on PATH: gpubake resolves the Python closure with it. Install it with \
+                 `python3 -m pip install uv` (scripts/setup does), or build from an existing \
+                 pylock, which needs no uv"
+                    .into(),
+            )
+        })
+}
+
+fn uv_version(uv: &Path) -> String {
+    Command::new(uv)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "uv".into())
+}
+
+/// Runs uv with a deadline; returns its standard error.
+fn run_bounded(mut cmd: Command, uv: &Path) -> Result<String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io(uv, e))?;
+    let mut pipe = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut s);
+        s
+    });
+    let start = Instant::now();
+    loop {
+        if child.try_wait().map_err(|e| Error::io(uv, e))?.is_some() {
+            break;
+        }
+        if start.elapsed() > UV_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Environment(format!(
+                "uv did not finish resolving within {} s",
+                UV_DEADLINE.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(reader.join().unwrap_or_default())
+}
+
+/// Tells an index that cannot be reached (the environment, exit 3) from a resolution that has
+/// no answer (the recipe, exit 2).
+fn uv_failure(inputs: &Inputs, stderr: &str) -> Error {
+    let text = stderr.trim();
+    let unreachable = [
+        "Failed to fetch",
+        "error sending request",
+        "dns error",
+        "Connection refused",
+        "connection refused",
+        "timed out",
+        "Could not connect",
+    ]
+    .iter()
+    .any(|m| text.contains(m));
+    let index = if inputs.indexes.is_empty() {
+        "PyPI".to_string()
+    } else {
+        inputs.indexes.join(", ")
+    };
+    if unreachable {
+        Error::Environment(format!(
+            "the package index {index} cannot be reached, so the closure cannot be resolved \
+             (set `index:` in the recipe to a mirror that serves these wheels):\n{text}"
+        ))
+    } else {
+        Error::Closure(format!(
+            "no closure for [{}] on CPython {} / {} from {index}:\n{text}",
+            inputs.requirements.join(", "),
+            inputs.python,
+            inputs.platform
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_normalize_as_pep_503_says() {
+        assert_eq!(normalize("Nvidia_NCCL.cu12"), "nvidia-nccl-cu12");
+        assert_eq!(normalize("typing--extensions"), "typing-extensions");
+    }
+
+    #[test]
+    fn versions_compare_as_releases() {
+        assert!(same_version("2.9.1", "2.9.1+cu128"));
+        assert!(same_version("2.27.5", "2.27.5.0"));
+        assert!(!same_version("2.27.5", "2.27.3"));
+        assert!(!same_version("2.9.1+cu126", "2.9.1+cu128"));
+    }
+
+    #[test]
+    fn the_platform_is_the_newest_the_glibc_runs() {
+        assert_eq!(
+            platform_for(&"2.36".parse().unwrap()),
+            "x86_64-manylinux_2_36"
+        );
+        assert_eq!(
+            platform_for(&"2.30".parse().unwrap()),
+            "x86_64-manylinux_2_28"
+        );
+        assert_eq!(
+            platform_for(&"2.17".parse().unwrap()),
+            "x86_64-manylinux_2_17"
+        );
+    }
+
+    #[test]
+    fn locks_without_hashes_or_with_many_wheels_are_refused() {
+        let no_hash = "lock-version = \"1.0\"\n[[packages]]\nname = \"a\"\nversion = \"1\"\n\
+                       wheels = [{ url = \"https://x/a-1-py3-none-any.whl\", size = 3 }]\n";
+        let err = parse(Path::new("p.toml"), no_hash).unwrap_err().to_string();
+        assert!(
+            err.contains("packages[0] (a): the wheel has no sha256"),
+            "{err}"
+        );
+        let h = "0".repeat(64);
+        let two = format!(
+            "lock-version = \"1.0\"\n[[packages]]\nname = \"a\"\nversion = \"1\"\nwheels = [\
+             {{ url = \"https://x/1.whl\", hashes = {{ sha256 = \"{h}\" }} }},\
+             {{ url = \"https://x/2.whl\", hashes = {{ sha256 = \"{h}\" }} }}]\n"
+        );
+        let err = parse(Path::new("p.toml"), &two).unwrap_err().to_string();
+        assert!(err.contains("2 wheels"), "{err}");
+        let err = parse(Path::new("p.toml"), "lock-version = 1.0\n[[packages]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("p.toml:"), "{err}");
+    }
+}
