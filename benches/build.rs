@@ -113,6 +113,7 @@ fn main() {
         let build = || {
             run(Command::new(gpubake)
                 .arg("build")
+                .arg("--without-python")
                 .arg(&recipe)
                 .arg("--from")
                 .arg(format!("oci:{}:latest", base.display()))

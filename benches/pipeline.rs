@@ -5,7 +5,7 @@
 use gpubake::document::Document;
 use gpubake::lint::{LintOptions, lint_file};
 use gpubake::recipe::LoadedRecipe;
-use gpubake::render::{DEFAULT_TEMPLATE, render};
+use gpubake::render::{ContextPlan, DEFAULT_TEMPLATE, render};
 use gpubake::resolve::{Options, resolve_recipe};
 use std::hint::black_box;
 use std::path::Path;
@@ -73,8 +73,11 @@ fn main() {
             black_box(lint_file(path, &lint_opts));
         });
         let lock = resolve_recipe(&loaded, &opts).expect("resolves").lock;
+        let plan = ContextPlan::for_recipe(&loaded, true).expect("files exist");
         let rendered = median(|| {
-            black_box(render(&lock, DEFAULT_TEMPLATE, "Dockerfile.template").expect("renders"));
+            black_box(
+                render(&lock, &plan, DEFAULT_TEMPLATE, "Dockerfile.template").expect("renders"),
+            );
         });
         let ratio = |d: Duration| format!("{:.0}x", d.as_secs_f64() / yaml.as_secs_f64());
         println!(

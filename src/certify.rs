@@ -7,7 +7,7 @@
 use crate::engine::{Engine, Gpus};
 use crate::error::Result;
 use crate::image::Transport;
-use crate::image::build::{Opened, open};
+use crate::image::build::{Opened, STACK_LABEL, open};
 use crate::image::inspect::{config_of, human_size, read_file, strings, verify_opened};
 use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
@@ -90,7 +90,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     require_cuda(&env, lock.as_ref(), &mut report);
     secrets(&env, &mut report);
     layers(&opened, opts, &mut report);
-    contents(&opened, lock.as_ref(), &mut report)?;
+    contents(&opened, &config, lock.as_ref(), &mut report)?;
 
     let mut code = if report.worst() == Status::Fail { 1 } else { 0 };
     if opts.gpus == Gpus::None {
@@ -245,22 +245,14 @@ fn layers(opened: &Opened, opts: &CertifyOptions, report: &mut Report) {
     );
 }
 
-/// The version in a `NAME-VERSION.dist-info` directory among the image's paths.
-fn dist_info(paths: &[String], names: &[&str]) -> Option<String> {
-    paths.iter().find_map(|p| {
-        p.split('/').find_map(|comp| {
-            let stem = comp.strip_suffix(".dist-info")?;
-            let (name, version) = stem.rsplit_once('-')?;
-            names
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(name))
-                .then(|| version.to_string())
-        })
-    })
-}
-
-/// Pins in the lock against the Python packages the layers hold.
-fn contents(opened: &Opened, lock: Option<&Lock>, report: &mut Report) -> Result<()> {
+/// Pins in the lock against what the layers install: every `==` requirement against the
+/// distribution's own METADATA, and NCCL also against the version compiled into libnccl.
+fn contents(
+    opened: &Opened,
+    config: &Value,
+    lock: Option<&Lock>,
+    report: &mut Report,
+) -> Result<()> {
     let Some(lock) = lock else {
         report.push(
             "static",
@@ -270,63 +262,128 @@ fn contents(opened: &Opened, lock: Option<&Lock>, report: &mut Report) -> Result
         );
         return Ok(());
     };
-    let paths = crate::image::inspect::paths(&opened.layout, &opened.manifest)?;
-    let torch = dist_info(&paths, &["torch"]);
-    let Some(torch) = torch else {
+    let found = crate::image::inspect::contents(&opened.layout, &opened.manifest)?;
+    let preflight = config["config"]["Labels"][STACK_LABEL].as_str() == Some("none");
+    if preflight && !found.dists.contains_key("torch") {
         report.push(
             "static",
             "pins vs content",
             Status::Skip,
-            "torch is not installed in the image's layers",
+            format!(
+                "built without the Python stack ({STACK_LABEL}=none): a preflight image, \
+                 the lock's Python pins are not installed"
+            ),
         );
         return Ok(());
-    };
+    }
+    let (status, detail) = judge_contents(lock, &found);
+    report.push("static", "pins vs content", status, detail);
+    Ok(())
+}
+
+/// The verdict of [`contents`], apart from reading the image.
+fn judge_contents(lock: &Lock, found: &crate::image::inspect::Contents) -> (Status, String) {
+    use crate::closure::normalize;
     let mut wrong = Vec::new();
-    let want_torch = format!("{}+{}", lock.torch.version, lock.torch.variant);
-    if torch != want_torch && torch != lock.torch.version.to_string() {
-        wrong.push(format!("torch {torch}, the lock pins {want_torch}"));
+    let mut checked = 0usize;
+    let torch_pin = format!("{}+{}", lock.torch.version, lock.torch.variant);
+    let Some((torch, _)) = found.dists.get("torch") else {
+        return (
+            Status::Fail,
+            format!(
+                "the lock pins torch {torch_pin}, but no torch is installed in the image's layers"
+            ),
+        );
+    };
+    if torch != &torch_pin && torch != &lock.torch.version.to_string() {
+        wrong.push(format!("torch {torch}, the lock pins {torch_pin}"));
     }
-    let nccl = dist_info(
-        &paths,
-        &["nvidia_nccl_cu11", "nvidia_nccl_cu12", "nvidia_nccl_cu13"],
-    );
-    if let (Some(have), Some(pin)) = (&nccl, &lock.nccl.version)
-        && have.parse::<crate::version::Version>().ok().as_ref() != Some(pin)
-    {
-        wrong.push(format!("NCCL {have}, the lock pins {pin}"));
+    for (name, spec) in &lock.packages {
+        let bare = normalize(name.split('[').next().unwrap_or(name));
+        let Some(want) = spec.strip_prefix("==") else {
+            continue;
+        };
+        if bare == "torch" {
+            continue;
+        }
+        checked += 1;
+        match found.dists.get(&bare) {
+            Some((have, _)) if release_eq(have, want) => {}
+            Some((have, _)) => wrong.push(format!("{bare} {have}, the lock pins {want}")),
+            None => wrong.push(format!("{bare}: the lock pins {want}, the image has none")),
+        }
     }
-    let runtime = dist_info(
-        &paths,
-        &[
-            "nvidia_cuda_runtime_cu11",
-            "nvidia_cuda_runtime_cu12",
-            "nvidia_cuda_runtime",
-        ],
-    );
+    let nccl_dist = found
+        .dists
+        .iter()
+        .find(|(n, _)| n.starts_with("nvidia-nccl-"))
+        .map(|(_, (v, _))| v.clone());
+    if let Some(pin) = &lock.nccl.version {
+        match &nccl_dist {
+            Some(v) if release_eq(v, &pin.to_string()) => {}
+            Some(v) => wrong.push(format!("nvidia-nccl {v}, the lock pins NCCL {pin}")),
+            None => wrong.push(format!(
+                "the lock pins NCCL {pin}, the image has no nvidia-nccl wheel"
+            )),
+        }
+        for (path, version) in &found.nccl {
+            match version {
+                Some(v) if release_eq(v, &pin.to_string()) => {}
+                Some(v) => wrong.push(format!("/{path} reports NCCL {v}, the lock pins {pin}")),
+                None => wrong.push(format!("/{path} carries no NCCL version string")),
+            }
+        }
+    }
+    let runtime = found
+        .dists
+        .iter()
+        .find(|(n, _)| n.starts_with("nvidia-cuda-runtime"))
+        .map(|(_, (v, _))| v.clone());
     if let (Some(have), Some(pin)) = (&runtime, &lock.cuda.runtime)
-        && !have.starts_with(pin.as_str())
+        && !release_eq(have, pin)
     {
         wrong.push(format!("CUDA runtime {have}, the lock pins {pin}"));
     }
-    report.push(
-        "static",
-        "pins vs content",
-        if wrong.is_empty() {
-            Status::Pass
-        } else {
-            Status::Fail
-        },
-        if wrong.is_empty() {
+    if wrong.is_empty() {
+        let libs: Vec<String> = found
+            .nccl
+            .iter()
+            .map(|(p, v)| format!("/{p} {}", v.as_deref().unwrap_or("?")))
+            .collect();
+        (
+            Status::Pass,
             format!(
-                "torch {torch}, NCCL {}, CUDA runtime {}",
-                nccl.as_deref().unwrap_or("not found"),
+                "torch {torch}, {checked} more pins as installed; NCCL {} ({}); CUDA runtime {}",
+                nccl_dist.as_deref().unwrap_or("not pinned"),
+                if libs.is_empty() {
+                    "no libnccl".to_string()
+                } else {
+                    libs.join(", ")
+                },
                 runtime.as_deref().unwrap_or("not found")
-            )
-        } else {
-            wrong.join("; ")
-        },
-    );
-    Ok(())
+            ),
+        )
+    } else {
+        (Status::Fail, wrong.join("; "))
+    }
+}
+
+/// Two versions with the same release numbers (`2.27.5` and `2.27.5.0`).
+fn release_eq(a: &str, b: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> {
+        let mut p: Vec<u64> = v
+            .split('+')
+            .next()
+            .unwrap_or(v)
+            .split('.')
+            .map(|x| x.parse().unwrap_or(u64::MAX))
+            .collect();
+        while p.last() == Some(&0) {
+            p.pop();
+        }
+        p
+    };
+    parts(a) == parts(b)
 }
 
 /// Loads the image into the engine, runs `gpubake probe --json` in it with GPUs, and folds
@@ -423,20 +480,47 @@ mod tests {
     }
 
     #[test]
-    fn dist_info_versions_are_read_from_paths() {
-        let paths = vec![
-            "opt/venv/lib/python3.12/site-packages/torch-2.9.1+cu128.dist-info/METADATA"
-                .to_string(),
-            "opt/venv/lib/python3.12/site-packages/nvidia_nccl_cu12-2.27.5.dist-info/".to_string(),
-        ];
-        assert_eq!(
-            dist_info(&paths, &["torch"]).as_deref(),
-            Some("2.9.1+cu128")
+    fn pins_are_judged_against_installed_metadata_and_libnccl() {
+        use crate::image::inspect::Contents;
+        let lock = crate::resolve::resolve_recipe(
+            &crate::recipe::LoadedRecipe::builtin_default(),
+            &crate::resolve::Options::default(),
+        )
+        .unwrap()
+        .lock;
+        let mut found = Contents::default();
+        let (status, detail) = judge_contents(&lock, &found);
+        assert_eq!(status, Status::Fail);
+        assert!(detail.contains("no torch is installed"), "{detail}");
+        for (name, spec) in &lock.packages {
+            let v = spec.trim_start_matches("==").to_string();
+            found.dists.insert(
+                crate::closure::normalize(name),
+                (v, format!("site-packages/{name}.dist-info")),
+            );
+        }
+        found.nccl.insert(
+            "site-packages/nvidia/nccl/lib/libnccl.so.2".into(),
+            Some("2.27.5".into()),
         );
-        assert_eq!(
-            dist_info(&paths, &["nvidia_nccl_cu12"]).as_deref(),
-            Some("2.27.5")
+        let (status, detail) = judge_contents(&lock, &found);
+        assert_eq!(status, Status::Pass, "{detail}");
+        found
+            .nccl
+            .insert("usr/lib/libnccl.so.2".into(), Some("2.21.5".into()));
+        let (status, detail) = judge_contents(&lock, &found);
+        assert_eq!(status, Status::Fail);
+        assert!(
+            detail.contains("/usr/lib/libnccl.so.2 reports NCCL 2.21.5"),
+            "{detail}"
         );
-        assert_eq!(dist_info(&paths, &["numpy"]), None);
+        found.nccl.remove("usr/lib/libnccl.so.2");
+        found.dists.get_mut("nvidia-cudnn-cu12").unwrap().0 = "9.1.0".into();
+        let (status, detail) = judge_contents(&lock, &found);
+        assert_eq!(status, Status::Fail);
+        assert!(
+            detail.contains("nvidia-cudnn-cu12 9.1.0, the lock pins 9.10.2.21"),
+            "{detail}"
+        );
     }
 }

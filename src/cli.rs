@@ -28,14 +28,23 @@ enum Command {
     ///
     /// Without RECIPE, resolves the built-in default (PyTorch 2.9 on CUDA 12.8 for H100/H200).
     /// When nothing fits, exits 2 and says which constraint refused what, and what would run.
+    /// With -o, also resolves the Python closure (every wheel with its URL, size and sha256)
+    /// for the image's platform with uv, and writes it as pylock.NAME.toml beside the lock.
     ///
     /// Example: gpubake resolve recipes/h100-pytorch2.9.yaml -o gpubake.lock --driver 550.54.15
     Resolve {
         /// The recipe (YAML).
         recipe: Option<PathBuf>,
-        /// Write the lock here (atomically) instead of to standard output.
+        /// Write the lock here (atomically) instead of to standard output, and the closure
+        /// beside it.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Write the closure (PEP 751) here instead of pylock.NAME.toml beside the lock.
+        #[arg(long, value_name = "FILE")]
+        pylock: Option<PathBuf>,
+        /// Do not resolve the Python closure (no uv, no index needed).
+        #[arg(long, conflicts_with = "pylock")]
+        no_closure: bool,
         /// The fleet's oldest driver; overrides the recipe's `driver`.
         #[arg(long, value_name = "VERSION")]
         driver: Option<Version>,
@@ -88,17 +97,34 @@ enum Command {
     },
     /// Render a Dockerfile for a recipe from Dockerfile.template, for BuildKit pipelines.
     ///
-    /// The template gets `lock` (the whole lock), `python`, `requirements`, `pip`, `env`,
-    /// `nccl_conf`, `lock_lines`, `lock_path`, `labels` and `version`, and the filters `sh`
-    /// (shell quoting) and `dq` (Dockerfile quoting).
+    /// The Dockerfile makes the image `gpubake build` makes: a build stage installs the closure
+    /// with gpubake's own installer from wheels in the build context, each checked by its
+    /// sha256; no index is reached. --context DIR writes that context (the Dockerfile, the
+    /// gpubake binary, pylock.toml, the wheels, the recipe's files).
     ///
-    /// Example: gpubake render recipes/h100-pytorch2.9.yaml -o Dockerfile && docker build .
+    /// The template gets `lock` (the whole lock), `python`, `requirements`, `pip`, `env`,
+    /// `nccl_conf`, `lock_lines`, `lock_path`, `labels`, `stack`, `venv`, `files` and `version`,
+    /// and the filters `sh` (shell quoting) and `dq` (Dockerfile quoting).
+    ///
+    /// Example: gpubake render recipes/h100-pytorch2.9.yaml --context ctx && docker build ctx
     Render {
         /// The recipe (YAML); the built-in default when absent.
         recipe: Option<PathBuf>,
         /// Write the Dockerfile here (atomically) instead of to standard output.
-        #[arg(short, long)]
+        #[arg(short, long, conflicts_with = "context")]
         output: Option<PathBuf>,
+        /// Write the whole build context into this directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        context: Option<PathBuf>,
+        /// With --context: the closure to install instead of pylock.NAME.toml beside the recipe.
+        #[arg(long, value_name = "FILE", requires = "context")]
+        pylock: Option<PathBuf>,
+        /// With --context: take the wheels from the wheel cache alone.
+        #[arg(long, requires = "context")]
+        offline: bool,
+        /// Leave the Python stack out (a preflight image: probe and presets).
+        #[arg(long, conflicts_with_all = ["pylock", "offline"])]
+        without_python: bool,
         /// Use this template instead of the built-in Dockerfile.template.
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
@@ -109,7 +135,13 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         preset_dir: Vec<PathBuf>,
     },
-    /// Build an image without a daemon: the base, the recipe's files, the probe, the preset.
+    /// Build an image without a daemon: the base, the locked Python stack, the recipe's files,
+    /// the probe, the preset.
+    ///
+    /// The Python closure comes from --pylock, else pylock.NAME.toml beside the recipe, else it
+    /// is resolved with uv and written there. Its wheels are fetched into the wheel cache
+    /// ($GPUBAKE_CACHE_DIR, else ~/.cache/gpubake) and installed natively into a virtual
+    /// environment at /opt/gpubake/venv over the base's CPython, one layer per large wheel.
     ///
     /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (default) or docker-archive:FILE[:NAME:TAG].
     /// Two builds of the same recipe and base give the same digest (SOURCE_DATE_EPOCH sets the
@@ -131,6 +163,18 @@ enum Command {
         /// Write every layer again: the layer cache knows files by path, size and mtime.
         #[arg(long)]
         no_cache: bool,
+        /// Install this closure (PEP 751) instead of pylock.NAME.toml beside the recipe.
+        #[arg(long, value_name = "FILE")]
+        pylock: Option<PathBuf>,
+        /// Build from the pylock and the wheel cache alone: no resolution, no download.
+        #[arg(long)]
+        offline: bool,
+        /// Leave the Python stack out: a node preflight image with the probe and presets only.
+        #[arg(long, conflicts_with_all = ["pylock", "offline"])]
+        without_python: bool,
+        /// The most layers the Python stack may take (one per large wheel, then groups).
+        #[arg(long, value_name = "N", default_value_t = 60)]
+        stack_layers: usize,
         /// Build with the Docker engine from the rendered Dockerfile instead (DEST must be
         /// docker-daemon:NAME:TAG; BASE, if given, docker-daemon:NAME:TAG too).
         #[arg(long)]
@@ -147,6 +191,27 @@ enum Command {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Install a Python closure into a filesystem, as `build` installs it into layers.
+    ///
+    /// For builds that run in a container: the rendered Dockerfile runs it in a build stage.
+    /// Each wheel comes from the wheel cache at --wheels (as `render --context` lays it out)
+    /// and is checked by its sha256, every file against RECORD, into a virtual environment at
+    /// /opt/gpubake/venv under --root, over this filesystem's CPython.
+    ///
+    /// Example: gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --offline
+    Install {
+        /// The closure (PEP 751), as `gpubake resolve -o` writes it.
+        pylock: PathBuf,
+        /// The wheel cache to take wheels from (and fill, unless --offline).
+        #[arg(long, value_name = "DIR")]
+        wheels: PathBuf,
+        /// The filesystem root to install under.
+        #[arg(long, value_name = "DIR", default_value = "/")]
+        root: PathBuf,
+        /// Take every wheel from --wheels; download none.
+        #[arg(long)]
+        offline: bool,
     },
     /// Show an image's pins, presets, layers and environment.
     ///
@@ -270,7 +335,7 @@ enum PresetAction {
         /// Preset name or path.
         name: String,
     },
-    /// What differs between two merged presets.
+    /// What differs between two merged presets; exits 1 when they differ, as diff(1) does.
     Diff {
         /// First preset.
         a: String,
@@ -285,6 +350,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Resolve {
             recipe,
             output,
+            pylock,
+            no_closure,
             driver,
             explain,
             json,
@@ -295,9 +362,32 @@ pub fn run(cli: Cli) -> Result<i32> {
                 driver,
                 preset_dirs: preset_dir,
             };
-            let resolved = resolve::resolve_recipe(&loaded, &opts)?;
+            let mut resolved = resolve::resolve_recipe(&loaded, &opts)?;
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
+            }
+            let closure_path = match (&pylock, &output) {
+                _ if no_closure => None,
+                (Some(p), _) => Some(p.clone()),
+                (None, Some(out)) => Some(
+                    out.parent()
+                        .unwrap_or(Path::new(""))
+                        .join(crate::closure::file_name(&loaded.recipe.name)),
+                ),
+                (None, None) => None,
+            };
+            if let Some(path) = closure_path {
+                let inputs =
+                    crate::closure::inputs(&resolved.lock, loaded.recipe.index.as_deref())?;
+                let closure = crate::closure::resolve(&resolved.lock, &inputs, &path)?;
+                crate::closure::exact_pins(&mut resolved.lock, &closure);
+                let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
+                eprintln!(
+                    "wrote {}: {} wheels, {}",
+                    path.display(),
+                    closure.wheels.len(),
+                    crate::image::inspect::human_size(bytes)
+                );
             }
             if explain {
                 eprintln!("candidates ({}):", resolved.considered.len());
@@ -374,6 +464,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Render {
             recipe,
             output,
+            context,
+            pylock,
+            offline,
+            without_python,
             template,
             driver,
             preset_dir,
@@ -384,9 +478,30 @@ pub fn run(cli: Cli) -> Result<i32> {
                 preset_dirs: preset_dir,
             };
             let resolved = resolve::resolve_recipe(&loaded, &opts)?;
+            let plan = render::ContextPlan::for_recipe(&loaded, !without_python)?;
             let (text, name) = read_template(template.as_deref())?;
-            let dockerfile = render::render(&resolved.lock, &text, &name)?;
-            emit(output.as_deref(), &dockerfile)?;
+            let dockerfile = render::render(&resolved.lock, &plan, &text, &name)?;
+            match context {
+                None => emit(output.as_deref(), &dockerfile)?,
+                Some(dir) => {
+                    let entries = context_entries(
+                        &loaded,
+                        &resolved.lock,
+                        &plan,
+                        &dockerfile,
+                        recipe.as_deref(),
+                        pylock.as_deref(),
+                        offline,
+                    )?;
+                    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+                    crate::image::layer::materialize(entries, 0, &dir)?;
+                    eprintln!(
+                        "wrote the build context to {}: docker build {}",
+                        dir.display(),
+                        dir.display()
+                    );
+                }
+            }
             Ok(0)
         }
         Command::Build {
@@ -395,6 +510,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             from,
             compression,
             no_cache,
+            pylock,
+            offline,
+            without_python,
+            stack_layers,
             engine_build,
             template,
             driver,
@@ -415,14 +534,43 @@ pub fn run(cli: Cli) -> Result<i32> {
             let to: crate::image::Transport = to.parse()?;
             let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
             if engine_build {
-                return engine_build_image(resolved.lock, &to, from.as_ref(), template.as_deref());
+                return engine_build_image(
+                    &loaded,
+                    resolved.lock,
+                    &to,
+                    from.as_ref(),
+                    template.as_deref(),
+                    (
+                        recipe.as_deref(),
+                        pylock.as_deref(),
+                        offline,
+                        without_python,
+                    ),
+                );
             }
+            let closure = if without_python {
+                None
+            } else {
+                let (closure, _scratch) = crate::closure::for_build(
+                    &resolved.lock,
+                    recipe.as_deref(),
+                    pylock.as_deref(),
+                    loaded.recipe.index.as_deref(),
+                    offline,
+                )?;
+                Some(closure)
+            };
             let opts = crate::image::BuildOptions {
                 to,
                 from,
                 compression,
                 epoch: crate::image::build::source_date_epoch()?,
                 no_cache,
+                closure,
+                offline,
+                cache_dir: crate::wheel::cache::WheelCache::default_root()?,
+                stack_layers,
+                probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
             };
             let start = std::time::Instant::now();
             let report = crate::image::build(&loaded, &resolved, &opts)?;
@@ -448,6 +596,41 @@ pub fn run(cli: Cli) -> Result<i32> {
                     );
                 }
             }
+            Ok(0)
+        }
+        Command::Install {
+            pylock,
+            wheels,
+            root,
+            offline,
+        } => {
+            let text = std::fs::read_to_string(&pylock).map_err(|e| Error::io(&pylock, e))?;
+            let closure = crate::closure::parse(&pylock, &text)?;
+            let want = closure.inputs().map(|i| i.python).ok_or_else(|| {
+                Error::Closure(format!(
+                    "{}: no [tool.gpubake] table names the CPython it was resolved for",
+                    pylock.display()
+                ))
+            })?;
+            let python = crate::image::stack::find_python_in(Path::new("/"), &want)
+                .map_err(|m| Error::Environment(format!("this filesystem: {m}")))?;
+            let cache = crate::wheel::cache::WheelCache::open(wheels)?;
+            let fetch = crate::wheel::cache::FetchOptions {
+                offline,
+                ..Default::default()
+            };
+            let epoch = crate::image::build::source_date_epoch()?;
+            let start = std::time::Instant::now();
+            let files =
+                crate::image::stack::install_into(&root, &closure, &python, &cache, &fetch, epoch)?;
+            println!(
+                "installed {} wheels ({files} files) into {}{} over {} in {:.1} s",
+                closure.wheels.len(),
+                root.display(),
+                crate::image::stack::VENV.trim_start_matches('/'),
+                python.path,
+                start.elapsed().as_secs_f64()
+            );
             Ok(0)
         }
         Command::Inspect { image, json } => {
@@ -589,6 +772,16 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Compat { release, json } => {
             let db = Compat::embedded();
+            if let Some(wanted) = &release
+                && !db.releases.iter().any(|r| &r.release == wanted)
+            {
+                let known: Vec<String> =
+                    db.releases.iter().map(|r| r.release.to_string()).collect();
+                return Err(Error::Usage(format!(
+                    "--release {wanted}: no such PyTorch release in the database; known: {}",
+                    known.join(", ")
+                )));
+            }
             if json {
                 println!(
                     "{}",
@@ -653,11 +846,47 @@ fn read_template(path: Option<&Path>) -> Result<(String, String)> {
 }
 
 /// `build --engine-build`: renders the Dockerfile and has the Docker engine build it.
+/// The build context of a recipe's Dockerfile as entries; the closure's wheels are fetched
+/// into the wheel cache first.
+fn context_entries(
+    loaded: &LoadedRecipe,
+    lock: &crate::lock::Lock,
+    plan: &render::ContextPlan,
+    dockerfile: &str,
+    recipe_file: Option<&Path>,
+    pylock: Option<&Path>,
+    offline: bool,
+) -> Result<Vec<crate::image::layer::Entry>> {
+    use crate::wheel::cache::{FetchOptions, WheelCache};
+    let probe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+    if !plan.stack {
+        return plan.entries(dockerfile, &probe, None);
+    }
+    let (closure, _scratch) = crate::closure::for_build(
+        lock,
+        recipe_file,
+        pylock,
+        loaded.recipe.index.as_deref(),
+        offline,
+    )?;
+    let cache = WheelCache::open(WheelCache::default_root()?)?;
+    cache.fetch(
+        &closure.wheels,
+        &FetchOptions {
+            offline,
+            ..Default::default()
+        },
+    )?;
+    plan.entries(dockerfile, &probe, Some((&closure, &cache)))
+}
+
 fn engine_build_image(
+    loaded: &LoadedRecipe,
     mut lock: crate::lock::Lock,
     to: &crate::image::Transport,
     from: Option<&crate::image::Transport>,
     template: Option<&Path>,
+    (recipe_file, pylock, offline, without_python): (Option<&Path>, Option<&Path>, bool, bool),
 ) -> Result<i32> {
     use crate::image::Transport;
     let Transport::DockerDaemon(tag) = to else {
@@ -674,11 +903,31 @@ fn engine_build_image(
             )));
         }
     }
+    let plan = render::ContextPlan::for_recipe(loaded, !without_python)?;
     let (text, name) = read_template(template)?;
-    let dockerfile = render::render(&lock, &text, &name)?;
+    let dockerfile = render::render(&lock, &plan, &text, &name)?;
     let engine = crate::engine::Engine::connect()?;
+    let entries = context_entries(
+        loaded,
+        &lock,
+        &plan,
+        &dockerfile,
+        recipe_file,
+        pylock,
+        offline,
+    )?;
+    // The context is streamed to the engine from a file: it holds every wheel.
+    let scratch = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let tar_path = scratch.path().join("context.tar");
+    let file = std::fs::File::create(&tar_path).map_err(|e| Error::io(&tar_path, e))?;
+    let file =
+        crate::image::layer::write_tar(&entries, 0, std::io::BufWriter::new(file), &tar_path)?;
+    file.into_inner()
+        .map_err(|e| Error::io(&tar_path, e.into_error()))?
+        .sync_all()
+        .map_err(|e| Error::io(&tar_path, e))?;
     let start = std::time::Instant::now();
-    engine.build(&dockerfile, tag, |line| eprintln!("{line}"))?;
+    engine.build(&tar_path, tag, |line| eprintln!("{line}"))?;
     println!(
         "built docker-daemon:{tag} with the engine at {} in {:.1} s",
         engine.host(),
@@ -821,6 +1070,8 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
             } else if rows.is_empty() {
                 println!("{a} and {b} set the same values");
             }
+            // diff(1)'s convention, so scripts can test for a difference.
+            return Ok(if rows.is_empty() { 0 } else { 1 });
         }
     }
     Ok(0)

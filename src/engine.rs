@@ -68,7 +68,11 @@ impl Engine {
             .enable_all()
             .build()
             .map_err(|e| missing(e.to_string()))?;
-        let docker = Docker::connect_with_defaults().map_err(|e| missing(e.to_string()))?;
+        // A training image is gigabytes: loading or building one outlasts bollard's default
+        // two-minute request timeout. Waits that must be short have their own deadlines.
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| missing(e.to_string()))?
+            .with_timeout(Duration::from_secs(3600));
         rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), docker.ping()).await })
             .map_err(|_| missing("no answer within 10 s".into()))?
             .map_err(|e| missing(e.to_string()))?;
@@ -126,21 +130,12 @@ impl Engine {
         })
     }
 
-    /// Builds `dockerfile` (the whole build context) and tags the result `tag`. The build log
+    /// Builds the context in the tar file `context` (its Dockerfile at the root), streamed to
+    /// the engine, and tags the result `tag`. The build log
     /// goes to `log` line by line; a failure names the step that failed. The engine tags only
     /// a finished build, so a failed one leaves no tag behind.
-    pub fn build(&self, dockerfile: &str, tag: &str, mut log: impl FnMut(&str)) -> Result<()> {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(dockerfile.len() as u64);
-        header.set_mode(0o644);
-        header.set_mtime(0);
-        let mut context = tar::Builder::new(Vec::new());
-        context
-            .append_data(&mut header, "Dockerfile", dockerfile.as_bytes())
-            .map_err(|e| Error::io("build context", e))?;
-        let context = context
-            .into_inner()
-            .map_err(|e| Error::io("build context", e))?;
+    pub fn build(&self, context: &Path, tag: &str, mut log: impl FnMut(&str)) -> Result<()> {
+        let context_path = context.to_path_buf();
         let options = bollard::query_parameters::BuildImageOptionsBuilder::default()
             .dockerfile("Dockerfile")
             .t(tag)
@@ -149,8 +144,12 @@ impl Engine {
             .build();
         let docker = self.docker.clone();
         let result = self.rt.block_on(async move {
+            let file = tokio::fs::File::open(&context_path)
+                .await
+                .map_err(|e| format!("{}: {e}", context_path.display()))?;
+            let body = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
             let mut stream =
-                docker.build_image(options, None, Some(bollard::body_full(context.into())));
+                docker.build_image(options, None, Some(bollard::body_try_stream(body)));
             let mut step = String::new();
             while let Some(item) = stream.next().await {
                 let failure = match item {

@@ -1,10 +1,103 @@
-//! Lock -> Dockerfile, for teams that build with BuildKit. The output is self-contained: the
-//! preset and the lock are written by `RUN` steps, so no build context beyond the Dockerfile
-//! is needed.
+//! Lock -> Dockerfile and its build context, for teams that build with BuildKit or the
+//! Docker Engine. The Dockerfile makes the same image contents as `gpubake build`: a build
+//! stage runs gpubake's own installer on the closure's wheels (each checked by its sha256),
+//! and the final stage copies the installed tree, the probe and the recipe's files; the preset
+//! and the lock are written by `RUN` steps.
 
+use crate::closure::Closure;
 use crate::error::{Error, Location, Result};
+use crate::image::layer::{Entry, Source, tree_entries};
+use crate::image::stack::VENV;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
+use crate::recipe::LoadedRecipe;
+use crate::wheel::cache::WheelCache;
 use minijinja::{Environment, context};
+use std::path::{Path, PathBuf};
+
+/// What the build context holds beside the Dockerfile.
+#[derive(Clone, Debug, Default)]
+pub struct ContextPlan {
+    /// The Python stack is installed (a closure and its wheels are in the context).
+    pub stack: bool,
+    /// The recipe's files: where each is in the context, and its destination.
+    pub files: Vec<ContextFile>,
+}
+
+/// One of the recipe's `files:` in the build context.
+#[derive(Clone, Debug)]
+pub struct ContextFile {
+    /// Its source on disk.
+    pub source: PathBuf,
+    /// Its path in the context (`files/0`).
+    pub context: String,
+    /// Its destination in the image.
+    pub dest: String,
+    /// Permission bits for regular files, when the recipe sets them.
+    pub mode: Option<u32>,
+}
+
+impl ContextPlan {
+    /// The context of a recipe's image; `stack` is false for an image without Python.
+    pub fn for_recipe(loaded: &LoadedRecipe, stack: bool) -> Result<Self> {
+        let files = loaded
+            .file_sources()?
+            .into_iter()
+            .enumerate()
+            .map(|(i, (source, f))| ContextFile {
+                source,
+                context: format!("files/{i}"),
+                dest: f.dest.clone(),
+                mode: f.mode_bits(),
+            })
+            .collect();
+        Ok(ContextPlan { stack, files })
+    }
+
+    /// Every entry of the context: the Dockerfile, the probe binary, the closure and its
+    /// wheels (laid out as a wheel cache, so the installer verifies each by its sha256), and
+    /// the recipe's files.
+    pub fn entries(
+        &self,
+        dockerfile: &str,
+        probe: &Path,
+        stack: Option<(&Closure, &WheelCache)>,
+    ) -> Result<Vec<Entry>> {
+        let mut out = vec![
+            Entry {
+                path: "Dockerfile".into(),
+                mode: 0o644,
+                source: Source::Bytes(dockerfile.as_bytes().to_vec()),
+            },
+            Entry {
+                path: "gpubake".into(),
+                mode: 0o755,
+                source: Source::File(probe.to_path_buf()),
+            },
+        ];
+        if let Some((closure, cache)) = stack {
+            out.push(Entry {
+                path: "pylock.toml".into(),
+                mode: 0o644,
+                source: Source::Bytes(closure.text.clone().into_bytes()),
+            });
+            for w in &closure.wheels {
+                let path = cache.path(&w.sha256);
+                let rel = path
+                    .strip_prefix(cache.root())
+                    .expect("cache paths live under the cache root");
+                out.push(Entry {
+                    path: format!("cache/{}", rel.display()),
+                    mode: 0o644,
+                    source: Source::File(path),
+                });
+            }
+        }
+        for f in &self.files {
+            out.extend(tree_entries(&f.source, &f.context, f.mode)?);
+        }
+        Ok(out)
+    }
+}
 
 /// The template shipped in the repository root, embedded.
 pub const DEFAULT_TEMPLATE: &str = include_str!("../Dockerfile.template");
@@ -29,8 +122,14 @@ pub fn dockerfile_quote(text: &str) -> String {
     out
 }
 
-/// Renders `template` (named `template_name` in errors) for `lock`.
-pub fn render(lock: &Lock, template: &str, template_name: &str) -> Result<String> {
+/// Renders `template` (named `template_name` in errors) for `lock`, with a build context laid
+/// out as `plan` says.
+pub fn render(
+    lock: &Lock,
+    plan: &ContextPlan,
+    template: &str,
+    template_name: &str,
+) -> Result<String> {
     let mut env = Environment::new();
     env.set_syntax(
         minijinja::syntax::SyntaxConfig::builder()
@@ -63,6 +162,11 @@ pub fn render(lock: &Lock, template: &str, template_name: &str) -> Result<String
         .into_iter()
         .map(|(name, value)| context! { name, value })
         .collect();
+    let files: Vec<_> = plan
+        .files
+        .iter()
+        .map(|f| context! { src => f.context.clone(), dest => f.dest.clone() })
+        .collect();
     let nccl_conf: Vec<String> = lock.env.nccl_conf().lines().map(String::from).collect();
     let labels: Vec<_> = lock
         .labels
@@ -88,6 +192,9 @@ pub fn render(lock: &Lock, template: &str, template_name: &str) -> Result<String
                 lock_lines => lock_yaml.lines().map(String::from).collect::<Vec<_>>(),
                 lock_path => LOCK_PATH_IN_IMAGE,
                 labels,
+                stack => plan.stack,
+                venv => VENV,
+                files,
                 version => env!("CARGO_PKG_VERSION"),
             })
         })

@@ -24,6 +24,7 @@ fn build(dir: &Path, extra: &str) -> String {
     let image = format!("oci:{}:v1", dir.join("out").display());
     let out = gpubake(&[
         "build",
+        "--without-python",
         &recipe,
         "--from",
         &format!("oci:{}:latest", common::base().display()),
@@ -43,8 +44,10 @@ fn certify(image: &str, extra: &[&str]) -> (i32, String) {
     (out.status.code().unwrap(), text)
 }
 
+/// A preflight image (built without the Python stack, and labelled so) is certified on the
+/// rest; its pins against content are a skip that says why.
 #[test]
-fn a_clean_image_is_certified_and_the_certificate_is_written() {
+fn a_clean_preflight_image_is_certified_and_the_certificate_is_written() {
     if !common::tools() {
         return;
     }
@@ -65,6 +68,12 @@ fn a_clean_image_is_certified_and_the_certificate_is_written() {
     assert_exit(&out, 0);
     assert!(
         stdout(&out).contains("SKIP  gpubake probe in a container  not requested (--gpus none)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("SKIP  pins vs content")
+            && stdout(&out).contains("a preflight image"),
         "{}",
         stdout(&out)
     );
@@ -210,6 +219,7 @@ fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
     );
     let out = gpubake(&[
         "build",
+        "--without-python",
         &recipe,
         "--from",
         &format!("oci:{}:latest", common::base().display()),
@@ -319,15 +329,12 @@ fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
         "r.yaml",
         "name: eb\nbase: x\npytorch: '2.9'\npresets: [base, nvlink]\n",
     );
-    let template = common::root().join("tests/fixtures/offline.Dockerfile.template");
-
     let built = format!("gpubake-engine-build:{id}");
     let out = gpubake(&[
         "build",
         &recipe,
         "--engine-build",
-        "--template",
-        template.to_str().unwrap(),
+        "--without-python",
         "--from",
         &format!("docker-daemon:{base}"),
         "--to",
@@ -351,11 +358,18 @@ fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
     let (ok, conf) = docker(&["run", "--rm", &built, "cat", "/etc/nccl.conf"]);
     assert!(ok);
     assert!(conf.contains("NCCL_P2P_LEVEL=NVL"), "{conf}");
+    // The built-in template copies the probe from the context it is sent with.
+    let (ok, version) = docker(&["run", "--rm", &built, "gpubake", "--version"]);
+    assert!(
+        ok && version.contains(env!("CARGO_PKG_VERSION")),
+        "{version}"
+    );
 
     // The same recipe built daemonless and loaded into the engine.
     let loaded = format!("gpubake-loaded:{id}");
     let out = gpubake(&[
         "build",
+        "--without-python",
         &recipe,
         "--from",
         &format!("docker-daemon:{base}"),
@@ -392,6 +406,7 @@ fn refused_engine_builds_leave_no_tag() {
         "build",
         &recipe,
         "--engine-build",
+        "--without-python",
         "--template",
         &failing,
         "--from",
@@ -411,6 +426,7 @@ fn refused_engine_builds_leave_no_tag() {
         "build",
         &recipe,
         "--engine-build",
+        "--without-python",
         "--template",
         &failing,
         "--from",
@@ -468,7 +484,14 @@ fn losing_the_engine_mid_build_leaves_no_tag() {
     );
     let tag = format!("gpubake-cut:{id}");
     let build = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args(["build", &recipe, "--engine-build", "--template", &slow])
+        .args([
+            "build",
+            &recipe,
+            "--engine-build",
+            "--without-python",
+            "--template",
+            &slow,
+        ])
         .args([
             "--from",
             &format!("docker-daemon:{base}"),

@@ -39,7 +39,13 @@ fn output_files_are_written_whole_and_match_stdout() {
     std::fs::write(&path, "stale").unwrap();
     let file = path.to_str().unwrap();
     assert_exit(
-        &gpubake(&["resolve", "recipes/h100-pytorch2.9.yaml", "-o", file]),
+        &gpubake(&[
+            "resolve",
+            "recipes/h100-pytorch2.9.yaml",
+            "-o",
+            file,
+            "--no-closure",
+        ]),
         0,
     );
     let printed = stdout(&gpubake(&["resolve", "recipes/h100-pytorch2.9.yaml"]));
@@ -296,7 +302,10 @@ fn presets_list_show_and_diff() {
         show.contains("NCCL_DEBUG=WARN\n    from preset base"),
         "{show}"
     );
-    let diff = stdout(&gpubake(&["presets", "diff", "pcie", "nvlink"]));
+    let out = gpubake(&["presets", "diff", "pcie", "nvlink"]);
+    assert_exit(&out, 1);
+    assert_exit(&gpubake(&["presets", "diff", "nvlink", "nvlink"]), 0);
+    let diff = stdout(&out);
     assert!(
         diff.contains(
             "NCCL_P2P_LEVEL\n    pcie: PXB (preset pcie)\n    nvlink: NVL (preset nvlink)"
@@ -340,4 +349,16 @@ fn ci_examples_parse_and_use_real_commands() {
             }
         }
     }
+}
+
+#[test]
+fn compat_names_the_known_releases_for_an_unknown_one() {
+    let out = gpubake(&["compat", "--release", "2.99"]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--release 2.99") && err.contains("2.9, "),
+        "{err}"
+    );
+    assert_exit(&gpubake(&["compat", "--release", "2.9"]), 0);
 }

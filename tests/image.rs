@@ -43,7 +43,16 @@ fn recipe_in(dir: &Path, extra: &str) -> String {
 /// Builds and returns the JSON report.
 fn build(recipe: &str, to: &str, extra: &[&str]) -> Value {
     let from = from_base();
-    let mut args = vec!["build", recipe, "--from", &from, "--to", to, "--json"];
+    let mut args = vec![
+        "build",
+        "--without-python",
+        recipe,
+        "--from",
+        &from,
+        "--to",
+        to,
+        "--json",
+    ];
     args.extend(extra);
     let out = gpubake(&args);
     assert_exit(&out, 0);
@@ -175,6 +184,7 @@ fn two_builds_give_the_same_digest() {
     let other = Command::new(env!("CARGO_BIN_EXE_gpubake"))
         .args([
             "build",
+            "--without-python",
             &recipe,
             "--from",
             &from_base(),
@@ -380,6 +390,7 @@ fn a_killed_build_leaves_the_previous_image_readable() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpubake"))
         .args([
             "build",
+            "--without-python",
             &recipe,
             "--from",
             &from_base(),
@@ -441,6 +452,7 @@ fn concurrent_builds_into_one_layout_both_land() {
         Command::new(env!("CARGO_BIN_EXE_gpubake"))
             .args([
                 "build",
+                "--without-python",
                 recipe,
                 "--from",
                 &from_base(),
@@ -559,6 +571,7 @@ fn hostile_base_layers_are_refused() {
             dir.path(),
             &[
                 "build",
+                "--without-python",
                 &recipe,
                 "--from",
                 &format!("oci:{}:latest", base.display()),
@@ -590,6 +603,7 @@ fn hostile_base_layers_are_refused() {
         dir.path(),
         &[
             "build",
+            "--without-python",
             &recipe,
             "--from",
             &format!("oci:{}:latest", ok.display()),
@@ -618,6 +632,7 @@ fn hostile_archive_members_are_refused() {
     let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
     let out = gpubake(&[
         "build",
+        "--without-python",
         &recipe,
         "--from",
         &format!("docker-archive:{}", archive.display()),
@@ -641,7 +656,7 @@ fn unsupported_sources_say_what_to_do() {
         "name: r\nbase: nvidia/cuda:12.8.1-runtime-ubuntu24.04\npytorch: '2.9'\n",
     );
     let to = oci(&dir.path().join("o"), "x");
-    let out = gpubake(&["build", &recipe, "--to", &to]);
+    let out = gpubake(&["build", "--without-python", &recipe, "--to", &to]);
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("pass --from oci:DIR[:TAG]"),
@@ -650,6 +665,7 @@ fn unsupported_sources_say_what_to_do() {
     );
     let out = gpubake(&[
         "build",
+        "--without-python",
         &recipe,
         "--from",
         "docker://nvcr.io/nvidia/cuda:12.8.1",
@@ -664,6 +680,7 @@ fn unsupported_sources_say_what_to_do() {
     );
     let out = gpubake(&[
         "build",
+        "--without-python",
         &recipe,
         "--from",
         "oci:/nonexistent/layout",
@@ -739,4 +756,65 @@ fn no_cache_sees_a_change_that_keeps_size_and_mtime() {
     let fresh = build(&recipe, &out, &["--no-cache"]);
     assert_ne!(fresh["layers"][1]["digest"], first["layers"][1]["digest"]);
     assert_eq!(fresh["layers"][1]["reused"], false);
+}
+
+/// The digest depends on the lock and the base's content, not on how their paths are spelled
+/// or where the build runs: recipe as `r.yaml`, `./r.yaml` or an absolute path, the base by a
+/// relative or absolute path, with or without its tag, or copied elsewhere.
+#[test]
+fn path_spelling_and_working_directory_do_not_change_the_digest() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let base = dir.path().join("base");
+    let copy = dir.path().join("elsewhere/base-copy");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    for target in [&base, &copy] {
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(common::base())
+            .arg(target)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let abs_recipe = Path::new(&recipe).to_path_buf();
+    let spellings: Vec<(&Path, String, String)> = vec![
+        (dir.path(), "recipe.yaml".into(), "oci:base".into()),
+        (
+            dir.path(),
+            "./recipe.yaml".into(),
+            "oci:./base:latest".into(),
+        ),
+        (
+            Path::new("/"),
+            abs_recipe.display().to_string(),
+            format!("oci:{}", copy.display()),
+        ),
+    ];
+    let mut digests = Vec::new();
+    for (i, (cwd, recipe, from)) in spellings.iter().enumerate() {
+        let to = format!("oci:{}:x", dir.path().join(format!("out{i}")).display());
+        let out = common::gpubake_in(
+            cwd,
+            &[
+                "build",
+                "--without-python",
+                recipe,
+                "--from",
+                from,
+                "--to",
+                &to,
+                "--json",
+            ],
+        );
+        assert_exit(&out, 0);
+        let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        digests.push(report["manifest"].as_str().unwrap().to_string());
+        let raw = run(Command::new("skopeo").args(["inspect", "--raw"]).arg(&to));
+        assert!(!raw.contains(&dir.path().display().to_string()), "{raw}");
+    }
+    assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
 }

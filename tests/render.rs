@@ -77,14 +77,21 @@ fn rendered_dockerfiles_parse_and_carry_the_lock() {
                 .unwrap_or_else(|| panic!("{recipe}: no LABEL {key}"));
             assert_eq!(found.1.trim_matches('"'), value, "{recipe}: LABEL {key}");
         }
+        // The stack is installed by gpubake's own installer from the closure in the context,
+        // with no index, and copied into the final stage with the venv on PATH.
         assert!(
-            text.contains(&format!("'{}'", lock.torch.requirement)),
-            "{recipe}: torch not installed"
+            text.contains(
+                r#"RUN ["/usr/local/bin/gpubake", "install", "/gpubake/pylock.toml", "--wheels", "/gpubake/cache", "--root", "/stack", "--offline"]"#
+            ),
+            "{recipe}: the stack is not installed\n{text}"
         );
+        assert!(text.contains("COPY --from=stack /stack/ /"), "{recipe}");
         assert!(
-            text.contains(&format!("--index-url {}", lock.torch.index_url)),
-            "{recipe}"
+            env.iter()
+                .any(|(k, v)| k == "PATH" && v.starts_with("/opt/gpubake/venv/bin:")),
+            "{recipe}: {env:?}"
         );
+        assert!(!text.contains("index-url"), "{recipe}: no index is reached");
     }
 }
 
@@ -272,5 +279,52 @@ fn a_custom_template_is_used_and_its_errors_are_located() {
         common::stderr(&out).contains("bad.tmpl:2"),
         "{}",
         common::stderr(&out)
+    );
+}
+
+/// `render --context` writes everything the Dockerfile copies: itself, the probe and the
+/// recipe's files, with their modes.
+#[test]
+fn the_context_holds_what_the_dockerfile_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write(dir.path(), "train/run.sh", "#!/bin/sh\necho train\n");
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: ctx\nbase: debian:bookworm\npytorch: '2.9'\npresets: [base]\n\
+         files:\n  - {src: ./train, dest: /workspace/train, mode: \"0755\"}\n",
+    );
+    let context = dir.path().join("context");
+    let out = gpubake(&[
+        "render",
+        &recipe,
+        "--without-python",
+        "--context",
+        context.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 0);
+    let dockerfile = std::fs::read_to_string(context.join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("COPY files/0 /workspace/train"),
+        "{dockerfile}"
+    );
+    assert!(
+        dockerfile.contains("COPY gpubake /usr/local/bin/gpubake"),
+        "{dockerfile}"
+    );
+    assert!(!dockerfile.contains("AS stack"), "{dockerfile}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(context.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("gpubake"), 0o755);
+    assert_eq!(mode("files/0/run.sh"), 0o755);
+    assert_eq!(
+        std::fs::read_to_string(context.join("files/0/run.sh")).unwrap(),
+        "#!/bin/sh\necho train\n"
     );
 }

@@ -9,11 +9,13 @@ use super::digest::HashingReader;
 use super::inspect::strings;
 use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
 use super::layout::{Layout, REF_NAME, digest_of};
+use super::stack;
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::LOCK_PATH_IN_IMAGE;
 use crate::recipe::LoadedRecipe;
 use crate::resolve::Resolved;
+use crate::wheel::cache::{FetchOptions, WheelCache};
 use oci_spec::image::{Descriptor, ImageManifest, ImageManifestBuilder, MediaType};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -23,6 +25,11 @@ use std::path::{Component, Path};
 
 /// Where the merged preset, with provenance, is stored in the image.
 pub const PRESET_PATH_IN_IMAGE: &str = "/etc/gpubake/preset.yaml";
+/// The label that says where the Python stack is: the venv's path, or `none` for an image
+/// built with `--without-python` (a preflight image, which certify does not hold to the
+/// lock's Python pins).
+pub const STACK_LABEL: &str = "io.gpubake.python-stack";
+
 /// Where the probe binary is stored in the image.
 pub const PROBE_PATH_IN_IMAGE: &str = "/usr/local/bin/gpubake";
 
@@ -40,6 +47,17 @@ pub struct BuildOptions {
     /// Write every layer again instead of trusting the cache (which knows files by path,
     /// size and mtime, as make and rsync do).
     pub no_cache: bool,
+    /// The Python closure to install; None builds an image without the Python stack.
+    pub closure: Option<crate::closure::Closure>,
+    /// Build from the wheel cache alone.
+    pub offline: bool,
+    /// gpubake's cache ([`WheelCache::default_root`] for the user's): the wheels, and the
+    /// layers of images built for a destination other than an OCI layout.
+    pub cache_dir: std::path::PathBuf,
+    /// The most layers the Python stack may take.
+    pub stack_layers: usize,
+    /// The gpubake binary the image gets as its probe (the running one, for the CLI).
+    pub probe: std::path::PathBuf,
 }
 
 /// One layer of the result.
@@ -178,29 +196,33 @@ pub fn build(
         Transport::DockerDaemon(_) => Some(crate::engine::Engine::connect()?),
         _ => None,
     };
-    let staging;
+    // Destinations other than a layout build in the cache's own layout, so their layers are
+    // cached between builds as a layout destination's are.
     let store = match &dest {
         Transport::Oci { dir, .. } => Layout::create(dir)?,
-        Transport::DockerDaemon(_) => {
-            staging = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            Layout::create(staging.path())?
-        }
-        Transport::DockerArchive { path, .. } => {
-            let parent = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            staging = tempfile::Builder::new()
-                .prefix(".gpubake-build-")
-                .tempdir_in(parent)
-                .map_err(|e| Error::io(parent, e))?;
-            Layout::create(staging.path())?
+        Transport::DockerDaemon(_) | Transport::DockerArchive { .. } => {
+            Layout::create(&opts.cache_dir.join("layout"))?
         }
         _ => unreachable!("supported() leaves oci, docker-archive and docker-daemon"),
     };
     let _lock = store.lock()?;
 
     let base = open(&base_ref)?;
+    // The interpreter is checked before anything is written.
+    let python = match &opts.closure {
+        Some(_) => {
+            let want = resolved
+                .lock
+                .python
+                .version
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let paths = super::inspect::paths(&base.layout, &base.manifest)?;
+            Some(stack::find_python(&paths, &want).map_err(|m| Error::image(&base_ref, m))?)
+        }
+        None => None,
+    };
     let config_desc = base.manifest.config();
     let config_digest = digest_of(config_desc)?;
     let mut config: Value = serde_json::from_slice(
@@ -222,15 +244,47 @@ pub fn build(
     }
     import(&base, &store, &base_diff_ids, &base_ref)?;
 
-    let specs = layer_specs(loaded, resolved)?;
+    let specs = layer_specs(loaded, resolved, &opts.probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
+    let mut extra_env = Vec::new();
+    if let (Some(closure), Some(python)) = (&opts.closure, &python) {
+        let cache = WheelCache::open(opts.cache_dir.clone())?;
+        let stack_opts = stack::StackOptions {
+            compression: opts.compression,
+            epoch: opts.epoch,
+            use_cache: !opts.no_cache,
+            cache: &cache,
+            fetch: FetchOptions {
+                offline: opts.offline,
+                jobs: 4,
+            },
+            budget: opts.stack_layers,
+            extras: resolved
+                .lock
+                .pip
+                .iter()
+                .map(|r| crate::closure::normalize(requirement_name(r)))
+                .collect(),
+        };
+        for l in stack::build(&store, closure, python, &stack_opts)? {
+            built.push((l.name, l.created_by, l.layer));
+        }
+        let base_path = strings(&config["config"]["Env"])
+            .into_iter()
+            .find_map(|e| e.strip_prefix("PATH=").map(str::to_string));
+        extra_env = stack::image_env(base_path.as_deref());
+    }
     for spec in &specs {
         let layer = build_layer(&store, spec, opts.compression, opts.epoch, !opts.no_cache)?;
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 
     let created = rfc3339(opts.epoch);
-    edit_config(&mut config, resolved, &built, &base_ref, &created);
+    edit_config(&mut config, resolved, &extra_env, &built, &created);
+    config["config"]["Labels"][STACK_LABEL] = json!(match opts.closure {
+        Some(_) => stack::VENV,
+        None => "none",
+    });
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
     let mut layers: Vec<Descriptor> = base.manifest.layers().clone();
     layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
@@ -240,9 +294,12 @@ pub fn build(
         .config(new_config.clone())
         .layers(layers)
         .annotations(HashMap::from([
+            // The base as the recipe names it, and the digest of the one really used: where
+            // it was read from (a local path, a daemon) would make the digest depend on the
+            // build host.
             (
                 "org.opencontainers.image.base.name".to_string(),
-                base_ref.to_string(),
+                resolved.lock.base.clone(),
             ),
             (
                 "org.opencontainers.image.base.digest".to_string(),
@@ -282,7 +339,11 @@ pub fn build(
             } else {
                 format!("{reference}:latest")
             };
-            let tar = store.root().join("load.tar");
+            let scratch = tempfile::Builder::new()
+                .prefix(".gpubake-load-")
+                .tempdir_in(&opts.cache_dir)
+                .map_err(|e| Error::io(&opts.cache_dir, e))?;
+            let tar = scratch.path().join("load.tar");
             archive::write(&store, &manifest_desc, &manifest, &tar, &reference)?;
             engine.as_ref().expect("connected above").load(&tar)?;
         }
@@ -316,23 +377,12 @@ pub fn build(
 
 /// The new layers: the recipe's files (large, rarely changed) first, then the probe, then the
 /// preset and lock (small, changed most often).
-fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved) -> Result<Vec<LayerSpec>> {
+fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved, probe: &Path) -> Result<Vec<LayerSpec>> {
     let lock = &resolved.lock;
     let mut specs = Vec::new();
     if !loaded.recipe.files.is_empty() {
-        let base_dir = Path::new(loaded.doc.name())
-            .parent()
-            .unwrap_or(Path::new("."));
         let mut entries = Vec::new();
-        for (i, f) in loaded.recipe.files.iter().enumerate() {
-            let src = base_dir.join(&f.src);
-            if !src.exists() {
-                return Err(loaded.doc.invalid(
-                    &["files", &i.to_string(), "src"],
-                    format!("{} does not exist", src.display()),
-                    Some("a file or directory relative to the recipe".into()),
-                ));
-            }
+        for (src, f) in loaded.file_sources()? {
             entries.extend(tree_entries(&src, &f.dest, f.mode_bits())?);
         }
         specs.push(LayerSpec {
@@ -341,7 +391,6 @@ fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved) -> Result<Vec<LayerSp
             entries,
         });
     }
-    let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     specs.push(LayerSpec {
         name: "probe".into(),
         created_by: format!(
@@ -351,7 +400,7 @@ fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved) -> Result<Vec<LayerSp
         entries: vec![Entry {
             path: rel(PROBE_PATH_IN_IMAGE),
             mode: 0o755,
-            source: Source::File(exe),
+            source: Source::File(probe.to_path_buf()),
         }],
     });
     let preset = format!(
@@ -387,6 +436,14 @@ fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved) -> Result<Vec<LayerSp
     Ok(specs)
 }
 
+/// The distribution name of a requirement (`Transformers[torch]>=4.5` is `Transformers`).
+fn requirement_name(req: &str) -> &str {
+    let end = req
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        .unwrap_or(req.len());
+    &req[..end]
+}
+
 fn rel(path: &str) -> String {
     path.trim_start_matches('/').to_string()
 }
@@ -395,8 +452,8 @@ fn rel(path: &str) -> String {
 fn edit_config(
     config: &mut Value,
     resolved: &Resolved,
+    extra_env: &[(String, String)],
     built: &[(String, String, BuiltLayer)],
-    base: &Transport,
     created: &str,
 ) {
     let lock = &resolved.lock;
@@ -404,7 +461,11 @@ fn edit_config(
         config["config"] = json!({});
     }
     let mut env: Vec<String> = strings(&config["config"]["Env"]);
-    for (name, value) in lock.image_env() {
+    for (name, value) in lock
+        .image_env()
+        .into_iter()
+        .chain(extra_env.iter().cloned())
+    {
         let line = format!("{name}={value}");
         match env
             .iter_mut()
@@ -421,8 +482,6 @@ fn edit_config(
     for (k, v) in &lock.labels {
         config["config"]["Labels"][k] = json!(v);
     }
-    // The lock names the recipe's base; the image records the one it was really built on.
-    config["config"]["Labels"]["org.opencontainers.image.base.name"] = json!(base.to_string());
     let layers_before = config["rootfs"]["diff_ids"]
         .as_array()
         .map(Vec::len)
@@ -430,7 +489,9 @@ fn edit_config(
     if !config["history"].is_array() {
         config["history"] = json!(
             (0..layers_before)
-                .map(|i| json!({"created_by": format!("base image {base}, layer {}", i + 1)}))
+                .map(
+                    |i| json!({"created_by": format!("base image {}, layer {}", lock.base, i + 1)})
+                )
                 .collect::<Vec<_>>()
         );
     }

@@ -60,9 +60,12 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
     Ok(None)
 }
 
-/// Every path in the image's filesystem after applying each layer's whiteouts, sorted.
-pub fn paths(layout: &Layout, manifest: &ImageManifest) -> Result<Vec<String>> {
-    let mut all = std::collections::BTreeSet::new();
+/// Visits every entry of every layer, base first, with its path (no `./`, no trailing `/`).
+fn each_entry(
+    layout: &Layout,
+    manifest: &ImageManifest,
+    mut visit: impl FnMut(&str, &mut tar::Entry<'_, Box<dyn Read + '_>>) -> std::io::Result<()>,
+) -> Result<()> {
     for layer in manifest.layers() {
         let digest = digest_of(layer)?;
         let raw = layout.open_blob(&digest, Some(layer.size()))?;
@@ -76,28 +79,33 @@ pub fn paths(layout: &Layout, manifest: &ImageManifest) -> Result<Vec<String>> {
         };
         let mut tar = tar::Archive::new(reader);
         for entry in tar.entries().map_err(bad)? {
-            let entry = entry.map_err(bad)?;
-            let p = entry
-                .path()
-                .map_err(bad)?
-                .to_string_lossy()
-                .trim_start_matches("./")
-                .trim_end_matches('/')
-                .to_string();
-            let (dir, name) = p
-                .rsplit_once('/')
-                .map(|(d, n)| (format!("{d}/"), n))
-                .unwrap_or((String::new(), p.as_str()));
-            if name == ".wh..wh..opq" {
-                all.retain(|q: &String| !q.starts_with(&dir) || *q == dir.trim_end_matches('/'));
-            } else if let Some(gone) = name.strip_prefix(".wh.") {
-                let gone = format!("{dir}{gone}");
-                all.retain(|q: &String| *q != gone && !q.starts_with(&format!("{gone}/")));
-            } else {
-                all.insert(p);
-            }
+            let mut entry = entry.map_err(bad)?;
+            let path = entry.path().map_err(bad)?.to_string_lossy().into_owned();
+            let path = path.trim_start_matches("./").trim_end_matches('/');
+            visit(path, &mut entry).map_err(bad)?;
         }
     }
+    Ok(())
+}
+
+/// Every path in the image's filesystem after applying each layer's whiteouts, sorted.
+pub fn paths(layout: &Layout, manifest: &ImageManifest) -> Result<Vec<String>> {
+    let mut all = std::collections::BTreeSet::new();
+    each_entry(layout, manifest, |p, _| {
+        let (dir, name) = p
+            .rsplit_once('/')
+            .map(|(d, n)| (format!("{d}/"), n))
+            .unwrap_or((String::new(), p));
+        if name == ".wh..wh..opq" {
+            all.retain(|q: &String| !q.starts_with(&dir) || *q == dir.trim_end_matches('/'));
+        } else if let Some(gone) = name.strip_prefix(".wh.") {
+            let gone = format!("{dir}{gone}");
+            all.retain(|q: &String| *q != gone && !q.starts_with(&format!("{gone}/")));
+        } else {
+            all.insert(p.to_string());
+        }
+        Ok(())
+    })?;
     Ok(all.into_iter().collect())
 }
 
@@ -494,5 +502,102 @@ pub fn human_size(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{size:.1} {}", units[unit])
+    }
+}
+
+/// What the layers install, read from the files themselves: every Python distribution by
+/// its `METADATA` and every `libnccl.so*` by the version string compiled into it.
+#[derive(Debug, Default, Serialize)]
+pub struct Contents {
+    /// Normalized distribution name -> (version as METADATA says, dist-info path).
+    pub dists: std::collections::BTreeMap<String, (String, String)>,
+    /// libnccl path -> the version it reports (`2.27.5`), when found.
+    pub nccl: std::collections::BTreeMap<String, Option<String>>,
+}
+
+/// Reads [`Contents`] out of every layer, later layers replacing earlier ones and whiteouts
+/// deleting, as a runtime would see the filesystem.
+pub fn contents(layout: &Layout, manifest: &ImageManifest) -> Result<Contents> {
+    let mut out = Contents::default();
+    each_entry(layout, manifest, |path, entry| {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        if let Some(gone) = name.strip_prefix(".wh.") {
+            let gone = if dir.is_empty() {
+                gone.to_string()
+            } else {
+                format!("{dir}/{gone}")
+            };
+            out.dists.retain(|_, (_, p)| !p.starts_with(&gone));
+            out.nccl.retain(|p, _| !p.starts_with(&gone));
+            return Ok(());
+        }
+        if !entry.header().entry_type().is_file() {
+            return Ok(());
+        }
+        if name == "METADATA" && dir.ends_with(".dist-info") {
+            let mut text = String::new();
+            let _ = entry.by_ref().take(1 << 20).read_to_string(&mut text);
+            if let Some((dist, version)) = metadata_name_version(&text) {
+                out.dists
+                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
+            }
+        } else if name.starts_with("libnccl.so") {
+            out.nccl.insert(path.to_string(), nccl_version(entry)?);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// `Name` and `Version` of core metadata (the email-header part before the body).
+fn metadata_name_version(text: &str) -> Option<(String, String)> {
+    let mut name = None;
+    let mut version = None;
+    for line in text.lines() {
+        if line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.strip_prefix("Name:") {
+            name = Some(v.trim().to_string());
+        } else if let Some(v) = line.strip_prefix("Version:") {
+            version = Some(v.trim().to_string());
+        }
+    }
+    Some((name?, version?))
+}
+
+/// The `NCCL version X.Y.Z` string libnccl prints at init, found in the library's bytes.
+fn nccl_version(reader: &mut impl Read) -> std::io::Result<Option<String>> {
+    const NEEDLE: &[u8] = b"NCCL version ";
+    let finder = memchr::memmem::Finder::new(NEEDLE);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut keep = 0usize;
+    loop {
+        let n = reader.read(&mut buf[keep..])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let filled = keep + n;
+        if let Some(at) = finder.find(&buf[..filled]) {
+            let start = at + NEEDLE.len();
+            // The version follows within a few bytes; read on if the buffer ends first.
+            let mut tail = buf[start..filled].to_vec();
+            if tail.len() < 32 {
+                let mut more = vec![0u8; 32];
+                let m = reader.read(&mut more)?;
+                tail.extend_from_slice(&more[..m]);
+            }
+            let version: String = tail
+                .iter()
+                .take_while(|b| b.is_ascii_digit() || **b == b'.')
+                .map(|b| *b as char)
+                .collect();
+            std::io::copy(reader, &mut std::io::sink())?;
+            return Ok((!version.is_empty()).then_some(version.trim_end_matches('.').to_string()));
+        }
+        // Keep the last bytes in case the needle straddles two reads.
+        let carry = NEEDLE.len().min(filled);
+        buf.copy_within(filled - carry..filled, 0);
+        keep = carry;
     }
 }

@@ -7,6 +7,7 @@ pub mod digest;
 pub mod inspect;
 pub mod layer;
 pub mod layout;
+pub mod stack;
 pub mod transport;
 
 pub use build::{BuildOptions, BuildReport, build};

@@ -93,6 +93,8 @@ impl Discovery {
     /// system Pythons, and `$VIRTUAL_ENV`.
     pub fn site_packages(&self) -> Vec<PathBuf> {
         let mut patterns: Vec<String> = vec![
+            // gpubake's own environment first: launchers may scrub VIRTUAL_ENV.
+            format!("{}/lib/python3*/site-packages", crate::image::stack::VENV),
             "/opt/*/lib/python3*/site-packages".into(),
             "/opt/*/.venv/lib/python3*/site-packages".into(),
             "/usr/local/lib/python3*/site-packages".into(),
@@ -353,7 +355,23 @@ mod tests {
             root,
             "/usr/local/lib/python3.11/dist-packages/nvidia/nccl/lib/libnccl.so.2",
         );
+        touch(
+            root,
+            "/opt/gpubake/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        );
+        touch(
+            root,
+            "/opt/gpubake/venv/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+        );
         let d = Discovery::under(root);
+        let nvrtc = d.nvrtc_candidates();
+        assert!(
+            nvrtc[0].path.ends_with(
+                "opt/gpubake/venv/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12"
+            ),
+            "{:?}",
+            nvrtc[0].path
+        );
         let found = d.nccl_candidates();
         let paths: Vec<String> = found
             .iter()
@@ -362,12 +380,13 @@ mod tests {
         assert_eq!(
             paths,
             [
+                "opt/gpubake/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
                 "opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
                 "usr/local/lib/python3.11/dist-packages/nvidia/nccl/lib/libnccl.so.2",
                 "usr/lib/x86_64-linux-gnu/libnccl.so.2",
             ]
         );
-        assert_eq!(found[2].version.as_deref(), Some("2.21.5"));
+        assert_eq!(found[3].version.as_deref(), Some("2.21.5"));
         assert_eq!(
             found[0].version, None,
             "pip's libnccl.so.2 carries no full version in its name"

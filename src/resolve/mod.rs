@@ -655,7 +655,12 @@ fn build_lock(
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
         recipe: RecipeRef {
             name: recipe.name.clone(),
-            file: loaded.doc.name().to_string(),
+            // The file name alone: how the path was spelled must not change the lock, nor
+            // the image it goes into.
+            file: std::path::Path::new(loaded.doc.name())
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| loaded.doc.name().to_string()),
             sha256: loaded.doc.sha256(),
         },
         base: recipe.base.clone(),

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: run the real binary, write recipes to temp dirs.
 #![allow(dead_code)]
 
+pub mod wheels;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -109,4 +111,40 @@ pub fn tools() -> bool {
     have("umoci", "--version")
         && have("skopeo", "--version")
         && std::path::Path::new("/bin/busybox").exists()
+}
+
+/// A real Debian bookworm base with CPython 3.11 in an OCI layout (scripts/make-debian-base,
+/// mmdebstrap from Debian's archive). Made once and kept in the target directory; None (with
+/// the reason printed) where mmdebstrap or umoci is missing outside CI.
+pub fn debian_base() -> Option<PathBuf> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        if !have("mmdebstrap", "--version") || !have("umoci", "--version") {
+            return None;
+        }
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .expect("CARGO_TARGET_TMPDIR is inside the target directory")
+            .to_path_buf();
+        let layout = target.join("debian-base");
+        let lock = std::fs::File::create(target.join("debian-base.lock")).unwrap();
+        // Several test binaries may ask at once: one makes it, the others wait.
+        lock.lock().unwrap();
+        if !layout.join("index.json").exists() {
+            let staging = tempfile::tempdir_in(&target).unwrap();
+            let tmp = staging.path().join("layout");
+            let out = Command::new(root().join("scripts/make-debian-base"))
+                .arg(&tmp)
+                .output()
+                .expect("scripts/make-debian-base runs");
+            assert!(
+                out.status.success(),
+                "make-debian-base: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::rename(&tmp, &layout).unwrap();
+        }
+        Some(layout)
+    })
+    .clone()
 }

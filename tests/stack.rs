@@ -1,0 +1,532 @@
+//! The Python stack in real images: small real wheels from PyPI, fetched through the wheel
+//! cache, installed natively into the venv over a real Debian base, then read back by skopeo
+//! and umoci and run by the Docker Engine.
+
+mod common;
+
+use common::{assert_exit, have};
+use gpubake::closure::{self, Closure};
+use gpubake::document::Document;
+use gpubake::image::{BuildOptions, BuildReport, Compression};
+use gpubake::recipe::LoadedRecipe;
+use gpubake::render::{self, ContextPlan};
+use gpubake::resolve::{self, Resolved};
+use gpubake::wheel::cache::{FetchOptions, WheelCache};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SMALL: &str = include_str!("fixtures/pylock.small.toml");
+
+/// six 1.17.0, the extra that the second recipe adds.
+const SIX: &str = r#"
+[[packages]]
+name = "six"
+version = "1.17.0"
+wheels = [{ url = "https://files.pythonhosted.org/packages/b7/ce/149a00dd41f10bc29e5921b496af8b574d8413afcd5e30dfa0ed46c2cc5e/six-1.17.0-py2.py3-none-any.whl", size = 11050, hashes = { sha256 = "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274" } }]
+"#;
+
+/// The wheel cache the tests share, kept across runs so PyPI is asked once.
+fn wheel_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("test-wheel-cache")
+}
+
+fn recipe(dir: &Path, python: &str, pip: &[&str]) -> (LoadedRecipe, Resolved) {
+    let text = format!(
+        "name: stack-test\nbase: debian:bookworm\npython: \"{python}\"\npytorch: \"2.9\"\n\
+         presets: [base]\npip: [{}]\n",
+        pip.join(", ")
+    );
+    let path = dir.join("recipe.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let loaded =
+        LoadedRecipe::parse(Document::from_text(path.display().to_string(), text)).unwrap();
+    let resolved = resolve::resolve_recipe(&loaded, &resolve::Options::default()).unwrap();
+    (loaded, resolved)
+}
+
+fn small_closure(extra: &str) -> Closure {
+    closure::parse(Path::new("pylock.small.toml"), &format!("{SMALL}{extra}")).unwrap()
+}
+
+fn build(
+    loaded: &LoadedRecipe,
+    resolved: &Resolved,
+    closure: Closure,
+    base: &Path,
+    to: &str,
+) -> gpubake::Result<BuildReport> {
+    gpubake::image::build(
+        loaded,
+        resolved,
+        &BuildOptions {
+            to: to.parse().unwrap(),
+            from: Some(format!("oci:{}:bookworm", base.display()).parse().unwrap()),
+            compression: Compression::Gzip,
+            epoch: 0,
+            no_cache: false,
+            closure: Some(closure),
+            offline: false,
+            cache_dir: wheel_cache(),
+            stack_layers: 60,
+            probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
+        },
+    )
+}
+
+fn layer<'a>(report: &'a BuildReport, name: &str) -> &'a str {
+    &report
+        .layers
+        .iter()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("no layer {name} in {:?}", report.layers))
+        .digest
+}
+
+fn docker(args: &[&str]) -> (bool, String) {
+    let out = Command::new("docker").args(args).output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (loaded, resolved) = recipe(dir.path(), "3.11", &["tqdm==4.67.1"]);
+
+    let out_a = dir.path().join("a");
+    let a = build(
+        &loaded,
+        &resolved,
+        small_closure(""),
+        &base,
+        &format!("oci:{}:v1", out_a.display()),
+    )
+    .unwrap();
+    let names: Vec<&str> = a.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "base", "venv", "nvidia", "python", "extras", "probe", "presets"
+        ],
+        "{:?}",
+        a.layers
+    );
+    // A fresh layout and the same inputs give the same image.
+    let out_b = dir.path().join("b");
+    let again = build(
+        &loaded,
+        &resolved,
+        small_closure(""),
+        &base,
+        &format!("oci:{}:v1", out_b.display()),
+    )
+    .unwrap();
+    assert_eq!(a.manifest, again.manifest);
+
+    // A recipe that differs only in its extras shares every other stack layer.
+    let (loaded6, resolved6) = recipe(dir.path(), "3.11", &["tqdm==4.67.1", "six==1.17.0"]);
+    let six = build(
+        &loaded6,
+        &resolved6,
+        small_closure(SIX),
+        &base,
+        &format!("oci:{}:six", out_a.display()),
+    )
+    .unwrap();
+    for name in ["venv", "nvidia", "python"] {
+        assert_eq!(layer(&a, name), layer(&six, name), "layer {name} differs");
+    }
+    assert_ne!(layer(&a, "extras"), layer(&six, "extras"));
+
+    // Independent readers.
+    let image = format!("oci:{}:v1", out_a.display());
+    let out = Command::new("skopeo")
+        .args(["inspect", &image])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = dir.path().join("bundle");
+    let out = Command::new("umoci")
+        .args([
+            "unpack",
+            "--rootless",
+            "--image",
+            &format!("{}:v1", out_a.display()),
+        ])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let venv = bundle.join("rootfs/opt/gpubake/venv");
+    let tqdm = std::fs::read_to_string(venv.join("bin/tqdm")).unwrap();
+    assert!(
+        tqdm.starts_with("#!/opt/gpubake/venv/bin/python\n"),
+        "{tqdm}"
+    );
+    let rst2html = std::fs::read_to_string(venv.join("bin/rst2html.py")).unwrap();
+    assert!(
+        rst2html.starts_with("#!/opt/gpubake/venv/bin/python\n"),
+        "{rst2html}"
+    );
+    // Nothing of the build host lands in the image: no bytecode, no host paths.
+    let host = [
+        wheel_cache().display().to_string(),
+        env!("CARGO_MANIFEST_DIR").to_string(),
+        dir.path().display().to_string(),
+    ];
+    for item in walkdir::WalkDir::new(&venv) {
+        let item = item.unwrap();
+        let name = item.file_name().to_string_lossy();
+        assert!(!name.ends_with(".pyc"), "{}", item.path().display());
+        if item.file_type().is_file() {
+            let bytes = std::fs::read(item.path()).unwrap();
+            for h in &host {
+                assert!(
+                    memchr::memmem::find(&bytes, h.as_bytes()).is_none(),
+                    "{} holds the host path {h}",
+                    item.path().display()
+                );
+            }
+        }
+    }
+    // A training image whose lock names torch but that holds none is not certified.
+    let out = common::gpubake(&["certify", &image, "--gpus", "none"]);
+    assert_exit(&out, 1);
+    let text = common::stdout(&out);
+    assert!(
+        text.contains("FAIL  pins vs content")
+            && text.contains("the lock pins torch 2.9.1+cu128, but no torch is installed"),
+        "{text}"
+    );
+    let nvtx = venv.join("lib/python3.11/site-packages/nvidia/nvtx/lib");
+    assert!(
+        nvtx.is_dir(),
+        "the nvidia namespace is shared: {}",
+        nvtx.display()
+    );
+
+    // The Docker Engine runs it: the venv's python is first on PATH and imports everything.
+    if !have("docker", "info") {
+        return;
+    }
+    let tag = format!("gpubake-stack-test:{}", std::process::id());
+    let loaded_to = format!("docker-daemon:{tag}");
+    build(&loaded, &resolved, small_closure(""), &base, &loaded_to).unwrap();
+    let (ok, text) = docker(&[
+        "run",
+        "--rm",
+        &tag,
+        "sh",
+        "-c",
+        "python3 -c 'import sys, tqdm, markupsafe, docutils, nvidia.nvtx, nvidia.cuda_runtime; \
+         print(sys.prefix, tqdm.__version__, markupsafe.__version__, docutils.__version__)' \
+         && tqdm --version && rst2html.py --version && gpubake --version",
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("/opt/gpubake/venv 4.67.1 3.0.4 0.20.1"),
+        "{text}"
+    );
+    assert!(text.contains("Docutils 0.20.1"), "{text}");
+    assert!(
+        text.contains(concat!("gpubake ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+
+    // The rendered Dockerfile, built by the engine from its context, installs the same tree.
+    let engine_tag = format!("gpubake-stack-engine:{}", std::process::id());
+    let base_tag = format!("gpubake-debian:{}", std::process::id());
+    let out = Command::new("skopeo")
+        .args([
+            "copy",
+            "--quiet",
+            &format!("oci:{}:bookworm", base.display()),
+        ])
+        .arg(format!("docker-daemon:{base_tag}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lock = resolved.lock.clone();
+    lock.base = base_tag.clone();
+    let plan = ContextPlan::for_recipe(&loaded, true).unwrap();
+    let dockerfile = render::render(
+        &lock,
+        &plan,
+        render::DEFAULT_TEMPLATE,
+        "Dockerfile.template",
+    )
+    .unwrap();
+    let closure = small_closure("");
+    let cache = WheelCache::open(wheel_cache()).unwrap();
+    cache
+        .fetch(&closure.wheels, &FetchOptions::default())
+        .unwrap();
+    let entries = plan
+        .entries(
+            &dockerfile,
+            Path::new(env!("CARGO_BIN_EXE_gpubake")),
+            Some((&closure, &cache)),
+        )
+        .unwrap();
+    let context = dir.path().join("context.tar");
+    let file = std::fs::File::create(&context).unwrap();
+    gpubake::image::layer::write_tar(&entries, 0, file, &context).unwrap();
+    let engine = gpubake::engine::Engine::connect().unwrap();
+    let mut log = Vec::new();
+    let built = engine.build(&context, &engine_tag, |line| log.push(line.to_string()));
+    let tree = "find /opt/gpubake/venv -printf '%p %y %m %s %l\\n' | sort; \
+                python3 -c 'import importlib.metadata as m; \
+                print(sorted((d.metadata[\"Name\"], d.version) for d in m.distributions()))'";
+    let (ok_a, daemonless) = docker(&["run", "--rm", &tag, "sh", "-c", tree]);
+    let (ok_b, engine_built) = if built.is_ok() {
+        docker(&["run", "--rm", &engine_tag, "sh", "-c", tree])
+    } else {
+        (false, String::new())
+    };
+    for t in [&tag, &engine_tag, &base_tag] {
+        let _ = docker(&["rmi", "-f", t]);
+    }
+    if let Err(e) = built {
+        panic!("the engine build failed: {e}\n{}", log.join("\n"));
+    }
+    assert!(ok_a && ok_b, "{daemonless}\n{engine_built}");
+    assert!(daemonless.contains("('tqdm', '4.67.1')"), "{daemonless}");
+    assert_eq!(
+        daemonless, engine_built,
+        "the two build paths installed different trees"
+    );
+}
+
+#[test]
+fn a_base_with_another_python_is_refused_naming_it() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (loaded, resolved) = recipe(dir.path(), "3.12", &[]);
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    let err = build(&loaded, &resolved, small_closure(""), &base, &to).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    let text = err.to_string();
+    assert!(
+        text.contains("CPython 3.11 (/usr/bin/python3.11)"),
+        "{text}"
+    );
+    assert!(text.contains("pins CPython 3.12"), "{text}");
+    assert!(
+        !dir.path().join("out/index.json").exists(),
+        "nothing is tagged"
+    );
+}
+
+#[test]
+fn a_tampered_pylock_hash_is_refused_naming_the_wheel() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (loaded, resolved) = recipe(dir.path(), "3.11", &[]);
+    let real = "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274";
+    let fake = "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3275";
+    let closure = closure::parse(
+        Path::new("p.toml"),
+        &format!("{SMALL}{}", SIX.replace(real, fake)),
+    )
+    .unwrap();
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    let err = build(&loaded, &resolved, closure, &base, &to).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("six"), "{text}");
+    assert!(text.contains(fake) && text.contains(real), "{text}");
+    assert_eq!(err.exit_code(), 2, "{text}");
+}
+
+#[test]
+fn resolve_writes_the_closure_beside_the_lock_with_every_hash() {
+    if !have("uv", "--version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: closure-test\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\npip: [tqdm==4.67.1]\n",
+    );
+    let lock = dir.path().join("r.lock");
+    let out = common::gpubake(&["resolve", &recipe, "-o", lock.to_str().unwrap()]);
+    if common::stderr(&out).contains("cannot be reached") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: PyPI is not reachable");
+        return;
+    }
+    assert_exit(&out, 0);
+    let path = dir.path().join("pylock.closure-test.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let closure = closure::parse(&path, &text).unwrap();
+    let names: Vec<&str> = closure.wheels.iter().map(|w| w.name.as_str()).collect();
+    for want in [
+        "torch",
+        "nvidia-nccl-cu12",
+        "nvidia-cudnn-cu12",
+        "tqdm",
+        "triton",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    assert!(
+        closure
+            .wheels
+            .iter()
+            .all(|w| w.size.is_some() && w.sha256.len() == 64)
+    );
+    assert!(text.contains("[tool.gpubake]"), "{text}");
+    // The lock it sits beside names exact versions only.
+    let lock_text = std::fs::read_to_string(&lock).unwrap();
+    assert!(
+        lock_text.contains("nvidia-nccl-cu12: ==2.27.5"),
+        "{lock_text}"
+    );
+
+    // Without uv on PATH, a build from that pylock goes on past the closure (here to the
+    // missing base): only resolving needs uv.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args([
+            "build",
+            &recipe,
+            "--offline",
+            "--from",
+            "oci:/nonexistent/base",
+            "--to",
+        ])
+        .arg(format!("oci:{}", dir.path().join("out").display()))
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("/nonexistent/base") && !err.contains("uv"),
+        "{err}"
+    );
+
+    // A changed recipe makes that closure stale, and a build says so before any work.
+    std::fs::write(
+        &recipe,
+        "name: closure-test\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\npip: [tqdm==4.67.0]\n",
+    )
+    .unwrap();
+    let out = common::gpubake(&[
+        "build",
+        &recipe,
+        "--offline",
+        "--from",
+        "oci:/nonexistent",
+        "--to",
+        &format!("oci:{}", dir.path().join("out").display()),
+    ]);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("is stale") && err.contains("tqdm==4.67.0"),
+        "{err}"
+    );
+
+    // A closure that disagrees with the lock is refused, naming both versions.
+    let tampered = text.replace("version = \"2.27.5\"", "version = \"2.27.3\"");
+    let wrong = dir.path().join("pylock.wrong.toml");
+    std::fs::write(&wrong, tampered).unwrap();
+    std::fs::write(
+        &recipe,
+        "name: closure-test\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\npip: [tqdm==4.67.1]\n",
+    )
+    .unwrap();
+    let out = common::gpubake(&[
+        "build",
+        &recipe,
+        "--pylock",
+        wrong.to_str().unwrap(),
+        "--from",
+        "oci:/nonexistent",
+        "--to",
+        &format!("oci:{}", dir.path().join("out").display()),
+    ]);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("nvidia-nccl-cu12: the lock pins 2.27.5, the closure has 2.27.3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_index_is_an_environment_error() {
+    if !have("uv", "--version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: idx\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\nindex: http://127.0.0.1:9/simple\n",
+    );
+    let out = common::gpubake(&[
+        "resolve",
+        &recipe,
+        "-o",
+        dir.path().join("r.lock").to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("http://127.0.0.1:9/simple cannot be reached"),
+        "{err}"
+    );
+    assert!(!dir.path().join("r.lock").exists());
+}
+
+#[test]
+fn without_uv_resolving_the_closure_is_exit_3_saying_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["resolve", "-o"])
+        .arg(dir.path().join("x.lock"))
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    assert!(
+        common::stderr(&out).contains("python3 -m pip install uv"),
+        "{}",
+        common::stderr(&out)
+    );
+}
