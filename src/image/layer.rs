@@ -162,8 +162,14 @@ pub fn lookup(
     cached(layout, &record_path(layout, key, compression, epoch))
 }
 
+/// Names the encoder's output format: a record written by another encoder would hand back a
+/// blob with other bytes for the same content, and the digest would depend on the cache.
+const ENCODER: &str = "libdeflate-1 blocks of 1 MiB, stored random pieces; zstd-3 mt";
+
 fn record_path(layout: &Layout, key: &str, compression: Compression, epoch: u64) -> PathBuf {
-    let full = hex::encode(Sha256::digest(format!("{key}\n{compression:?} {epoch}")));
+    let full = hex::encode(Sha256::digest(format!(
+        "{key}\n{compression:?} {epoch}\n{ENCODER}"
+    )));
     layout
         .root()
         .join(".gpubake/layers")
