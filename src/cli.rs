@@ -604,7 +604,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             root,
             offline,
         } => {
-            let text = std::fs::read_to_string(&pylock).map_err(|e| Error::io(&pylock, e))?;
+            let text = crate::closure::read_text(&pylock)?;
             let closure = crate::closure::parse(&pylock, &text)?;
             let want = closure.inputs().map(|i| i.python).ok_or_else(|| {
                 Error::Closure(format!(

@@ -259,7 +259,8 @@ pub fn for_build(
         return Ok((read(path, lock, &inputs)?, None));
     }
     if offline {
-        return Err(Error::Environment(format!(
+        // A missing input file, not something the machine lacks: exit 2.
+        return Err(Error::Closure(format!(
             "--offline needs the closure: no {} exists; write it with              `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
             beside
                 .map(|p| p.display().to_string())
@@ -282,7 +283,7 @@ pub fn for_build(
 
 /// Reads a closure and checks that it was resolved from `inputs` and agrees with the lock.
 pub fn read(path: &Path, lock: &Lock, inputs: &Inputs) -> Result<Closure> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = read_text(path)?;
     let closure = parse(path, &text)?;
     let recorded = recorded_inputs(&closure.pylock).ok_or_else(|| {
         Error::Closure(format!(
@@ -316,6 +317,24 @@ fn describe(inputs: &Inputs) -> String {
             format!(" from {}", inputs.indexes.join(", "))
         }
     )
+}
+
+/// The most a pylock may hold: torch's closure is about 15 KB, so anything near this is not
+/// a lock and is refused before it is parsed.
+const MAX_PYLOCK: u64 = 16 << 20;
+
+/// Reads a pylock's text, refusing a file too large to be one.
+pub fn read_text(path: &Path) -> Result<String> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len();
+    if size > MAX_PYLOCK {
+        return Err(Error::Closure(format!(
+            "{}: {size} bytes, more than the {MAX_PYLOCK} a pylock may hold",
+            path.display()
+        )));
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
 }
 
 /// Parses PEP 751 text and lists its wheels; refuses anything gpubake cannot install by hash.
@@ -664,6 +683,17 @@ mod tests {
             platform_for(&"2.17".parse().unwrap()),
             "x86_64-manylinux_2_17"
         );
+    }
+
+    #[test]
+    fn a_file_too_large_to_be_a_pylock_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pylock.big.toml");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_PYLOCK + 1).unwrap();
+        let err = read_text(&path).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("more than the"), "{err}");
     }
 
     #[test]

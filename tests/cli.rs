@@ -362,3 +362,31 @@ fn compat_names_the_known_releases_for_an_unknown_one() {
     );
     assert_exit(&gpubake(&["compat", "--release", "2.9"]), 0);
 }
+
+/// `--offline` without a pylock is a missing input (exit 2), not something the machine lacks,
+/// and is found before the base is read.
+#[test]
+fn offline_without_a_pylock_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: off\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n",
+    );
+    let to = format!("oci:{}", dir.path().join("out").display());
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--offline",
+        "--from",
+        "oci:/nonexistent",
+        "--to",
+        &to,
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--offline needs the closure") && err.contains("pylock.off.toml"),
+        "{err}"
+    );
+}
