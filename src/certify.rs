@@ -4,7 +4,7 @@
 //! lock, no secrets in `Env`, layer count and sizes); the dynamic check runs `gpubake probe`
 //! inside a container of the image on the GPUs asked for, and folds its report in.
 
-use crate::engine::{Engine, Gpus};
+use crate::engine::{Engine, Gpus, RunOutcome};
 use crate::error::Result;
 use crate::image::Transport;
 use crate::image::build::{Opened, STACK_LABEL, open};
@@ -13,32 +13,71 @@ use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::probe::report::{Report, Status};
 use serde_json::{Value, json};
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// Where the probe's container runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Launcher {
+    /// A Docker Engine (`DOCKER_HOST`), GPUs requested as `docker run --gpus` does.
+    #[default]
+    Engine,
+    /// An OCI runtime on this machine, GPUs from the node's CDI spec.
+    Runtime {
+        /// `crun`, `runc` or a path.
+        program: String,
+        /// CDI device names; empty means derived from `gpus`.
+        devices: Vec<String>,
+        /// Where CDI specs are looked for.
+        spec_dirs: Vec<PathBuf>,
+    },
+}
 
 /// How to certify.
 #[derive(Clone, Debug)]
 pub struct CertifyOptions {
     /// GPUs for the dynamic check.
     pub gpus: Gpus,
+    /// Where the probe's container runs.
+    pub launcher: Launcher,
     /// Most layers allowed (overlay filesystems stop at 127).
     pub max_layers: usize,
     /// Largest compressed layer allowed, bytes.
     pub max_layer_bytes: u64,
-    /// How long the probe in the container may take.
-    pub probe_timeout: Duration,
-    /// A policy file for the probe (mounted into the container).
-    pub policy: Option<std::path::PathBuf>,
+    /// How long the probe in the container may take; None is the probe's worst case plus
+    /// the container's start.
+    pub probe_timeout: Option<Duration>,
+    /// The probe's shorter run (`probe --quick`).
+    pub quick: bool,
+    /// A policy file for the probe (copied into the container).
+    pub policy: Option<PathBuf>,
 }
 
 impl Default for CertifyOptions {
     fn default() -> Self {
         CertifyOptions {
             gpus: Gpus::All,
+            launcher: Launcher::Engine,
             max_layers: 127,
             max_layer_bytes: 20 << 30,
-            probe_timeout: Duration::from_secs(300),
+            probe_timeout: None,
+            quick: false,
             policy: None,
         }
+    }
+}
+
+/// Where the policy file lands in the probe's container.
+const POLICY_IN_CONTAINER: &str = "/etc/gpubake/certify-policy.yaml";
+
+/// Time for a container to start and the probe to write its report, on top of its phases.
+const CONTAINER_START: Duration = Duration::from_secs(60);
+
+impl CertifyOptions {
+    /// How long to wait for the probe: what was asked, or its worst case.
+    pub fn probe_wait(&self) -> Duration {
+        self.probe_timeout
+            .unwrap_or_else(|| crate::probe::budget::worst_case(self.quick) + CONTAINER_START)
     }
 }
 
@@ -61,8 +100,11 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     let start = std::time::Instant::now();
     let mut report = Report {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
+        title: "certify".into(),
         ..Report::default()
     };
+    // Inputs first: a policy that does not parse is bad input before any image is read.
+    let policy = opts.policy.as_deref().map(read_policy).transpose()?;
     let opened = open(image)?;
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.desc.digest().to_string()));
@@ -100,18 +142,29 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
             Status::Skip,
             "not requested (--gpus none)",
         );
-    } else if let Err(missing) = dynamic(&opened, image, opts, &mut report) {
-        report.push(
-            "probe",
-            "gpubake probe in a container",
-            Status::Skip,
-            missing,
-        );
-        if code == 0 {
-            code = 3;
+    } else {
+        match dynamic(&opened, &config, image, opts, policy, &mut report) {
+            ProbeRun::Lacking(missing) => {
+                report.push(
+                    "probe",
+                    "gpubake probe in a container",
+                    Status::Skip,
+                    missing,
+                );
+                if code == 0 {
+                    code = 3;
+                }
+            }
+            ProbeRun::Failed(why) => {
+                report.push("probe", "gpubake probe in a container", Status::Fail, why);
+                code = 1;
+            }
+            ProbeRun::Reported => {
+                if report.worst() == Status::Fail {
+                    code = 1;
+                }
+            }
         }
-    } else if report.worst() == Status::Fail {
-        code = 1;
     }
     report.seconds = start.elapsed().as_secs_f64();
     Ok((report, code))
@@ -386,14 +439,159 @@ fn release_eq(a: &str, b: &str) -> bool {
     parts(a) == parts(b)
 }
 
-/// Loads the image into the engine, runs `gpubake probe --json` in it with GPUs, and folds
-/// the probe's checks in. Err carries why the environment could not run it.
+/// The policy file's bytes, checked to parse as the probe will parse them.
+fn read_policy(path: &std::path::Path) -> Result<Vec<u8>> {
+    let doc = crate::document::Document::read(path)?;
+    doc.parse::<Vec<crate::probe::policy::ModelPolicy>>("policy", |_| {
+        Some("a list like data/policy.yaml".into())
+    })?;
+    std::fs::read(path).map_err(|e| crate::error::Error::io(path, e))
+}
+
+/// How the dynamic check ended.
+#[derive(Debug, PartialEq)]
+enum ProbeRun {
+    /// The probe reported; its checks are in the report.
+    Reported,
+    /// The environment could not give the probe what it needs (no engine, no GPU, no CDI spec).
+    Lacking(String),
+    /// The probe ran and did not report: a crash, a timeout, no JSON. The image's fault or
+    /// the probe's, never a pass.
+    Failed(String),
+}
+
+/// Runs `gpubake probe --json` in a container of the image with GPUs, through the engine or
+/// an OCI runtime, and folds the probe's checks in.
 fn dynamic(
     opened: &Opened,
+    config: &Value,
     image: &Transport,
     opts: &CertifyOptions,
+    policy: Option<Vec<u8>>,
     report: &mut Report,
-) -> std::result::Result<(), String> {
+) -> ProbeRun {
+    let mut args = vec!["gpubake", "probe", "--json"];
+    if opts.quick {
+        args.push("--quick");
+    }
+    let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+    if let Some(bytes) = policy {
+        args.extend(["--policy", POLICY_IN_CONTAINER]);
+        files.push((POLICY_IN_CONTAINER, bytes));
+    }
+    let wait = opts.probe_wait();
+    let outcome = match &opts.launcher {
+        Launcher::Engine => in_engine(opened, &args, &files, opts, wait),
+        Launcher::Runtime {
+            program,
+            devices,
+            spec_dirs,
+        } => in_runtime(
+            opened, config, &args, &files, program, devices, spec_dirs, opts, wait, report,
+        ),
+    };
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(missing) => return ProbeRun::Lacking(missing),
+    };
+    let (run, probe) = judge_run(&outcome, wait, image);
+    if let Some(probe) = probe {
+        for c in probe["checks"].as_array().cloned().unwrap_or_default() {
+            let status = match c["status"].as_str() {
+                Some("PASS") => Status::Pass,
+                Some("WARN") => Status::Warn,
+                Some("SKIP") => Status::Skip,
+                _ => Status::Fail,
+            };
+            report.push(
+                "probe",
+                format!(
+                    "{}: {}",
+                    c["phase"].as_str().unwrap_or(""),
+                    c["name"].as_str().unwrap_or("")
+                ),
+                status,
+                c["detail"].as_str().unwrap_or(""),
+            );
+        }
+        report.fact("probe", probe);
+    }
+    run
+}
+
+/// What the probe's container ended with, judged: a report, a lacking environment (the
+/// probe's own exit 3), or a failure with the child's real error.
+fn judge_run(outcome: &RunOutcome, wait: Duration, image: &Transport) -> (ProbeRun, Option<Value>) {
+    let probe: Option<Value> = serde_json::from_str::<Value>(outcome.stdout.trim())
+        .ok()
+        .filter(|v| v["checks"].is_array());
+    if outcome.timed_out {
+        return (
+            ProbeRun::Failed(format!(
+                "`gpubake probe` ran past {} s and was killed; its last words: {}",
+                wait.as_secs(),
+                child_error(&outcome.stderr)
+            )),
+            None,
+        );
+    }
+    match probe {
+        None => (
+            ProbeRun::Failed(format!(
+                "{image}: `gpubake probe` ended (exit {}) without a report: {}",
+                outcome.exit_code,
+                child_error(&outcome.stderr)
+            )),
+            None,
+        ),
+        Some(p) if outcome.exit_code == 3 => {
+            let why = p["checks"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["status"] == "FAIL"))
+                .and_then(|c| c["detail"].as_str())
+                .unwrap_or("no GPU")
+                .to_string();
+            (
+                ProbeRun::Lacking(format!("the container saw no GPU (probe exit 3): {why}")),
+                Some(p),
+            )
+        }
+        Some(p) => (ProbeRun::Reported, Some(p)),
+    }
+}
+
+/// The line of a child's standard error that says what went wrong: a Rust panic's message
+/// (not the backtrace hint printed after it), else the last line that is not a hint.
+fn child_error(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if let Some(i) = lines.iter().position(|l| l.contains("panicked at")) {
+        let message = lines
+            .get(i + 1)
+            .filter(|l| !l.starts_with("note:") && !l.starts_with("stack backtrace"))
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        return format!("{}{message}", lines[i].trim_end_matches(':'));
+    }
+    lines
+        .iter()
+        .rev()
+        .find(|l| !l.starts_with("note:"))
+        .map(|l| l.to_string())
+        .unwrap_or_else(|| "no output".into())
+}
+
+/// The probe in a Docker Engine container. Err: what the environment lacks.
+fn in_engine(
+    opened: &Opened,
+    args: &[&str],
+    files: &[(&str, Vec<u8>)],
+    opts: &CertifyOptions,
+    wait: Duration,
+) -> std::result::Result<RunOutcome, String> {
     let engine = Engine::connect().map_err(|e| e.to_string())?;
     let short = &opened.desc.digest().to_string()["sha256:".len()..][..12];
     let tag = format!("gpubake-certify:{short}");
@@ -408,54 +606,168 @@ fn dynamic(
     )
     .map_err(|e| e.to_string())?;
     engine.load(&archive).map_err(|e| e.to_string())?;
-    let run = engine.run(
-        &tag,
-        &["gpubake", "probe", "--json"],
-        &opts.gpus,
-        opts.probe_timeout,
-    );
+    let run = engine.run(&tag, args, files, &opts.gpus, wait);
     engine.remove_image(&tag);
-    let outcome = run.map_err(|e| {
+    run.map_err(|e| {
         format!(
             "{e} (on {}: is nvidia-container-toolkit installed and the engine configured for it?)",
             engine.host()
         )
-    })?;
-    let probe: Value = serde_json::from_str(&outcome.stdout).map_err(|_| {
-        format!(
-            "{image}: `gpubake probe` did not report (exit {}): {}",
-            outcome.exit_code,
-            outcome.stderr.lines().last().unwrap_or("no output")
-        )
-    })?;
-    if outcome.exit_code == 3 {
-        return Err("the container saw no GPU (exit 3): the engine gave it none".into());
+    })
+}
+
+/// The CDI device names for `gpus` when none were given.
+fn cdi_names(gpus: &Gpus, given: &[String]) -> Vec<String> {
+    if !given.is_empty() {
+        return given.to_vec();
     }
-    for c in probe["checks"].as_array().cloned().unwrap_or_default() {
-        let status = match c["status"].as_str() {
-            Some("PASS") => Status::Pass,
-            Some("WARN") => Status::Warn,
-            Some("SKIP") => Status::Skip,
-            _ => Status::Fail,
-        };
+    match gpus {
+        Gpus::None => Vec::new(),
+        Gpus::All => vec!["nvidia.com/gpu=all".into()],
+        Gpus::Count(n) => (0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect(),
+    }
+}
+
+/// The probe under an OCI runtime, with the node's CDI edits; the CDI preflight goes into
+/// the report. Err: what the environment lacks.
+#[allow(clippy::too_many_arguments)]
+fn in_runtime(
+    opened: &Opened,
+    config: &Value,
+    args: &[&str],
+    files: &[(&str, Vec<u8>)],
+    program: &str,
+    devices: &[String],
+    spec_dirs: &[PathBuf],
+    opts: &CertifyOptions,
+    wait: Duration,
+    report: &mut Report,
+) -> std::result::Result<RunOutcome, String> {
+    use crate::error::Error;
+    let runtime = crate::runtime::Runtime::find(program).map_err(|e| e.to_string())?;
+    let specs = crate::cdi::load(spec_dirs).map_err(|e| e.to_string())?;
+    let driver = std::fs::read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|t| crate::cdi::driver_version(&t));
+    let exists = |p: &str| std::path::Path::new(p).exists();
+    for f in crate::cdi::preflight(&specs, driver.as_deref(), &exists) {
         report.push(
-            "probe",
-            format!(
-                "{}: {}",
-                c["phase"].as_str().unwrap_or(""),
-                c["name"].as_str().unwrap_or("")
-            ),
-            status,
-            c["detail"].as_str().unwrap_or(""),
+            "cdi",
+            f.name,
+            if f.ok { Status::Pass } else { Status::Fail },
+            f.detail,
         );
     }
-    report.fact("probe", probe);
-    Ok(())
+    let names = cdi_names(&opts.gpus, devices);
+    let edits = match crate::cdi::edits_for(&specs, &names) {
+        Ok(e) => e,
+        Err(Error::Environment(m)) => return Err(m),
+        Err(e) => return Err(e.to_string()),
+    };
+    report.fact(
+        "runtime",
+        json!({"program": runtime.program(), "devices": names}),
+    );
+    let bundle = crate::runtime::bundle(
+        opened,
+        config,
+        &crate::runtime::Process {
+            args,
+            files,
+            edits: &edits,
+        },
+        None,
+    )
+    .map_err(|e| format!("cannot make the container's bundle: {e}"))?;
+    runtime.run(&bundle, wait).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn outcome(code: i64, stdout: &str, stderr: &str, timed_out: bool) -> RunOutcome {
+        RunOutcome {
+            exit_code: code,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+            timed_out,
+        }
+    }
+
+    const PANIC: &str = "thread 'main' (1) panicked at src/probe/nvml.rs:80:14:\n\
+                         index out of bounds: the len is 0 but the index is 0\n\
+                         note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+
+    #[test]
+    fn a_panic_is_reported_by_its_message_not_the_backtrace_hint() {
+        let why = child_error(PANIC);
+        assert!(why.contains("src/probe/nvml.rs:80:14"), "{why}");
+        assert!(why.contains("index out of bounds"), "{why}");
+        assert!(!why.contains("RUST_BACKTRACE"), "{why}");
+        assert_eq!(child_error(""), "no output");
+        assert_eq!(child_error("one\nlast words\n"), "last words");
+    }
+
+    #[test]
+    fn a_probe_without_a_report_or_past_its_time_fails_and_only_its_exit_3_is_lacking() {
+        let image: Transport = "oci:/x".parse().unwrap();
+        let wait = Duration::from_secs(7);
+        let (run, _) = judge_run(&outcome(101, "", PANIC, false), wait, &image);
+        match run {
+            ProbeRun::Failed(why) => {
+                assert!(why.contains("exit 101"), "{why}");
+                assert!(why.contains("index out of bounds"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let (run, _) = judge_run(&outcome(-1, "", "still working", true), wait, &image);
+        assert!(
+            matches!(&run, ProbeRun::Failed(w) if w.contains("ran past 7 s") && w.contains("still working")),
+            "{run:?}"
+        );
+        let report = r#"{"checks":[{"phase":"nvml","name":"NVML","status":"FAIL","detail":"NVML did not initialise"}]}"#;
+        let (run, probe) = judge_run(&outcome(3, report, "", false), wait, &image);
+        assert!(
+            matches!(&run, ProbeRun::Lacking(w) if w.contains("NVML did not initialise")),
+            "{run:?}"
+        );
+        assert!(probe.is_some());
+        let (run, _) = judge_run(&outcome(1, report, "", false), wait, &image);
+        assert_eq!(run, ProbeRun::Reported);
+        let (run, _) = judge_run(
+            &outcome(0, "{\"not\": \"a report\"}", "", false),
+            wait,
+            &image,
+        );
+        assert!(matches!(run, ProbeRun::Failed(_)), "{run:?}");
+    }
+
+    #[test]
+    fn the_default_wait_covers_the_probes_worst_case() {
+        let opts = CertifyOptions::default();
+        assert!(opts.probe_wait() > crate::probe::budget::worst_case(false));
+        let quick = CertifyOptions {
+            quick: true,
+            ..Default::default()
+        };
+        assert!(quick.probe_wait() > crate::probe::budget::worst_case(true));
+        assert!(quick.probe_wait() < opts.probe_wait());
+    }
+
+    #[test]
+    fn cdi_names_follow_gpus_unless_given() {
+        assert_eq!(cdi_names(&Gpus::All, &[]), ["nvidia.com/gpu=all"]);
+        assert_eq!(
+            cdi_names(&Gpus::Count(2), &[]),
+            ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+        );
+        assert!(cdi_names(&Gpus::None, &[]).is_empty());
+        assert_eq!(
+            cdi_names(&Gpus::All, &["nvidia.com/gpu=GPU-1".to_string()]),
+            ["nvidia.com/gpu=GPU-1"]
+        );
+    }
 
     #[test]
     fn secret_names_are_recognised() {

@@ -268,6 +268,22 @@ enum Command {
         /// Expected floors per GPU model for the probe (YAML like data/policy.yaml).
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// Run the probe under this OCI runtime (crun, runc or a path) instead of a Docker
+        /// Engine, GPUs from the node's CDI spec.
+        #[arg(long, value_name = "RUNTIME")]
+        runtime: Option<String>,
+        /// CDI devices for --runtime, e.g. nvidia.com/gpu=all (default: from --gpus).
+        #[arg(long = "device", value_name = "CDI-NAME", requires = "runtime")]
+        devices: Vec<String>,
+        /// Where CDI specs are read for --runtime (default: /etc/cdi and /var/run/cdi).
+        #[arg(long = "cdi-spec-dir", value_name = "DIR", requires = "runtime")]
+        cdi_spec_dirs: Vec<PathBuf>,
+        /// The probe's short run: fewer sizes, no NCCL start-ups.
+        #[arg(long)]
+        quick: bool,
+        /// Seconds to wait for the probe (default: its worst case plus a minute).
+        #[arg(long, value_name = "SECONDS")]
+        probe_timeout: Option<u64>,
     },
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
@@ -724,13 +740,35 @@ pub fn run(cli: Cli) -> Result<i32> {
             max_layers,
             max_layer_gib,
             policy,
+            runtime,
+            devices,
+            cdi_spec_dirs,
+            quick,
+            probe_timeout,
         } => {
+            let launcher = match runtime {
+                None => crate::certify::Launcher::Engine,
+                Some(program) => crate::certify::Launcher::Runtime {
+                    program,
+                    devices,
+                    spec_dirs: if cdi_spec_dirs.is_empty() {
+                        crate::cdi::DEFAULT_SPEC_DIRS
+                            .iter()
+                            .map(PathBuf::from)
+                            .collect()
+                    } else {
+                        cdi_spec_dirs
+                    },
+                },
+            };
             let opts = crate::certify::CertifyOptions {
                 gpus,
+                launcher,
                 max_layers,
                 max_layer_bytes: max_layer_gib << 30,
                 policy,
-                ..Default::default()
+                quick,
+                probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
             };
             let (report, code) = crate::certify::certify(&image.parse()?, &opts)?;
             let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");

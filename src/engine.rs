@@ -45,6 +45,8 @@ pub struct RunOutcome {
     pub stdout: String,
     /// Standard error.
     pub stderr: String,
+    /// It ran past its time and was killed; the output is what it printed until then.
+    pub timed_out: bool,
 }
 
 /// A connected engine.
@@ -213,15 +215,18 @@ impl Engine {
         );
     }
 
-    /// Runs `cmd` in a new container of `image` with `gpus`, waits up to `timeout`, and
-    /// removes the container.
+    /// Runs `cmd` in a new container of `image` with `gpus` and `files` (absolute path,
+    /// bytes) placed in it before it starts; waits up to `timeout`, killing it then, and
+    /// removes the container. An error means the engine could not run it.
     pub fn run(
         &self,
         image: &str,
         cmd: &[&str],
+        files: &[(&str, Vec<u8>)],
         gpus: &Gpus,
         timeout: Duration,
     ) -> Result<RunOutcome> {
+        let upload = files_tar(files)?;
         let requests = match gpus {
             Gpus::None => None,
             g => Some(vec![DeviceRequest {
@@ -256,6 +261,22 @@ impl Engine {
                 })?;
             let id = created.id;
             let result = async {
+                if let Some(tar) = upload {
+                    docker
+                        .upload_to_container(
+                            &id,
+                            Some(
+                                bollard::query_parameters::UploadToContainerOptionsBuilder::new()
+                                    .path("/")
+                                    .build(),
+                            ),
+                            bollard::body_full(tar.into()),
+                        )
+                        .await
+                        .map_err(|e| {
+                            Error::Environment(format!("cannot copy files into the container: {e}"))
+                        })?;
+                }
                 docker
                     .start_container(
                         &id,
@@ -265,12 +286,17 @@ impl Engine {
                     .map_err(|e| Error::Environment(format!("cannot start the container: {e}")))?;
                 let mut wait = docker
                     .wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+                let mut timed_out = false;
                 let exit_code = match tokio::time::timeout(timeout, wait.next()).await {
                     Err(_) => {
-                        return Err(Error::Environment(format!(
-                            "the container ran past {} s",
-                            timeout.as_secs()
-                        )));
+                        timed_out = true;
+                        let _ = docker
+                            .kill_container(
+                                &id,
+                                None::<bollard::query_parameters::KillContainerOptions>,
+                            )
+                            .await;
+                        -1
                     }
                     Ok(Some(Ok(r))) => r.status_code,
                     // bollard reports a non-zero exit as an error carrying the code.
@@ -319,6 +345,7 @@ impl Engine {
                     exit_code,
                     stdout,
                     stderr,
+                    timed_out,
                 })
             }
             .await;
@@ -335,4 +362,45 @@ impl Engine {
             result
         })
     }
+}
+
+/// The files as a tar archive rooted at `/`, for the engine's upload; None when there are none.
+fn files_tar(files: &[(&str, Vec<u8>)]) -> Result<Option<Vec<u8>>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut dirs: Vec<String> = Vec::new();
+    for (path, _) in files {
+        let mut parent = std::path::Path::new(path.trim_start_matches('/')).parent();
+        let mut chain = Vec::new();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            chain.push(format!("{}/", p.display()));
+            parent = p.parent();
+        }
+        for d in chain.into_iter().rev() {
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+    }
+    for dir in &dirs {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(0);
+        header.set_mode(0o755);
+        header.set_entry_type(tar::EntryType::Directory);
+        tar.append_data(&mut header, dir, std::io::empty())
+            .map_err(|e| Error::io(dir, e))?;
+    }
+    for (path, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut header, path.trim_start_matches('/'), bytes.as_slice())
+            .map_err(|e| Error::io(path, e))?;
+    }
+    tar.into_inner()
+        .map(Some)
+        .map_err(|e| Error::io("files for the container", e))
 }

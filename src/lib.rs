@@ -8,6 +8,7 @@
 //! - [`render`] writes a Dockerfile from a lock.
 #![deny(missing_docs)]
 
+pub mod cdi;
 pub mod certify;
 pub mod cli;
 pub mod closure;
@@ -24,6 +25,7 @@ pub mod probe;
 pub mod recipe;
 pub mod render;
 pub mod resolve;
+pub mod runtime;
 pub mod version;
 pub mod wheel;
 

@@ -231,6 +231,7 @@ fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
     let run = engine.run(
         &tag,
         &["gpubake", "probe"],
+        &[],
         &Gpus::None,
         std::time::Duration::from_secs(60),
     );
@@ -529,4 +530,204 @@ fn losing_the_engine_mid_build_leaves_no_tag() {
         "a build cut midway left {tag} behind"
     );
     engine.remove_image(&base);
+}
+
+/// A CDI spec for a node with no GPU: the `nvidia.com/gpu=all` device exists but brings no
+/// device node and no driver library, as a spec generated on a GPU-less CI runner would.
+fn gpu_less_cdi_spec(dir: &Path, env: &str) -> std::path::PathBuf {
+    let specs = dir.join("cdi");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::write(
+        specs.join("nvidia.yaml"),
+        format!(
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    env: [{env}]\n"
+        ),
+    )
+    .unwrap();
+    specs
+}
+
+/// The OCI runtime the tests run: runc where it is installed (it comes with the Docker
+/// Engine and runs on hybrid cgroup hierarchies, which Debian's crun 1.8 refuses), else crun.
+fn oci_runtime() -> Option<&'static str> {
+    let found = ["runc", "crun"]
+        .into_iter()
+        .find(|r| common::have(r, "--version"));
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs crun (scripts/test)"
+        );
+        eprintln!("skipped: neither runc nor crun is installed (scripts/test installs crun)");
+    }
+    found
+}
+
+/// The runtime path end to end on a machine without GPUs: the image is unpacked into a bundle,
+/// the runtime runs the probe in it with the CDI spec's edits, the probe finds no GPU, and certify
+/// says the environment lacks it (exit 3) with the CDI preflight in the report.
+#[test]
+fn under_an_oci_runtime_with_a_gpu_less_cdi_spec_the_probe_runs_and_certify_exits_3() {
+    if Path::new("/dev/nvidia0").exists() || !common::tools() {
+        return;
+    }
+    let Some(runtime) = oci_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let specs = gpu_less_cdi_spec(dir.path(), "NVIDIA_VISIBLE_DEVICES=void");
+    let cert = dir.path().join("cert.json");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        runtime,
+        "--cdi-spec-dir",
+        specs.to_str().unwrap(),
+        "--out",
+        cert.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    let text = stdout(&out);
+    assert!(text.contains("PASS  CDI spec"), "{text}");
+    assert!(text.contains("the container saw no GPU"), "{text}");
+    let c: Value = serde_json::from_slice(&std::fs::read(&cert).unwrap()).unwrap();
+    assert_eq!(c["title"], "certify");
+    assert_eq!(c["facts"]["runtime"]["devices"][0], "nvidia.com/gpu=all");
+    // The probe's own report came back from inside the container, with the CDI environment.
+    let probe_checks = c["facts"]["probe"]["checks"].as_array().unwrap();
+    assert!(
+        probe_checks.iter().any(|c| c["phase"] == "nvml"),
+        "{probe_checks:?}"
+    );
+    assert!(
+        c["facts"]["probe"]["facts"].to_string().contains("void")
+            || text.contains("NVIDIA_VISIBLE_DEVICES"),
+        "the spec's environment reached the container: {text}"
+    );
+}
+
+/// No spec for the device asked for: the node lacks it, exit 3 naming where specs were sought.
+#[test]
+fn under_an_oci_runtime_without_a_cdi_spec_certify_exits_3_naming_the_spec() {
+    if !common::tools() {
+        return;
+    }
+    let Some(runtime) = oci_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let empty = dir.path().join("no-specs");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        runtime,
+        "--cdi-spec-dir",
+        empty.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    let text = stdout(&out);
+    assert!(text.contains("FAIL  CDI spec"), "{text}");
+    assert!(text.contains("nvidia-ctk cdi generate"), "{text}");
+}
+
+/// A probe that cannot start in the container (here: the CDI spec's PATH hides it) gives no
+/// report: a failure with the runtime's own words, never exit 3 and never a pass.
+#[test]
+fn a_probe_that_does_not_report_fails_certify_with_the_real_error() {
+    if !common::tools() {
+        return;
+    }
+    let Some(runtime) = oci_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let specs = gpu_less_cdi_spec(dir.path(), "PATH=/nowhere");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        runtime,
+        "--cdi-spec-dir",
+        specs.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("without a report"), "{text}");
+    assert!(text.contains("gpubake"), "{text}");
+}
+
+/// A probe that runs past its time is killed and fails certify (exit 1), not exit 3.
+#[test]
+fn a_probe_past_its_time_fails_certify() {
+    if !common::tools() {
+        return;
+    }
+    let Some(runtime) = oci_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let specs = gpu_less_cdi_spec(dir.path(), "NVIDIA_VISIBLE_DEVICES=void");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        runtime,
+        "--cdi-spec-dir",
+        specs.to_str().unwrap(),
+        "--probe-timeout",
+        "0",
+    ]);
+    assert_exit(&out, 1);
+    assert!(stdout(&out).contains("ran past 0 s"), "{}", stdout(&out));
+}
+
+/// `--policy` is read before anything else: a file that is not a policy is bad input (exit 2).
+#[test]
+fn a_policy_that_does_not_parse_is_bad_input() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let policy = write(dir.path(), "policy.yaml", "- match: H200\n  model: 7\n");
+    let out = gpubake(&["certify", &image, "--policy", &policy]);
+    assert_exit(&out, 2);
+    assert!(
+        common::stderr(&out).contains("policy.yaml"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+/// Files given to a container through the engine are in place before its command starts:
+/// this is how `certify --policy` reaches the probe.
+#[test]
+fn files_reach_an_engine_container_before_it_starts() {
+    if !common::tools() {
+        return;
+    }
+    let Some(engine) = engine() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tag = "gpubake-test-files:v1";
+    load_base(&engine, dir.path(), tag);
+    let run = engine
+        .run(
+            tag,
+            &["cat", "/etc/gpubake/certify-policy.yaml"],
+            &[("/etc/gpubake/certify-policy.yaml", b"- match: X\n".to_vec())],
+            &Gpus::None,
+            std::time::Duration::from_secs(60),
+        )
+        .unwrap();
+    engine.remove_image(tag);
+    assert_eq!(run.exit_code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, "- match: X\n");
 }

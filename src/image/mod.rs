@@ -9,6 +9,7 @@ pub mod layer;
 pub mod layout;
 pub mod stack;
 pub mod transport;
+pub mod unpack;
 
 pub use build::{BuildOptions, BuildReport, build};
 pub use layer::Compression;

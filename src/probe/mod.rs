@@ -4,6 +4,7 @@
 //! so a hung driver call becomes a failed check instead of a stuck job. NVIDIA libraries are
 //! loaded at run time, so the probe starts anywhere and says what is missing.
 
+pub mod budget;
 pub mod cuda;
 pub mod env;
 pub mod nvml;
@@ -60,7 +61,7 @@ pub fn run(opts: &ProbeOptions) -> Report {
         .clone()
         .unwrap_or_else(|| policy::embedded().to_vec());
     let devices = opts.devices.clone();
-    let budget = Duration::from_secs(if opts.quick { 10 } else { 30 });
+    let budget = budget::nvml(opts.quick);
     let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
     let facts = match nvml_result {
         None => {
@@ -236,7 +237,7 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
     let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
     let devices = vec!["--devices".to_string(), ordinals.join(",")];
     let (env, _shim) = worker_env(disc, facts.gpus.len());
-    let budget = Duration::from_secs(if opts.quick { 20 } else { 120 });
+    let budget = budget::worker(opts.quick);
     let policy = opts
         .policy
         .clone()

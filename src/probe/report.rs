@@ -44,6 +44,9 @@ pub struct Check {
 /// Everything one probe run found.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    /// The command that made it (`probe`, `certify`); empty means probe.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub title: String,
     /// gpubake's version.
     pub gpubake: String,
     /// The checks, in the order they ran.
@@ -195,86 +198,58 @@ impl Report {
         Some(out)
     }
 
-    /// JUnit XML: one test case per check, grouped in a suite per phase.
+    /// JUnit XML: one test case per check, grouped in a suite per phase, the whole titled
+    /// after the command that made it.
     pub fn to_junit(&self) -> String {
+        use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
+        let mut junit = quick_junit::Report::new(format!("gpubake {}", self.title()));
+        junit.set_time(std::time::Duration::from_secs_f64(self.seconds.max(0.0)));
         let mut phases: Vec<&str> = self.checks.iter().map(|c| c.phase).collect();
         phases.dedup();
-        let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let failures = self
-            .checks
-            .iter()
-            .filter(|c| c.status == Status::Fail)
-            .count();
-        let _ = writeln!(
-            out,
-            "<testsuites name=\"gpubake probe\" tests=\"{}\" failures=\"{failures}\" time=\"{:.3}\">",
-            self.checks.len(),
-            self.seconds
-        );
         for phase in phases {
-            let cases: Vec<&Check> = self.checks.iter().filter(|c| c.phase == phase).collect();
-            let fails = cases.iter().filter(|c| c.status == Status::Fail).count();
-            let skips = cases.iter().filter(|c| c.status == Status::Skip).count();
-            let _ = writeln!(
-                out,
-                "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{fails}\" skipped=\"{skips}\">",
-                xml(phase),
-                cases.len()
-            );
-            for c in cases {
-                let _ = write!(
-                    out,
-                    "    <testcase classname=\"gpubake.probe.{}\" name=\"{}\"",
-                    xml(phase),
-                    xml(&c.name)
-                );
-                match c.status {
-                    Status::Pass => {
-                        let _ = writeln!(
-                            out,
-                            "><system-out>{}</system-out></testcase>",
-                            xml(&c.detail)
-                        );
-                    }
-                    Status::Warn => {
-                        let _ = writeln!(
-                            out,
-                            "><system-out>WARN: {}</system-out></testcase>",
-                            xml(&c.detail)
-                        );
-                    }
+            let mut suite = TestSuite::new(phase);
+            for c in self.checks.iter().filter(|c| c.phase == phase) {
+                let status = match c.status {
+                    Status::Pass | Status::Warn => TestCaseStatus::success(),
                     Status::Skip => {
-                        let _ =
-                            writeln!(out, "><skipped message=\"{}\"/></testcase>", xml(&c.detail));
+                        let mut s = TestCaseStatus::skipped();
+                        s.set_message(c.detail.as_str());
+                        s
                     }
                     Status::Fail => {
-                        let _ =
-                            writeln!(out, "><failure message=\"{}\"/></testcase>", xml(&c.detail));
+                        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                        s.set_message(c.detail.as_str());
+                        s
                     }
+                };
+                let mut case = TestCase::new(c.name.as_str(), status);
+                case.set_classname(format!("gpubake.{}.{phase}", self.title()));
+                match c.status {
+                    Status::Pass => {
+                        case.set_system_out(c.detail.as_str());
+                    }
+                    Status::Warn => {
+                        case.set_system_out(format!("WARN: {}", c.detail));
+                    }
+                    _ => {}
                 }
+                suite.add_test_case(case);
             }
-            out.push_str("  </testsuite>\n");
+            junit.add_test_suite(suite);
         }
-        out.push_str("</testsuites>\n");
-        out
+        junit
+            .to_string()
+            .expect("JUnit of plain strings serializes")
     }
-}
 
-/// Escapes text for XML attributes and content.
-fn xml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => {}
-            c => out.push(c),
+    /// The command the report is from: `probe` unless set.
+    pub fn title(&self) -> &str {
+        if self.title.is_empty() {
+            "probe"
+        } else {
+            &self.title
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -313,18 +288,27 @@ mod tests {
     #[test]
     fn junit_is_well_formed_and_escaped() {
         let xml = sample().to_junit();
-        assert!(xml.contains("tests=\"4\" failures=\"1\""), "{xml}");
+        assert!(xml.contains("name=\"gpubake probe\""), "{xml}");
         assert!(
-            xml.contains("<failure message=\"Gen4 x8, expected Gen5 x16 &amp; more\"/>"),
+            xml.contains("tests=\"4\" skipped=\"1\" failures=\"1\""),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("message=\"Gen4 x8, expected Gen5 x16 &amp; more\""),
             "{xml}"
         );
         assert!(xml.contains("&lt;since boot&gt;"), "{xml}");
         assert!(
-            xml.contains("<skipped message=\"libnccl.so.2 not found\"/>"),
+            xml.contains("<skipped message=\"libnccl.so.2 not found\""),
             "{xml}"
         );
         assert_eq!(xml.matches("<testsuite ").count(), 3);
         assert_eq!(xml.matches("</testsuite>").count(), 3);
+        let mut certify = sample();
+        certify.title = "certify".into();
+        let xml = certify.to_junit();
+        assert!(xml.contains("name=\"gpubake certify\""), "{xml}");
+        assert!(xml.contains("classname=\"gpubake.certify.nvml\""), "{xml}");
     }
 
     #[test]
