@@ -562,8 +562,8 @@ fn allreduce_checks(v: &serde_json::Value, per_gpu: usize, report: &mut Report) 
 /// Container or host, the toolkit's variables, device nodes and driver libraries.
 fn environment(disc: &Discovery, report: &mut Report) {
     const PHASE: &str = "environment";
-    let kind = disc.container_kind();
-    report.push(PHASE, "runs in", Status::Pass, kind);
+    let (kind, evidence) = disc.container();
+    report.push(PHASE, "runs in", Status::Pass, format!("{kind} ({evidence})"));
     let in_container = kind != "host";
     let visible = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
     match visible.as_deref() {
