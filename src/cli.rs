@@ -272,8 +272,9 @@ enum Command {
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
     ///
-    /// Exits 0 when every check passes (warnings included), 1 when one fails, 3 when no GPU
-    /// is visible, with what to do about it.
+    /// Exits 0 when every check passes (warnings included), 1 when one fails, 2 on bad input
+    /// (such as --devices naming a GPU the node does not have), 3 when no GPU is visible,
+    /// with what to do about it.
     ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
     Probe {
@@ -693,7 +694,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 quick,
                 sizes,
                 policy,
-            });
+            })?;
             if let Some(path) = junit {
                 crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())?;
             }

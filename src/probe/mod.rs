@@ -13,6 +13,7 @@ pub mod require;
 pub mod schedule;
 pub mod worker;
 
+use crate::error::Error;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::version::Version;
 use env::Discovery;
@@ -45,8 +46,9 @@ fn with_budget<T: Send + 'static>(
     rx.recv_timeout(budget).ok()
 }
 
-/// Runs every phase and returns the report.
-pub fn run(opts: &ProbeOptions) -> Report {
+/// Runs every phase and returns the report. Err only for bad input that the node reveals:
+/// `--devices` naming a GPU it does not have.
+pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let start = Instant::now();
     let mut report = Report {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
@@ -62,7 +64,25 @@ pub fn run(opts: &ProbeOptions) -> Report {
     let devices = opts.devices.clone();
     let budget = Duration::from_secs(if opts.quick { 10 } else { 30 });
     let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
-    let facts = match nvml_result {
+    let facts = nvml_phase(nvml_result, &disc, budget, &mut report)?;
+    compatibility(&disc, facts.as_ref(), &mut report);
+    if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
+        gpu_phases(&disc, &facts, opts, &mut report);
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Puts the NVML phase's outcome in the report and returns the facts to go on with.
+/// `no_gpu` (exit 3) is set only where the node lacks a GPU or driver; an image that cannot
+/// load NVML, or a GPU that does not open, is a failed check (exit 1).
+fn nvml_phase(
+    outcome: Option<Result<(nvml::Facts, Vec<nvml::Found>), nvml::Failure>>,
+    disc: &Discovery,
+    budget: Duration,
+    report: &mut Report,
+) -> crate::Result<Option<nvml::Facts>> {
+    let (facts, checks) = match outcome {
         None => {
             report.push(
                 "nvml",
@@ -73,42 +93,53 @@ pub fn run(opts: &ProbeOptions) -> Report {
                     budget.as_secs()
                 ),
             );
-            None
+            return Ok(None);
+        }
+        Some(Err(nvml::Failure::NoSuchDevice(e))) => return Err(Error::Usage(e)),
+        Some(Err(e @ nvml::Failure::LibraryUnloadable { .. })) => {
+            report.push("nvml", "NVML", Status::Fail, e.explain());
+            return Ok(None);
         }
         Some(Err(e)) => {
             report.no_gpu = true;
-            let kind = disc.container_kind();
             report.push(
                 "nvml",
                 "NVML",
                 Status::Fail,
-                format!("{e}; {}", env::no_gpu_help(kind)),
+                format!(
+                    "{}; {}",
+                    e.explain(),
+                    env::no_gpu_help(disc.container_kind())
+                ),
             );
-            None
+            return Ok(None);
         }
-        Some(Ok((facts, checks))) => {
-            for (name, status, detail) in checks {
-                report.push("nvml", name, status, detail);
-            }
-            if facts.gpus.is_empty() {
-                report.no_gpu = true;
-                report.push(
-                    "nvml",
-                    "GPUs",
-                    Status::Fail,
-                    env::no_gpu_help(disc.container_kind()),
-                );
-            }
-            report.fact("nvml", json!(facts));
-            Some(facts)
-        }
+        Some(Ok(found)) => found,
     };
-    compatibility(&disc, facts.as_ref(), &mut report);
-    if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
-        gpu_phases(&disc, &facts, opts, &mut report);
+    for (name, status, detail) in checks {
+        report.push("nvml", name, status, detail);
     }
-    report.seconds = start.elapsed().as_secs_f64();
-    report
+    if facts.count == 0 {
+        report.no_gpu = true;
+        report.push(
+            "nvml",
+            "GPUs",
+            Status::Fail,
+            env::no_gpu_help(disc.container_kind()),
+        );
+    } else if facts.gpus.is_empty() {
+        report.push(
+            "nvml",
+            "GPUs",
+            Status::Fail,
+            format!(
+                "NVML counts {} GPUs but none of those asked for could be opened",
+                facts.count
+            ),
+        );
+    }
+    report.fact("nvml", json!(facts));
+    Ok(Some(facts))
 }
 
 /// The default all-reduce sizes: 4 B to 1 GiB in steps of 16x (to 64 MiB with `--quick`).
@@ -563,7 +594,12 @@ fn allreduce_checks(v: &serde_json::Value, per_gpu: usize, report: &mut Report) 
 fn environment(disc: &Discovery, report: &mut Report) {
     const PHASE: &str = "environment";
     let (kind, evidence) = disc.container();
-    report.push(PHASE, "runs in", Status::Pass, format!("{kind} ({evidence})"));
+    report.push(
+        PHASE,
+        "runs in",
+        Status::Pass,
+        format!("{kind} ({evidence})"),
+    );
     let in_container = kind != "host";
     let visible = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
     match visible.as_deref() {
@@ -875,6 +911,101 @@ mod tests {
         let full = default_sizes(false);
         assert_eq!(full.last(), Some(&(1 << 30)));
         assert!(full.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    fn one_gpu_of_two() -> nvml::Facts {
+        nvml::Facts {
+            count: 2,
+            driver: "580.95.05".into(),
+            cuda: "13.0".into(),
+            gpus: vec![nvml::Gpu {
+                index: 0,
+                name: "NVIDIA H200".into(),
+                uuid: String::new(),
+                arch: "9.0".into(),
+                brand: "nvidia".into(),
+                memory_total: 0,
+                pci_bus_id: "00000000:1B:00.0".into(),
+            }],
+            ..nvml::Facts::default()
+        }
+    }
+
+    fn phase(
+        outcome: Result<(nvml::Facts, Vec<nvml::Found>), nvml::Failure>,
+    ) -> (crate::Result<Option<nvml::Facts>>, Report) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut report = Report::default();
+        let result = nvml_phase(
+            Some(outcome),
+            &Discovery::under(dir.path()),
+            Duration::from_secs(1),
+            &mut report,
+        );
+        (result, report)
+    }
+
+    #[test]
+    fn a_gpu_that_does_not_open_leaves_the_others_probed() {
+        let (_, failed) =
+            nvml::open_each(
+                &[0, 1],
+                |i| {
+                    if i == 1 { Err("GPU is lost") } else { Ok(()) }
+                },
+            );
+        let (result, report) = phase(Ok((one_gpu_of_two(), failed)));
+        let facts = result.unwrap().expect("the phase goes on");
+        assert_eq!(facts.gpus.len(), 1);
+        assert!(!report.no_gpu, "{:#?}", report.checks);
+        assert_eq!(report.exit_code(), 1);
+        assert!(
+            report
+                .checks
+                .iter()
+                .all(|c| !c.detail.contains("no NVIDIA GPU is visible"))
+        );
+
+        // None of them opens: still a failed check, not an empty node.
+        let mut none = one_gpu_of_two();
+        none.gpus.clear();
+        let (result, report) = phase(Ok((none, Vec::new())));
+        assert!(result.unwrap().is_some());
+        assert!(!report.no_gpu);
+        assert_eq!(report.exit_code(), 1);
+    }
+
+    #[test]
+    fn devices_past_the_last_gpu_exit_2() {
+        let failure = nvml::select_devices(Some(&[7]), 2).unwrap_err();
+        let (result, _) = phase(Err(failure));
+        let err = result.unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("index 7"), "{err}");
+    }
+
+    #[test]
+    fn an_image_that_cannot_load_nvml_fails_without_blaming_the_node() {
+        let (result, report) = phase(Err(nvml::load_failure(
+            "libpthread.so.0: cannot open shared object file: No such file or directory",
+        )));
+        assert!(result.unwrap().is_none());
+        assert!(!report.no_gpu);
+        assert_eq!(report.exit_code(), 1);
+        let detail = &report.checks[0].detail;
+        assert!(detail.contains("libpthread.so.0"), "{detail}");
+        assert!(!detail.contains("install the NVIDIA driver"), "{detail}");
+
+        // No driver library at all is the node's: exit 3 with how to inject it.
+        let (_, report) = phase(Err(nvml::load_failure(
+            "libnvidia-ml.so.1: cannot open shared object file: No such file or directory",
+        )));
+        assert!(report.no_gpu);
+        assert!(
+            report.checks[0]
+                .detail
+                .contains("install the NVIDIA driver")
+        );
     }
 
     #[test]
