@@ -3,9 +3,9 @@
 //! Loads the CUDA driver, NVRTC and NCCL at run time (cudarc), and reports JSON on stdout.
 //!
 //! Measures: the peer-access matrix, device memory bandwidth (a device-to-device copy), P2P
-//! copy bandwidth (one and both directions) and latency, and the bundled all-reduce: checked
-//! element by element against a CPU reference on fresh data, timed, and timed beside NCCL on
-//! the same buffers.
+//! copy bandwidth (one and both directions) and the time of a small P2P copy, and the bundled
+//! all-reduce: checked element by element against a CPU reference on fresh data, timed, and
+//! timed beside NCCL on the same buffers.
 
 use super::schedule::{self, Dtype, MAX_RANKS};
 use cudarc::driver::{result as cu, sys};
@@ -245,7 +245,9 @@ pub fn memory_bandwidth(d: &Device, bytes: usize, iters: u32) -> R<f64> {
     Ok(2.0 * bytes as f64 * f64::from(iters) / t.seconds()? / 1e9)
 }
 
-/// P2P copies between two GPUs: (one direction GB/s, both directions GB/s, latency µs).
+/// P2P copies between two GPUs: (one direction GB/s, both directions GB/s, µs per 4-byte
+/// copy). The last is 200 copies queued back to back, timed together: how often a small copy
+/// completes, not a round trip (nothing waits for the other GPU to answer).
 pub fn p2p(a: &Device, b: &Device, bytes: usize, iters: u32) -> R<(f64, f64, f64)> {
     let (src_a, dst_b) = (Buffer::new(a, bytes)?, Buffer::new(b, bytes)?);
     let (src_b, dst_a) = (Buffer::new(b, bytes)?, Buffer::new(a, bytes)?);
@@ -279,8 +281,8 @@ pub fn p2p(a: &Device, b: &Device, bytes: usize, iters: u32) -> R<(f64, f64, f64
         copy(a, &dst_b, &src_a, 4)?;
     }
     ta.end(a)?;
-    let latency = ta.seconds()? / f64::from(small) * 1e6;
-    Ok((uni, both, latency))
+    let small_copy_us = ta.seconds()? / f64::from(small) * 1e6;
+    Ok((uni, both, small_copy_us))
 }
 
 /// Average seconds of one `op` across `devices`: one warm-up run, then `iters` runs between

@@ -489,9 +489,9 @@ fn cuda_checks(v: &serde_json::Value, model: Option<&policy::ModelPolicy>, repor
     for p in v["p2p"].as_array().cloned().unwrap_or_default() {
         let gbps = p["gbps"].as_f64().unwrap_or(0.0);
         let detail = format!(
-            "{gbps:.0} GB/s one way, {:.0} GB/s both ways, {:.1} µs latency",
+            "{gbps:.0} GB/s one way, {:.0} GB/s both ways, a 4-byte copy every {:.1} µs back to back",
             p["bidir_gbps"].as_f64().unwrap_or(0.0),
-            p["latency_us"].as_f64().unwrap_or(0.0)
+            p["small_copy_us"].as_f64().unwrap_or(0.0)
         );
         let name = format!("P2P {}->{}", p["from"], p["to"]);
         match model {

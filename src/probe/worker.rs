@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 /// What the worker measures.
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum Task {
-    /// Peer access, device memory bandwidth, P2P bandwidth and latency.
+    /// Peer access, device memory bandwidth, P2P bandwidth and the time of a small P2P copy.
     Cuda {
         /// Bytes per copy.
         #[arg(long, default_value_t = 1 << 30)]
@@ -63,8 +63,8 @@ pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
             for (i, a) in devices.iter().enumerate() {
                 for (j, b) in devices.iter().enumerate() {
                     if i != j && peer[i][j] {
-                        let (uni, both, latency) = cuda::p2p(a, b, (*bytes).min(256 << 20), 10)?;
-                        pairs.push(json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "latency_us": latency}));
+                        let (uni, both, small) = cuda::p2p(a, b, (*bytes).min(256 << 20), 10)?;
+                        pairs.push(json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "small_copy_us": small}));
                     }
                 }
             }
