@@ -303,9 +303,10 @@ enum Command {
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
     ProbeWorker {
-        /// CUDA ordinals.
+        /// The GPUs by PCI address (`00000000:1B:00.0`, as NVML gives them), since CUDA
+        /// ordinals need not follow NVML's indices; all GPUs when absent.
         #[arg(long, value_delimiter = ',')]
-        devices: Vec<usize>,
+        pci_bus_ids: Vec<String>,
         /// Write the JSON result here rather than to standard output, which NCCL logs to.
         #[arg(long, value_name = "FILE")]
         result: Option<PathBuf>,
@@ -757,11 +758,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(code)
         }
         Command::ProbeWorker {
-            devices,
+            pci_bus_ids,
             result,
             task,
         } => {
-            let out = match crate::probe::worker::run(&task, &devices) {
+            let out = match crate::probe::worker::run(&task, &pci_bus_ids) {
                 Ok(v) => serde_json::json!({ "ok": v }),
                 Err(e) => serde_json::json!({ "error": e }),
             };

@@ -155,7 +155,8 @@ pub fn default_sizes(quick: bool) -> Vec<u64> {
 }
 
 /// The environment a worker starts with: the libraries the image would load (NCCL from the
-/// torch environment, NVRTC) reachable by their plain names, and NVLink multicast off.
+/// torch environment, NVRTC) reachable by their plain names, CUDA devices in PCI order, and
+/// NVLink multicast off.
 fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<tempfile::TempDir>) {
     let mut env = Vec::new();
     let shim = tempfile::tempdir().ok();
@@ -177,6 +178,9 @@ fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<t
         dirs.push(existing);
     }
     env.push(("LD_LIBRARY_PATH".to_string(), dirs.join(":")));
+    // The workers find GPUs by PCI address anyway; in PCI order CUDA's ordinals (and NCCL's
+    // logs) also count the GPUs as NVML and nvidia-smi do.
+    env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()));
     if gpus > 1 {
         env.push(("NCCL_NVLS_ENABLE".to_string(), "0".to_string()));
     }
@@ -264,8 +268,9 @@ fn run_worker(
 
 /// CUDA copies and the all-reduce, in worker processes.
 fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report: &mut Report) {
-    let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
-    let devices = vec!["--devices".to_string(), ordinals.join(",")];
+    // Workers find each GPU by its PCI address: an NVML index is not a CUDA ordinal.
+    let addresses: Vec<String> = facts.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let devices = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
     let (env, _shim) = worker_env(disc, facts.gpus.len());
     let budget = Duration::from_secs(if opts.quick { 20 } else { 120 });
     let policy = opts
@@ -375,11 +380,11 @@ fn preset_ab(
         );
         return;
     }
-    let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
+    let addresses: Vec<String> = facts.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
     let sizes = [1u64 << 20, 64 << 20, 512 << 20];
     let args: Vec<String> = [
-        "--devices".to_string(),
-        ordinals.join(","),
+        "--pci-bus-ids".to_string(),
+        addresses.join(","),
         "nccl".into(),
         "--sizes".into(),
         sizes.map(|s| s.to_string()).join(","),

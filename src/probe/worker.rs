@@ -44,17 +44,40 @@ pub enum Task {
     },
 }
 
-/// Runs a task on the given GPUs and returns its JSON, or an error message.
-pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
-    let mut devices = cuda::open(ordinals)?;
+/// Runs a task on the GPUs at `pci_bus_ids` (all when empty) and returns its JSON, or an
+/// error message. The JSON's `devices` says which CUDA ordinal each GPU got; every other
+/// entry names GPUs by that ordinal.
+pub fn run(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
+    let cuda_ids = cuda::pci_bus_ids()?;
+    let ordinals = if pci_bus_ids.is_empty() {
+        (0..cuda_ids.len()).collect()
+    } else {
+        cuda::ordinals_for(pci_bus_ids, &cuda_ids).map_err(|e| {
+            match std::env::var("CUDA_VISIBLE_DEVICES") {
+                Ok(v) => format!("{e}; CUDA_VISIBLE_DEVICES={v} hides the others"),
+                Err(_) => e,
+            }
+        })?
+    };
+    let mut devices = cuda::open(&ordinals)?;
     if devices.is_empty() {
         return Err("no CUDA device".into());
     }
+    let mapping: Vec<Value> = devices
+        .iter()
+        .map(|d| json!({"cuda_ordinal": d.ordinal, "pci_bus_id": cuda_ids.get(d.ordinal)}))
+        .collect();
+    let mut out = run_on(task, &mut devices)?;
+    out["devices"] = json!(mapping);
+    Ok(out)
+}
+
+fn run_on(task: &Task, devices: &mut [cuda::Device]) -> Result<Value, String> {
     match task {
         Task::Cuda { bytes } => {
-            let peer = cuda::peer_access(&devices)?;
+            let peer = cuda::peer_access(devices)?;
             let mut memory = Vec::new();
-            for d in &devices {
+            for d in devices.iter() {
                 memory.push(
                     json!({"gpu": d.ordinal, "gbps": cuda::memory_bandwidth(d, *bytes, 10)?}),
                 );
@@ -77,10 +100,11 @@ pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
             nccl,
             check_only,
         } => {
-            peer_all(&devices)?;
-            let nvrtc = cuda::load_kernels(&mut devices)?;
+            peer_all(devices)?;
+            let nvrtc = cuda::load_kernels(devices)?;
             let capacity = *sizes.iter().max().unwrap_or(&4) as usize;
-            let mut ranks = Ranks::new(&devices, *ranks_per_gpu, capacity)?;
+            let devices: &[cuda::Device] = devices;
+            let mut ranks = Ranks::new(devices, *ranks_per_gpu, capacity)?;
             let copy = if *check_only {
                 None
             } else {
@@ -141,7 +165,7 @@ pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
         }
         Task::Nccl { sizes, iters } => {
             let capacity = *sizes.iter().max().unwrap_or(&4) as usize;
-            let ranks = Ranks::new(&devices, 1, capacity)?;
+            let ranks = Ranks::new(devices, 1, capacity)?;
             let mut rows = Vec::new();
             for &bytes in sizes {
                 let n = (bytes / 4).max(1);
