@@ -6,6 +6,7 @@
 
 pub mod cuda;
 pub mod env;
+pub mod judge;
 pub mod nvml;
 pub mod policy;
 pub mod report;
@@ -17,6 +18,7 @@ use crate::error::Error;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::version::Version;
 use env::Discovery;
+use judge::GpuUnderTest;
 use report::{Report, Status};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -137,6 +139,9 @@ fn nvml_phase(
                 facts.count
             ),
         );
+    }
+    if let Some(mixed) = judge::mixed_models(&facts.gpus) {
+        report.push("nvml", "GPU models", Status::Warn, mixed);
     }
     report.fact("nvml", json!(facts));
     Ok(Some(facts))
@@ -268,16 +273,30 @@ fn run_worker(
 
 /// CUDA copies and the all-reduce, in worker processes.
 fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report: &mut Report) {
-    // Workers find each GPU by its PCI address: an NVML index is not a CUDA ordinal.
-    let addresses: Vec<String> = facts.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
-    let devices = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
-    let (env, _shim) = worker_env(disc, facts.gpus.len());
-    let budget = Duration::from_secs(if opts.quick { 20 } else { 120 });
     let policy = opts
         .policy
         .clone()
         .unwrap_or_else(|| policy::embedded().to_vec());
-    let model = policy::for_gpu(&policy, &facts.gpus[0].name).cloned();
+    // Workers find each GPU by its PCI address: an NVML index is not a CUDA ordinal.
+    let (gpus, unaddressed): (Vec<GpuUnderTest>, Vec<GpuUnderTest>) =
+        judge::under_test(&facts.gpus, &policy)
+            .into_iter()
+            .partition(|g| g.pci_bus_id.is_some());
+    for g in &unaddressed {
+        report.push(
+            "cuda",
+            format!("GPU {}", g.index),
+            Status::Fail,
+            "not measured: NVML gave no PCI address, so its CUDA device cannot be found",
+        );
+    }
+    if gpus.is_empty() {
+        return;
+    }
+    let addresses: Vec<String> = gpus.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
+    let devices = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
+    let (env, _shim) = worker_env(disc, gpus.len());
+    let budget = Duration::from_secs(if opts.quick { 20 } else { 120 });
 
     let mut args = devices.clone();
     args.extend([
@@ -288,7 +307,7 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("cuda", "CUDA", Status::Fail, e),
         Ok(v) => {
-            cuda_checks(&v, model.as_ref(), report);
+            judge::cuda_checks(&v, &gpus, report);
             report.fact("cuda", v);
         }
     }
@@ -297,7 +316,7 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         .sizes
         .clone()
         .unwrap_or_else(|| default_sizes(opts.quick));
-    let per_gpu = if facts.gpus.len() == 1 { 4 } else { 1 };
+    let per_gpu = if gpus.len() == 1 { 4 } else { 1 };
     let mut args = devices;
     args.extend([
         "allreduce".to_string(),
@@ -425,92 +444,6 @@ fn preset_ab(
             );
         }
         (Err(e), _) | (_, Err(e)) => report.push(PHASE, "preset vs NCCL defaults", Status::Fail, e),
-    }
-}
-
-fn cuda_checks(v: &serde_json::Value, model: Option<&policy::ModelPolicy>, report: &mut Report) {
-    const PHASE: &str = "cuda";
-    let peer = v["peer_access"].as_array().cloned().unwrap_or_default();
-    let n = peer.len();
-    let missing: Vec<String> = peer
-        .iter()
-        .enumerate()
-        .flat_map(|(i, row)| {
-            row.as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .enumerate()
-                .filter(|(_, ok)| ok == &json!(false))
-                .map(move |(j, _)| format!("{i}->{j}"))
-        })
-        .collect();
-    if n > 1 {
-        report.push(
-            PHASE,
-            "peer access",
-            if missing.is_empty() {
-                Status::Pass
-            } else {
-                Status::Fail
-            },
-            if missing.is_empty() {
-                format!("all {} pairs", n * (n - 1))
-            } else {
-                format!("no peer access: {}", missing.join(", "))
-            },
-        );
-    }
-    for m in v["memory"].as_array().cloned().unwrap_or_default() {
-        let gbps = m["gbps"].as_f64().unwrap_or(0.0);
-        let name = format!("GPU {} memory bandwidth", m["gpu"]);
-        match model {
-            Some(p) if gbps < p.memory_gbps_floor => report.push(
-                PHASE,
-                name,
-                Status::Fail,
-                format!(
-                    "{gbps:.0} GB/s copy (read+write), below the {} floor of {:.0}",
-                    p.model, p.memory_gbps_floor
-                ),
-            ),
-            Some(p) => report.push(
-                PHASE,
-                name,
-                Status::Pass,
-                format!(
-                    "{gbps:.0} GB/s copy (read+write); floor {:.0} for {}",
-                    p.memory_gbps_floor, p.model
-                ),
-            ),
-            None => report.push(
-                PHASE,
-                name,
-                Status::Pass,
-                format!("{gbps:.0} GB/s copy (read+write); no floor for this model"),
-            ),
-        }
-    }
-    for p in v["p2p"].as_array().cloned().unwrap_or_default() {
-        let gbps = p["gbps"].as_f64().unwrap_or(0.0);
-        let detail = format!(
-            "{gbps:.0} GB/s one way, {:.0} GB/s both ways, a 4-byte copy every {:.1} µs back to back",
-            p["bidir_gbps"].as_f64().unwrap_or(0.0),
-            p["small_copy_us"].as_f64().unwrap_or(0.0)
-        );
-        let name = format!("P2P {}->{}", p["from"], p["to"]);
-        match model {
-            Some(m) if gbps < m.p2p_gbps_floor => report.push(
-                PHASE,
-                name,
-                Status::Fail,
-                format!(
-                    "{detail}; below the {} floor of {:.0}",
-                    m.model, m.p2p_gbps_floor
-                ),
-            ),
-            _ => report.push(PHASE, name, Status::Pass, detail),
-        }
     }
 }
 

@@ -76,18 +76,23 @@ fn run_on(task: &Task, devices: &mut [cuda::Device]) -> Result<Value, String> {
     match task {
         Task::Cuda { bytes } => {
             let peer = cuda::peer_access(devices)?;
+            // A GPU or pair that fails to measure is recorded with its error and the rest
+            // are still measured: the report says which one, and why.
             let mut memory = Vec::new();
             for d in devices.iter() {
-                memory.push(
-                    json!({"gpu": d.ordinal, "gbps": cuda::memory_bandwidth(d, *bytes, 10)?}),
-                );
+                memory.push(match cuda::memory_bandwidth(d, *bytes, 10) {
+                    Ok(gbps) => json!({"gpu": d.ordinal, "gbps": gbps}),
+                    Err(e) => json!({"gpu": d.ordinal, "error": e}),
+                });
             }
             let mut pairs = Vec::new();
             for (i, a) in devices.iter().enumerate() {
                 for (j, b) in devices.iter().enumerate() {
                     if i != j && peer[i][j] {
-                        let (uni, both, small) = cuda::p2p(a, b, (*bytes).min(256 << 20), 10)?;
-                        pairs.push(json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "small_copy_us": small}));
+                        pairs.push(match cuda::p2p(a, b, (*bytes).min(256 << 20), 10) {
+                            Ok((uni, both, small)) => json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "small_copy_us": small}),
+                            Err(e) => json!({"from": a.ordinal, "to": b.ordinal, "error": e}),
+                        });
                     }
                 }
             }
