@@ -284,7 +284,7 @@ enum Command {
         /// Also write the report as JUnit XML here.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
-        /// Shorter time budgets, fewer sizes, no NCCL runs.
+        /// Shorter time budgets, fewer sizes, no NCCL runs (bandwidths are still judged).
         #[arg(long)]
         quick: bool,
         /// Also print the all-reduce table: the bundled kernel beside NCCL and a plain copy.

@@ -1,12 +1,23 @@
 //! The verdicts on what the workers measured: each GPU's memory bandwidth against its own
-//! model's floor, and each P2P pair against the lower floor of its two GPUs. A value the
-//! worker did not return is "not measured" with its reason, never 0 GB/s held against a floor.
+//! model's floor, each P2P pair against the lower floor of its two GPUs, the bundled
+//! all-reduce's results and bandwidth, and NCCL beside it. A value the worker did not return
+//! is "not measured" with its reason, never 0 GB/s held against a floor.
 
 use super::cuda::normalise_bus_id;
 use super::nvml::Gpu;
 use super::policy::{self, ModelPolicy};
 use super::report::{Report, Status};
 use serde_json::{Value, json};
+
+/// Below this size an all-reduce's buffers stay in the GPU's cache, so its bandwidth says
+/// nothing about links or memory.
+pub const SMALLEST_BANDWIDTH_SIZE: u64 = 64 << 20;
+
+/// The bundled two-shot all-reduce's busbw floor, as a share of the GPUs' P2P copy floor. On
+/// 2x H200 the kernel reached 317 GB/s busbw at 64 MiB against a 394 GB/s one-way P2P copy
+/// (docs/results-h200.md), 0.8 of it; half the P2P floor leaves room for more GPUs and for
+/// NVSwitch, which were not measured.
+pub const ALLREDUCE_SHARE_OF_P2P_FLOOR: f64 = 0.5;
 
 /// One GPU being measured, as NVML and the policy know it.
 #[derive(Clone, Debug)]
@@ -66,6 +77,32 @@ pub fn mixed_models(gpus: &[Gpu]) -> Option<String> {
         "GPUs of different models: {}; each GPU is held to its own model's floors, pairs and the all-reduce to the lower of theirs",
         groups.join(", ")
     ))
+}
+
+/// Whether the workers are asked for NCCL runs, and if not, why: the reason a NCCL check
+/// is skipped rather than failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nccl {
+    /// NCCL is timed; a missing figure is a failure.
+    Asked,
+    /// NCCL is not timed, for this reason.
+    NotAsked(String),
+}
+
+/// NCCL runs need two GPUs (the one-GPU all-reduce puts several ranks on one GPU, which
+/// NCCL refuses), an NCCL in the image, and the time `--quick` does not give.
+pub fn nccl_plan(nccl_in_image: bool, quick: bool, gpus: usize) -> Nccl {
+    if gpus < 2 {
+        Nccl::NotAsked("needs two or more GPUs".into())
+    } else if !nccl_in_image {
+        Nccl::NotAsked(
+            "no libnccl.so.2 in the image (Python environments and library path): nothing to compare with".into(),
+        )
+    } else if quick {
+        Nccl::NotAsked("not run with --quick (NCCL takes seconds to start)".into())
+    } else {
+        Nccl::Asked
+    }
 }
 
 /// The CUDA ordinal the worker gave `gpu`, from the result's `devices`.
@@ -281,6 +318,278 @@ pub fn cuda_checks(v: &Value, gpus: &[GpuUnderTest], report: &mut Report) {
     }
 }
 
+/// The floor of the bundled all-reduce's busbw across `gpus`: a share of the lowest P2P
+/// floor among them, where every GPU talks over NVLink. Err says why there is none.
+fn allreduce_floor(gpus: &[GpuUnderTest]) -> Result<(f64, String), String> {
+    let mut lowest: Option<&ModelPolicy> = None;
+    for g in gpus {
+        let Some(p) = &g.policy else {
+            return Err(format!("no floor for {}", g.name));
+        };
+        if p.link != "nvlink" {
+            return Err(format!(
+                "{} talks over PCIe: the kernel's peer loads over PCIe were never measured, so there is no floor",
+                p.model
+            ));
+        }
+        if lowest.is_none_or(|l| p.p2p_gbps_floor < l.p2p_gbps_floor) {
+            lowest = Some(p);
+        }
+    }
+    let p = lowest.ok_or("no GPU")?;
+    let floor = p.p2p_gbps_floor * ALLREDUCE_SHARE_OF_P2P_FLOOR;
+    Ok((
+        floor,
+        format!(
+            "floor {floor:.0}, half the {} P2P floor of {:.0}",
+            p.model, p.p2p_gbps_floor
+        ),
+    ))
+}
+
+/// The bundled all-reduce: exact results, its bandwidth against a floor (several GPUs) or
+/// against a plain copy (ranks sharing one GPU), and NCCL beside it when NCCL was asked.
+pub fn allreduce_checks(
+    v: &Value,
+    gpus: &[GpuUnderTest],
+    per_gpu: usize,
+    nccl: &Nccl,
+    report: &mut Report,
+) {
+    const PHASE: &str = "allreduce";
+    let rows = v["rows"].as_array().cloned().unwrap_or_default();
+    let ranks = rows.first().and_then(|r| r["ranks"].as_u64()).unwrap_or(0);
+    let wrong: Vec<String> = rows
+        .iter()
+        .filter(|r| r["wrong"].as_u64().unwrap_or(1) > 0)
+        .map(|r| {
+            format!(
+                "{} {} {} B: {} wrong ({})",
+                r["dtype"].as_str().unwrap_or(""),
+                r["algo"].as_str().unwrap_or(""),
+                r["bytes"],
+                r["wrong"],
+                r["first_wrong"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let checked: u64 = rows
+        .iter()
+        .map(|r| r["checked"].as_u64().unwrap_or(0))
+        .sum();
+    let placement = if per_gpu > 1 {
+        format!("{ranks} ranks on one GPU")
+    } else {
+        format!("{ranks} ranks, one per GPU")
+    };
+    report.push(
+        PHASE,
+        "results",
+        if wrong.is_empty() && !rows.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        if rows.is_empty() {
+            "not measured: the worker returned no all-reduce".to_string()
+        } else if wrong.is_empty() {
+            format!(
+                "{} cases, {checked} elements bit-identical to the CPU reference ({placement}, NVRTC {})",
+                rows.len(),
+                v["nvrtc"].as_str().unwrap_or("?")
+            )
+        } else {
+            wrong.join("; ")
+        },
+    );
+
+    let largest = rows
+        .iter()
+        .filter(|r| r["dtype"] == "f32" && r["algo"] == "two-shot")
+        .max_by_key(|r| r["bytes"].as_u64().unwrap_or(0));
+    let Some(row) = largest else {
+        report.push(
+            PHASE,
+            "bandwidth",
+            Status::Fail,
+            "not measured: no float32 two-shot row in the worker's result",
+        );
+        return;
+    };
+    let bytes = row["bytes"].as_u64().unwrap_or(0);
+    if per_gpu > 1 {
+        throughput_vs_copy(v, row, bytes, report);
+        return;
+    }
+
+    let name = "all-reduce busbw";
+    match (
+        bytes >= SMALLEST_BANDWIDTH_SIZE,
+        row["busbw"].as_f64(),
+        allreduce_floor(gpus),
+    ) {
+        (false, _, _) => report.push(
+            PHASE,
+            name,
+            Status::Skip,
+            format!("the largest size, {bytes} B, stays in the GPUs' caches; use 64 MiB or more"),
+        ),
+        (true, None, _) => report.push(
+            PHASE,
+            name,
+            Status::Fail,
+            "not measured: the worker returned no time for the largest size",
+        ),
+        (true, Some(busbw), Err(why)) => report.push(
+            PHASE,
+            name,
+            Status::Skip,
+            format!("{busbw:.0} GB/s at {bytes} B; {why}"),
+        ),
+        (true, Some(busbw), Ok((floor, source))) => report.push(
+            PHASE,
+            name,
+            if busbw < floor {
+                Status::Fail
+            } else {
+                Status::Pass
+            },
+            format!(
+                "{busbw:.0} GB/s at {bytes} B{}; {source}",
+                if busbw < floor {
+                    ", below the floor"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    }
+
+    let name = "busbw vs NCCL";
+    match nccl {
+        Nccl::NotAsked(why) => report.push(PHASE, name, Status::Skip, why.clone()),
+        Nccl::Asked => match (row["busbw"].as_f64(), row["nccl_busbw"].as_f64()) {
+            (Some(ours), Some(theirs)) if theirs > 0.0 => {
+                let ratio = ours / theirs;
+                report.push(
+                    PHASE,
+                    name,
+                    if ratio >= 0.9 {
+                        Status::Pass
+                    } else {
+                        Status::Warn
+                    },
+                    format!(
+                        "{ours:.0} GB/s against NCCL's {theirs:.0} at {bytes} B ({:.0}%)",
+                        ratio * 100.0
+                    ),
+                );
+            }
+            _ => report.push(
+                PHASE,
+                name,
+                Status::Fail,
+                format!(
+                    "not measured: {}",
+                    row["nccl_error"]
+                        .as_str()
+                        .unwrap_or("the worker returned no NCCL time")
+                ),
+            ),
+        },
+    }
+}
+
+/// Ranks sharing one GPU: the two-shot all-reduce's memory traffic against a plain copy.
+fn throughput_vs_copy(v: &Value, row: &Value, bytes: u64, report: &mut Report) {
+    const NAME: &str = "throughput vs copy";
+    if bytes < SMALLEST_BANDWIDTH_SIZE {
+        report.push(
+            "allreduce",
+            NAME,
+            Status::Skip,
+            format!("the largest size, {bytes} B, stays in the GPU's cache; use 64 MiB or more"),
+        );
+        return;
+    }
+    match (row["local_gbps"].as_f64(), v["copy_gbps"].as_f64()) {
+        (Some(local), Some(copy)) if copy > 0.0 => {
+            let ratio = local / copy;
+            report.push(
+                "allreduce",
+                NAME,
+                if ratio >= 0.9 {
+                    Status::Pass
+                } else {
+                    Status::Warn
+                },
+                format!(
+                    "two-shot moves {local:.0} GB/s at {bytes} B, {:.0}% of a plain copy's {copy:.0} GB/s",
+                    ratio * 100.0
+                ),
+            );
+        }
+        (None, _) => report.push(
+            "allreduce",
+            NAME,
+            Status::Fail,
+            "not measured: the worker returned no throughput for the largest size",
+        ),
+        _ => report.push(
+            "allreduce",
+            NAME,
+            Status::Fail,
+            "not measured: the worker returned no plain-copy bandwidth to compare with",
+        ),
+    }
+}
+
+/// NCCL with the image's preset against NCCL's defaults, from the two runs' busbw at the
+/// largest size.
+pub fn preset_verdict(with_preset: &Value, defaults: &Value, names: &[&str]) -> (Status, String) {
+    let busbw = |v: &Value| {
+        v["rows"]
+            .as_array()
+            .and_then(|r| r.last())
+            .and_then(|r| r["busbw"].as_f64())
+    };
+    let (pa, pb) = match (busbw(with_preset), busbw(defaults)) {
+        (Some(pa), Some(pb)) if pb > 0.0 => (pa, pb),
+        (None, _) => {
+            return (
+                Status::Fail,
+                "not measured: the run with the preset returned no bandwidth".into(),
+            );
+        }
+        _ => {
+            return (
+                Status::Fail,
+                "not measured: the run with NCCL's defaults returned no bandwidth".into(),
+            );
+        }
+    };
+    let ratio = pa / pb;
+    (
+        if ratio >= 0.95 {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        format!(
+            "busbw at 512 MiB: {pa:.0} GB/s with the preset ({}), {pb:.0} with NCCL's defaults: the preset {} ({:+.0}%)",
+            names.join(" "),
+            if ratio >= 1.05 {
+                "helps"
+            } else if ratio >= 0.95 {
+                "is neutral"
+            } else {
+                "hurts"
+            },
+            (ratio - 1.0) * 100.0
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,6 +717,123 @@ mod tests {
             report.checks.iter().all(|c| !c.detail.contains(" 0 GB/s")),
             "{:#?}",
             report.checks
+        );
+
+        let (status, detail) = preset_verdict(
+            &json!({"rows": []}),
+            &json!({"rows": [{"busbw": 300.0}]}),
+            &["NCCL_ALGO"],
+        );
+        assert_eq!(status, Status::Fail);
+        assert!(detail.starts_with("not measured"), "{detail}");
+    }
+
+    fn two_gpu_allreduce(busbw: Option<f64>, nccl: Value) -> Value {
+        let mut row = json!({"dtype": "f32", "algo": "two-shot", "bytes": 64u64 << 20, "ranks": 2,
+            "checked": 100, "wrong": 0});
+        if let Some(b) = busbw {
+            row["busbw"] = json!(b);
+        }
+        if let Some(fields) = nccl.as_object() {
+            for (k, v) in fields {
+                row[k] = v.clone();
+            }
+        }
+        json!({"devices": devices(), "nvrtc": "13.0", "rows": [row]})
+    }
+
+    #[test]
+    fn quick_keeps_a_bandwidth_floor_for_the_bundled_all_reduce() {
+        let gpus = [
+            gpu(0, "NVIDIA H200", "00000000:1B:00.0"),
+            gpu(1, "NVIDIA H200", "00000000:43:00.0"),
+        ];
+        let under = under_test(&gpus, policy::embedded());
+        let quick = nccl_plan(true, true, 2);
+        let mut report = Report::default();
+        allreduce_checks(
+            &two_gpu_allreduce(Some(317.0), json!({})),
+            &under,
+            1,
+            &quick,
+            &mut report,
+        );
+        let busbw = check(&report, "all-reduce busbw");
+        assert_eq!(busbw.status, Status::Pass, "{}", busbw.detail);
+        assert!(busbw.detail.contains("floor 150"), "{}", busbw.detail);
+        assert_eq!(check(&report, "busbw vs NCCL").status, Status::Skip);
+
+        let mut report = Report::default();
+        allreduce_checks(
+            &two_gpu_allreduce(Some(90.0), json!({})),
+            &under,
+            1,
+            &quick,
+            &mut report,
+        );
+        assert_eq!(check(&report, "all-reduce busbw").status, Status::Fail);
+
+        let mut report = Report::default();
+        allreduce_checks(
+            &two_gpu_allreduce(None, json!({})),
+            &under,
+            1,
+            &quick,
+            &mut report,
+        );
+        let missing = check(&report, "all-reduce busbw");
+        assert_eq!(missing.status, Status::Fail);
+        assert!(
+            missing.detail.starts_with("not measured"),
+            "{}",
+            missing.detail
+        );
+    }
+
+    #[test]
+    fn no_nccl_in_the_image_skips_the_nccl_comparison() {
+        let (_, under) = mixed();
+        let plan = nccl_plan(false, false, 2);
+        let Nccl::NotAsked(why) = &plan else {
+            panic!("NCCL asked for without a libnccl");
+        };
+        assert!(why.contains("no libnccl.so.2"), "{why}");
+        assert_eq!(
+            nccl_plan(true, false, 1),
+            Nccl::NotAsked("needs two or more GPUs".into())
+        );
+        assert_eq!(nccl_plan(true, false, 2), Nccl::Asked);
+
+        let mut report = Report::default();
+        allreduce_checks(
+            &two_gpu_allreduce(Some(300.0), json!({})),
+            &under,
+            1,
+            &plan,
+            &mut report,
+        );
+        let row = check(&report, "busbw vs NCCL");
+        assert_eq!(row.status, Status::Skip);
+        assert!(row.detail.contains("no libnccl.so.2"), "{}", row.detail);
+
+        // Asked for and broken is the image's fault: a failure, with NCCL's reason.
+        let mut report = Report::default();
+        allreduce_checks(
+            &two_gpu_allreduce(
+                Some(300.0),
+                json!({"nccl_error": "ncclCommInitAll: NCCL_ERROR_SYSTEM_ERROR"}),
+            ),
+            &under,
+            1,
+            &Nccl::Asked,
+            &mut report,
+        );
+        let row = check(&report, "busbw vs NCCL");
+        assert_eq!(row.status, Status::Fail);
+        assert!(
+            row.detail.contains("not measured: ncclCommInitAll"),
+            "{}",
+            row.detail
         );
     }
 }

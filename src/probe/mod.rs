@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::version::Version;
 use env::Discovery;
-use judge::GpuUnderTest;
+use judge::{GpuUnderTest, Nccl};
 use report::{Report, Status};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -294,11 +294,12 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         return;
     }
     let addresses: Vec<String> = gpus.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
-    let devices = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
+    let selection = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
     let (env, _shim) = worker_env(disc, gpus.len());
     let budget = Duration::from_secs(if opts.quick { 20 } else { 120 });
+    let nccl = judge::nccl_plan(!disc.nccl_candidates().is_empty(), opts.quick, gpus.len());
 
-    let mut args = devices.clone();
+    let mut args = selection.clone();
     args.extend([
         "cuda".to_string(),
         "--bytes".to_string(),
@@ -317,7 +318,7 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         .clone()
         .unwrap_or_else(|| default_sizes(opts.quick));
     let per_gpu = if gpus.len() == 1 { 4 } else { 1 };
-    let mut args = devices;
+    let mut args = selection.clone();
     args.extend([
         "allreduce".to_string(),
         "--ranks-per-gpu".to_string(),
@@ -331,26 +332,17 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         "--iters".to_string(),
         (if opts.quick { 5 } else { 20 }).to_string(),
     ]);
-    if !opts.quick {
+    if nccl == Nccl::Asked {
         args.push("--nccl".to_string());
     }
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("allreduce", "bundled all-reduce", Status::Fail, e),
         Ok(v) => {
-            allreduce_checks(&v, per_gpu, report);
+            judge::allreduce_checks(&v, &gpus, per_gpu, &nccl, report);
             report.fact("allreduce", v);
         }
     }
-    if opts.quick {
-        report.push(
-            "allreduce",
-            "preset vs NCCL defaults",
-            Status::Skip,
-            "not run with --quick (two NCCL start-ups)",
-        );
-    } else {
-        preset_ab(disc, facts, &env, budget, report);
-    }
+    preset_ab(disc, &selection, &env, budget, &nccl, report);
 }
 
 /// NCCL with the image's preset against NCCL's defaults, each in a fresh process since NCCL
@@ -358,19 +350,15 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
 /// NCCL treats as unset and which keeps /etc/nccl.conf from filling it in.
 fn preset_ab(
     disc: &Discovery,
-    facts: &nvml::Facts,
+    selection: &[String],
     env: &[(String, String)],
     budget: Duration,
+    nccl: &Nccl,
     report: &mut Report,
 ) {
     const PHASE: &str = "allreduce";
-    if facts.gpus.len() < 2 {
-        report.push(
-            PHASE,
-            "preset vs NCCL defaults",
-            Status::Skip,
-            "needs two or more GPUs",
-        );
+    if let Nccl::NotAsked(why) = nccl {
+        report.push(PHASE, "preset vs NCCL defaults", Status::Skip, why.clone());
         return;
     }
     let mut preset: Vec<(String, String)> = std::fs::read_to_string(disc.at("/etc/nccl.conf"))
@@ -399,132 +387,31 @@ fn preset_ab(
         );
         return;
     }
-    let addresses: Vec<String> = facts.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
     let sizes = [1u64 << 20, 64 << 20, 512 << 20];
-    let args: Vec<String> = [
-        "--pci-bus-ids".to_string(),
-        addresses.join(","),
+    let mut args = selection.to_vec();
+    args.extend([
         "nccl".into(),
         "--sizes".into(),
         sizes.map(|s| s.to_string()).join(","),
-    ]
-    .to_vec();
+    ]);
     let mut with_preset = env.to_vec();
     with_preset.extend(preset.iter().cloned());
     let mut defaults = env.to_vec();
     defaults.extend(preset.iter().map(|(k, _)| (k.clone(), String::new())));
-    let busbw = |v: &serde_json::Value| {
-        v["rows"]
-            .as_array()
-            .and_then(|r| r.last())
-            .and_then(|r| r["busbw"].as_f64())
-    };
     match (
         run_worker(&args, &with_preset, budget),
         run_worker(&args, &defaults, budget),
     ) {
         (Ok(a), Ok(b)) => {
-            let (pa, pb) = (busbw(&a).unwrap_or(0.0), busbw(&b).unwrap_or(0.0));
-            let ratio = if pb > 0.0 { pa / pb } else { 0.0 };
             let names: Vec<&str> = preset.iter().map(|(k, _)| k.as_str()).collect();
-            report.push(
-                PHASE,
-                "preset vs NCCL defaults",
-                if ratio >= 0.95 { Status::Pass } else { Status::Warn },
-                format!(
-                    "busbw at 512 MiB: {pa:.0} GB/s with the preset ({}), {pb:.0} with NCCL's defaults: the preset {} ({:+.0}%)",
-                    names.join(" "),
-                    if ratio >= 1.05 { "helps" } else if ratio >= 0.95 { "is neutral" } else { "hurts" },
-                    (ratio - 1.0) * 100.0
-                ),
-            );
+            let (status, detail) = judge::preset_verdict(&a, &b, &names);
+            report.push(PHASE, "preset vs NCCL defaults", status, detail);
             report.fact(
                 "preset_ab",
                 json!({"preset": a, "defaults": b, "variables": preset}),
             );
         }
         (Err(e), _) | (_, Err(e)) => report.push(PHASE, "preset vs NCCL defaults", Status::Fail, e),
-    }
-}
-
-fn allreduce_checks(v: &serde_json::Value, per_gpu: usize, report: &mut Report) {
-    const PHASE: &str = "allreduce";
-    let rows = v["rows"].as_array().cloned().unwrap_or_default();
-    let ranks = rows.first().and_then(|r| r["ranks"].as_u64()).unwrap_or(0);
-    let wrong: Vec<String> = rows
-        .iter()
-        .filter(|r| r["wrong"].as_u64().unwrap_or(1) > 0)
-        .map(|r| {
-            format!(
-                "{} {} {} B: {} wrong ({})",
-                r["dtype"].as_str().unwrap_or(""),
-                r["algo"].as_str().unwrap_or(""),
-                r["bytes"],
-                r["wrong"],
-                r["first_wrong"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    let checked: u64 = rows
-        .iter()
-        .map(|r| r["checked"].as_u64().unwrap_or(0))
-        .sum();
-    let placement = if per_gpu > 1 {
-        format!("{ranks} ranks on one GPU")
-    } else {
-        format!("{ranks} ranks, one per GPU")
-    };
-    report.push(
-        PHASE,
-        "results",
-        if wrong.is_empty() { Status::Pass } else { Status::Fail },
-        if wrong.is_empty() {
-            format!("{} cases, {checked} elements bit-identical to the CPU reference ({placement}, NVRTC {})", rows.len(), v["nvrtc"].as_str().unwrap_or("?"))
-        } else {
-            wrong.join("; ")
-        },
-    );
-    let largest = rows
-        .iter()
-        .filter(|r| r["dtype"] == "f32" && r["algo"] == "two-shot")
-        .max_by_key(|r| r["bytes"].as_u64().unwrap_or(0));
-    if let Some(r) = largest {
-        let bytes = r["bytes"].as_u64().unwrap_or(0);
-        if let (Some(ours), Some(theirs)) = (r["busbw"].as_f64(), r["nccl_busbw"].as_f64()) {
-            let ratio = ours / theirs;
-            report.push(
-                PHASE,
-                "busbw vs NCCL",
-                if ratio >= 0.9 {
-                    Status::Pass
-                } else {
-                    Status::Warn
-                },
-                format!(
-                    "{ours:.0} GB/s against NCCL's {theirs:.0} at {bytes} B ({:.0}%)",
-                    ratio * 100.0
-                ),
-            );
-        } else if bytes < 64 << 20 {
-            report.push(
-                PHASE,
-                "throughput vs copy",
-                Status::Skip,
-                format!(
-                    "the largest size, {bytes} B, stays in the GPU's cache; use 64 MiB or more"
-                ),
-            );
-        } else if let (Some(local), Some(copy)) =
-            (r["local_gbps"].as_f64(), v["copy_gbps"].as_f64())
-        {
-            let ratio = local / copy;
-            report.push(
-                PHASE,
-                "throughput vs copy",
-                if ratio >= 0.9 { Status::Pass } else { Status::Warn },
-                format!("two-shot moves {local:.0} GB/s at {bytes} B, {:.0}% of a plain copy's {copy:.0} GB/s", ratio * 100.0),
-            );
-        }
     }
 }
 
@@ -944,6 +831,25 @@ mod tests {
                 .detail
                 .contains("install the NVIDIA driver")
         );
+    }
+
+    #[test]
+    fn no_nccl_skips_the_preset_comparison() {
+        let dir = tempfile::tempdir().unwrap();
+        let disc = Discovery::under(dir.path());
+        let plan = judge::nccl_plan(!disc.nccl_candidates().is_empty(), false, 2);
+        let mut report = Report::default();
+        preset_ab(
+            &disc,
+            &["--pci-bus-ids".into(), "0000:1b:00.0,0000:43:00.0".into()],
+            &[],
+            Duration::from_secs(1),
+            &plan,
+            &mut report,
+        );
+        assert_eq!(report.checks.len(), 1);
+        assert_eq!(report.checks[0].status, Status::Skip);
+        assert!(report.checks[0].detail.contains("no libnccl.so.2"));
     }
 
     #[test]
