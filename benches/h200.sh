@@ -13,6 +13,8 @@ out=$2
 shift 2
 devices=${DEVICES:-0}
 ngpu=$(echo "$devices" | tr ',' '\n' | wc -l)
+# The worker takes GPUs by PCI address: CUDA's ordinals need not follow nvidia-smi's indices.
+addresses=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$devices" | paste -sd, -)
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 mkdir -p "$out"
 
@@ -26,7 +28,7 @@ nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | grep -v builtins | 
 worker() {
   local file=$1; shift
   local start=$SECONDS
-  LD_LIBRARY_PATH="$shim:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" "$bin" probe-worker --devices "$devices" --result "$file" "$@" >/dev/null
+  LD_LIBRARY_PATH="$shim:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" "$bin" probe-worker --pci-bus-ids "$addresses" --result "$file" "$@" >/dev/null
   echo "  $(basename "$file"): $((SECONDS - start)) s"
 }
 

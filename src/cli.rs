@@ -288,8 +288,9 @@ enum Command {
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
     ///
-    /// Exits 0 when every check passes (warnings included), 1 when one fails, 3 when no GPU
-    /// is visible, with what to do about it.
+    /// Exits 0 when every check passes (warnings included), 1 when one fails, 2 on bad input
+    /// (such as --devices naming a GPU the node does not have), 3 when no GPU is visible,
+    /// with what to do about it.
     ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
     Probe {
@@ -299,7 +300,7 @@ enum Command {
         /// Also write the report as JUnit XML here.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
-        /// Shorter time budgets, fewer sizes, no NCCL runs.
+        /// Shorter time budgets, fewer sizes, no NCCL runs (bandwidths are still judged).
         #[arg(long)]
         quick: bool,
         /// Also print the all-reduce table: the bundled kernel beside NCCL and a plain copy.
@@ -318,9 +319,10 @@ enum Command {
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
     ProbeWorker {
-        /// CUDA ordinals.
+        /// The GPUs by PCI address (`00000000:1B:00.0`, as NVML gives them), since CUDA
+        /// ordinals need not follow NVML's indices; all GPUs when absent.
         #[arg(long, value_delimiter = ',')]
-        devices: Vec<usize>,
+        pci_bus_ids: Vec<String>,
         /// Write the JSON result here rather than to standard output, which NCCL logs to.
         #[arg(long, value_name = "FILE")]
         result: Option<PathBuf>,
@@ -709,7 +711,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 quick,
                 sizes,
                 policy,
-            });
+            })?;
             if let Some(path) = junit {
                 crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())?;
             }
@@ -794,11 +796,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(code)
         }
         Command::ProbeWorker {
-            devices,
+            pci_bus_ids,
             result,
             task,
         } => {
-            let out = match crate::probe::worker::run(&task, &devices) {
+            let out = match crate::probe::worker::run(&task, &pci_bus_ids) {
                 Ok(v) => serde_json::json!({ "ok": v }),
                 Err(e) => serde_json::json!({ "error": e }),
             };

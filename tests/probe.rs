@@ -108,3 +108,119 @@ fn the_quick_probe_passes_on_a_gpu() {
         "{report}"
     );
 }
+
+/// A stand-in `libnvidia-ml.so.1` built with the C compiler: NVML that initialises, reports
+/// two GPUs, and cannot open GPU 1 (as for a GPU fallen off the bus). With `needs`, it is
+/// linked against a library that is then deleted, so loading it fails as in an image that
+/// lacks a dependency. None when no C compiler is installed.
+fn fake_nvml(dir: &std::path::Path, needs: Option<&str>) -> Option<std::path::PathBuf> {
+    let cc = |args: &[&str]| {
+        std::process::Command::new("cc")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let source = r#"
+        #include <stdio.h>
+        int nvmlInit_v2(void) { return 0; }
+        int nvmlShutdown(void) { return 0; }
+        int nvmlSystemGetDriverVersion(char *v, unsigned n) { snprintf(v, n, "580.95.05"); return 0; }
+        int nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = 13000; return 0; }
+        int nvmlDeviceGetCount_v2(unsigned *c) { *c = 2; return 0; }
+        /* 15 is NVML_ERROR_GPU_IS_LOST. */
+        int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) {
+            if (i == 1) return 15;
+            *d = (void *)0x1000;
+            return 0;
+        }
+    "#;
+    std::fs::write(dir.join("nvml.c"), source).unwrap();
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let built = match needs {
+        None => cc(&["-shared", "-fPIC", "-o", "lib/libnvidia-ml.so.1", "nvml.c"]),
+        Some(dep) => {
+            std::fs::write(dir.join("dep.c"), "int gpubake_dep(void) { return 0; }\n").unwrap();
+            let soname = format!("-Wl,-soname,{dep}");
+            cc(&["-shared", "-fPIC", &soname, "-o", dep, "dep.c"])
+                && cc(&[
+                    "-shared",
+                    "-fPIC",
+                    "-Wl,--no-as-needed",
+                    "-o",
+                    "lib/libnvidia-ml.so.1",
+                    "nvml.c",
+                    &format!("./{dep}"),
+                ])
+                && std::fs::remove_file(dir.join(dep)).is_ok()
+        }
+    };
+    if !built {
+        eprintln!("skipped: no working C compiler (cc) to build a stand-in NVML");
+        return None;
+    }
+    Some(lib)
+}
+
+fn probe_with(lib: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .arg("probe")
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib)
+        .output()
+        .expect("the gpubake binary runs")
+}
+
+#[test]
+fn a_gpu_nvml_cannot_open_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = fake_nvml(dir.path(), None) else {
+        return;
+    };
+    let out = probe_with(&lib, &["--json", "--quick"]);
+    assert_exit(&out, 1);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["no_gpu"], false);
+    let checks = report["checks"].as_array().unwrap();
+    let gpu1 = checks
+        .iter()
+        .find(|c| c["phase"] == "nvml" && c["name"] == "GPU 1")
+        .unwrap_or_else(|| panic!("no check for GPU 1: {report}"));
+    assert_eq!(gpu1["status"], "FAIL");
+    // GPU 0 was still probed.
+    assert!(
+        checks.iter().any(|c| c["name"] == "GPU 0 model"),
+        "{report}"
+    );
+    assert!(!stdout(&out).contains("no NVIDIA GPU is visible"));
+}
+
+#[test]
+fn devices_past_the_last_gpu_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = fake_nvml(dir.path(), None) else {
+        return;
+    };
+    let out = probe_with(&lib, &["--devices", "0,7"]);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(err.contains("index 7") && err.contains("2 GPUs"), "{err}");
+}
+
+#[test]
+fn an_nvml_that_does_not_load_names_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = fake_nvml(dir.path(), Some("libgpubake-absent.so.0")) else {
+        return;
+    };
+    let out = probe_with(&lib, &[]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("libgpubake-absent.so.0: cannot open shared object file"),
+        "{text}"
+    );
+    assert!(!text.contains("install the NVIDIA driver"), "{text}");
+    assert!(!text.contains("no NVIDIA GPU is visible"), "{text}");
+}

@@ -3,9 +3,9 @@
 //! Loads the CUDA driver, NVRTC and NCCL at run time (cudarc), and reports JSON on stdout.
 //!
 //! Measures: the peer-access matrix, device memory bandwidth (a device-to-device copy), P2P
-//! copy bandwidth (one and both directions) and latency, and the bundled all-reduce: checked
-//! element by element against a CPU reference on fresh data, timed, and timed beside NCCL on
-//! the same buffers.
+//! copy bandwidth (one and both directions) and the time of a small P2P copy, and the bundled
+//! all-reduce: checked element by element against a CPU reference on fresh data, timed, and
+//! timed beside NCCL on the same buffers.
 
 use super::schedule::{self, Dtype, MAX_RANKS};
 use cudarc::driver::{result as cu, sys};
@@ -52,6 +52,74 @@ impl Device {
         ck("cuStreamSynchronize", unsafe {
             cu::stream::synchronize(self.stream)
         })
+    }
+}
+
+/// The PCI bus id of every CUDA device, by CUDA ordinal, normalised.
+pub fn pci_bus_ids() -> R<Vec<String>> {
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libcuda.so could not be loaded".into());
+    }
+    ck("cuInit", cu::init())?;
+    let count = ck("cuDeviceGetCount", cu::device::get_count())?;
+    let mut ids = Vec::new();
+    for ordinal in 0..count {
+        let dev = ck("cuDeviceGet", cu::device::get(ordinal))?;
+        // "0000:1b:00.0" and a NUL; CUDA asks for room for 13 characters, 64 is plenty.
+        let mut buf = [0 as std::ffi::c_char; 64];
+        ck("cuDeviceGetPCIBusId", unsafe {
+            sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev).result()
+        })?;
+        let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+        ids.push(normalise_bus_id(&text).unwrap_or_else(|| text.into_owned()));
+    }
+    Ok(ids)
+}
+
+/// A PCI address as `dddd:bb:dd.f`, lower case. NVML writes the domain with eight digits
+/// (`00000000:1B:00.0`), CUDA with four (`0000:1B:00.0`); both name the same device.
+pub fn normalise_bus_id(id: &str) -> Option<String> {
+    let (domain, rest) = id.trim().split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, function) = rest.split_once('.')?;
+    let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+    Some(format!(
+        "{:04x}:{:02x}:{:02x}.{:x}",
+        hex(domain)?,
+        hex(bus)?,
+        hex(device)?,
+        hex(function)?
+    ))
+}
+
+/// The CUDA ordinal of each GPU in `wanted` (PCI bus ids, as NVML gives them), found by
+/// bus id in `cuda` (the bus id of each CUDA ordinal). CUDA numbers devices by
+/// CUDA_DEVICE_ORDER (fastest first unless told otherwise) and CUDA_VISIBLE_DEVICES, NVML by
+/// PCI address, so the same index can name two different GPUs.
+pub fn ordinals_for(wanted: &[String], cuda: &[String]) -> R<Vec<usize>> {
+    let cuda: Vec<Option<String>> = cuda.iter().map(|id| normalise_bus_id(id)).collect();
+    let mut out = Vec::new();
+    let mut missing = Vec::new();
+    for id in wanted {
+        let key = normalise_bus_id(id);
+        match cuda.iter().position(|c| key.is_some() && *c == key) {
+            Some(ordinal) => out.push(ordinal),
+            None => missing.push(id.as_str()),
+        }
+    }
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        let seen: Vec<&str> = cuda.iter().flatten().map(String::as_str).collect();
+        Err(format!(
+            "no CUDA device at PCI address {} (CUDA sees {})",
+            missing.join(", "),
+            if seen.is_empty() {
+                "none".to_string()
+            } else {
+                seen.join(", ")
+            }
+        ))
     }
 }
 
@@ -245,7 +313,9 @@ pub fn memory_bandwidth(d: &Device, bytes: usize, iters: u32) -> R<f64> {
     Ok(2.0 * bytes as f64 * f64::from(iters) / t.seconds()? / 1e9)
 }
 
-/// P2P copies between two GPUs: (one direction GB/s, both directions GB/s, latency µs).
+/// P2P copies between two GPUs: (one direction GB/s, both directions GB/s, µs per 4-byte
+/// copy). The last is 200 copies queued back to back, timed together: how often a small copy
+/// completes, not a round trip (nothing waits for the other GPU to answer).
 pub fn p2p(a: &Device, b: &Device, bytes: usize, iters: u32) -> R<(f64, f64, f64)> {
     let (src_a, dst_b) = (Buffer::new(a, bytes)?, Buffer::new(b, bytes)?);
     let (src_b, dst_a) = (Buffer::new(b, bytes)?, Buffer::new(a, bytes)?);
@@ -279,8 +349,8 @@ pub fn p2p(a: &Device, b: &Device, bytes: usize, iters: u32) -> R<(f64, f64, f64
         copy(a, &dst_b, &src_a, 4)?;
     }
     ta.end(a)?;
-    let latency = ta.seconds()? / f64::from(small) * 1e6;
-    Ok((uni, both, latency))
+    let small_copy_us = ta.seconds()? / f64::from(small) * 1e6;
+    Ok((uni, both, small_copy_us))
 }
 
 /// Average seconds of one `op` across `devices`: one warm-up run, then `iters` runs between
@@ -607,5 +677,40 @@ impl<'a> Ranks<'a> {
             let _ = unsafe { nccl::comm_destroy(c) };
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_from_nvml_and_cuda_are_the_same_address() {
+        assert_eq!(
+            normalise_bus_id("00000000:1B:00.0").as_deref(),
+            Some("0000:1b:00.0")
+        );
+        assert_eq!(
+            normalise_bus_id("0000:1b:00.0").as_deref(),
+            Some("0000:1b:00.0")
+        );
+        assert_eq!(normalise_bus_id("garbage"), None);
+        assert_eq!(normalise_bus_id("0000:zz:00.0"), None);
+    }
+
+    #[test]
+    fn nvml_gpus_map_to_cuda_ordinals_by_bus_id() {
+        // CUDA's fastest-first order put the GPU at 0xdb first; NVML lists by address.
+        let cuda = ["0000:DB:00.0", "0000:1B:00.0", "0000:43:00.0"].map(String::from);
+        let nvml = ["00000000:1B:00.0", "00000000:43:00.0", "00000000:DB:00.0"].map(String::from);
+        assert_eq!(ordinals_for(&nvml, &cuda).unwrap(), [1, 2, 0]);
+        assert_eq!(ordinals_for(&nvml[2..], &cuda).unwrap(), [0]);
+        // CUDA_VISIBLE_DEVICES hid one: say which, and what CUDA does see.
+        let err = ordinals_for(&nvml, &cuda[..2]).unwrap_err();
+        assert!(
+            err.contains("00000000:43:00.0") && err.contains("0000:db:00.0"),
+            "{err}"
+        );
+        assert!(ordinals_for(&["".to_string()], &cuda).is_err());
     }
 }

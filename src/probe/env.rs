@@ -12,7 +12,27 @@ use std::path::{Path, PathBuf};
 pub struct Discovery {
     root: PathBuf,
     ld_library_path: Vec<PathBuf>,
+    /// The environment variables that say where the process runs (`container`,
+    /// `KUBERNETES_SERVICE_HOST`), captured once so the detection itself reads no process state.
+    env: Vec<(String, String)>,
 }
+
+/// Variables a runtime sets inside what it starts: systemd-nspawn, podman and others set
+/// `container`; every Kubernetes pod gets `KUBERNETES_SERVICE_HOST`.
+const CONTAINER_VARS: &[&str] = &["container", "KUBERNETES_SERVICE_HOST"];
+
+/// Words in a cgroup path or in the root mount that only a container runtime leaves there.
+/// Each maps to the kind reported (which picks the advice when no GPU is visible).
+const RUNTIME_HINTS: &[(&str, &str)] = &[
+    ("kubepods", "kubernetes"),
+    ("kubelet", "kubernetes"),
+    ("crio", "kubernetes"),
+    ("docker", "docker"),
+    ("libpod", "podman"),
+    ("containers/storage", "podman"),
+    ("containerd", "container"),
+    ("/var/lib/machines", "container"),
+];
 
 /// A shared library found on disk.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -45,18 +65,39 @@ impl Discovery {
         let ld = std::env::var_os("LD_LIBRARY_PATH")
             .map(|v| std::env::split_paths(&v).collect())
             .unwrap_or_default();
+        let env = CONTAINER_VARS
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
         Discovery {
             root: PathBuf::from("/"),
             ld_library_path: ld,
+            env,
         }
     }
 
-    /// Discovery under a fake root, with no `LD_LIBRARY_PATH`.
+    /// Discovery under a fake root, with no `LD_LIBRARY_PATH` and no environment variables.
     pub fn under(root: &Path) -> Self {
         Discovery {
             root: root.to_path_buf(),
             ld_library_path: Vec::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same discovery, seeing `key=value` in its environment (for tests).
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    fn var(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
     }
 
     /// `path` (absolute) under the root.
@@ -192,24 +233,58 @@ impl Discovery {
 
     /// `docker`, `podman`, `kubernetes`, `container` or `host`.
     pub fn container_kind(&self) -> &'static str {
-        if self.root == Path::new("/") && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-            return "kubernetes";
+        self.container().0
+    }
+
+    /// Where this runs and what gave it away: `("docker", "/.dockerenv")`. Runtimes leave
+    /// different marks (docker a file, podman another, crun and systemd-nspawn a variable,
+    /// Kubernetes its service variables), and some leave none but the cgroup or the root
+    /// mount, so each is tried in turn; `host` only when none is found.
+    pub fn container(&self) -> (&'static str, String) {
+        if self.var("KUBERNETES_SERVICE_HOST").is_some() {
+            return ("kubernetes", "KUBERNETES_SERVICE_HOST is set".into());
         }
         if self.at("/.dockerenv").exists() {
-            return "docker";
+            return ("docker", "/.dockerenv".into());
         }
         if self.at("/run/.containerenv").exists() {
-            return "podman";
+            return ("podman", "/run/.containerenv".into());
+        }
+        if let Some(value) = self.var("container") {
+            let kind = match value {
+                "docker" => "docker",
+                "podman" => "podman",
+                _ => "container",
+            };
+            return (kind, format!("container={value}"));
         }
         let cgroup = std::fs::read_to_string(self.at("/proc/1/cgroup")).unwrap_or_default();
-        if ["docker", "kubepods", "containerd", "libpod"]
-            .iter()
-            .any(|w| cgroup.contains(w))
-        {
-            return "container";
+        if let Some((word, kind)) = runtime_hint(&cgroup) {
+            return (kind, format!("/proc/1/cgroup mentions {word}"));
         }
-        "host"
+        let mountinfo =
+            std::fs::read_to_string(self.at("/proc/self/mountinfo")).unwrap_or_default();
+        if let Some((word, kind)) = root_mount(&mountinfo).and_then(runtime_hint) {
+            return (kind, format!("the root mount comes from {word}"));
+        }
+        ("host", "no container runtime's marks".into())
     }
+}
+
+/// The first runtime word in `text`, with the kind it means.
+fn runtime_hint(text: &str) -> Option<(&'static str, &'static str)> {
+    RUNTIME_HINTS
+        .iter()
+        .find(|(word, _)| text.contains(word))
+        .copied()
+}
+
+/// The line of `/proc/self/mountinfo` that mounts `/`. Only that line: on a host running
+/// containers, other lines name the runtime's overlay directories too.
+fn root_mount(mountinfo: &str) -> Option<&str> {
+    mountinfo
+        .lines()
+        .find(|line| line.split_whitespace().nth(4) == Some("/"))
 }
 
 /// Follows links to the real file and reads a version from its name.
@@ -406,6 +481,79 @@ mod tests {
         assert_eq!(d.container_kind(), "docker");
         assert_eq!(d.device_nodes(), ["nvidia0", "nvidiactl"]);
         assert!(no_gpu_help("docker").contains("--gpus all"));
+    }
+
+    fn write(root: &Path, path: &str, text: &str) {
+        let p = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn runtimes_without_dockerenv_are_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let bare = || Discovery::under(root);
+
+        // crun and systemd-nspawn leave no file, only the `container` variable.
+        assert_eq!(
+            bare().with_env("container", "crun").container(),
+            ("container", "container=crun".to_string())
+        );
+        assert_eq!(
+            bare().with_env("container", "podman").container_kind(),
+            "podman"
+        );
+        assert_eq!(bare().with_env("container", "").container_kind(), "host");
+        assert_eq!(
+            bare()
+                .with_env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+                .container_kind(),
+            "kubernetes"
+        );
+
+        // A host's pid 1 and root mount: nothing, even when the host runs docker containers
+        // (their overlays show up on other lines).
+        write(root, "/proc/1/cgroup", "0::/init.scope\n");
+        write(
+            root,
+            "/proc/self/mountinfo",
+            "26 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n\
+             300 26 0:50 / /var/lib/docker/overlay2/abc/merged rw - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/X\n",
+        );
+        assert_eq!(bare().container_kind(), "host");
+
+        // cgroup v1 inside a pod.
+        write(
+            root,
+            "/proc/1/cgroup",
+            "12:memory:/kubepods/burstable/pod1234/abcdef\n",
+        );
+        assert_eq!(bare().container_kind(), "kubernetes");
+
+        // cgroup v2 with its own namespace shows nothing; the root mount still tells.
+        write(root, "/proc/1/cgroup", "0::/\n");
+        write(
+            root,
+            "/proc/self/mountinfo",
+            "500 400 0:60 / / rw,relatime - overlay overlay rw,lowerdir=/var/lib/containers/storage/overlay/l/A,upperdir=/var/lib/containers/storage/overlay/B/diff\n",
+        );
+        assert_eq!(
+            bare().container(),
+            (
+                "podman",
+                "the root mount comes from containers/storage".to_string()
+            )
+        );
+        write(
+            root,
+            "/proc/self/mountinfo",
+            "500 400 0:60 / / rw - overlay overlay rw,lowerdir=/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/1/fs\n",
+        );
+        assert_eq!(bare().container_kind(), "container");
+
+        touch(root, "/run/.containerenv");
+        assert_eq!(bare().container_kind(), "podman");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod budget;
 pub mod cuda;
 pub mod env;
+pub mod judge;
 pub mod nvml;
 pub mod policy;
 pub mod report;
@@ -14,9 +15,11 @@ pub mod require;
 pub mod schedule;
 pub mod worker;
 
+use crate::error::Error;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::version::Version;
 use env::Discovery;
+use judge::{GpuUnderTest, Nccl};
 use report::{Report, Status};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -46,8 +49,9 @@ fn with_budget<T: Send + 'static>(
     rx.recv_timeout(budget).ok()
 }
 
-/// Runs every phase and returns the report.
-pub fn run(opts: &ProbeOptions) -> Report {
+/// Runs every phase and returns the report. Err only for bad input that the node reveals:
+/// `--devices` naming a GPU it does not have.
+pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let start = Instant::now();
     let mut report = Report {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
@@ -63,7 +67,25 @@ pub fn run(opts: &ProbeOptions) -> Report {
     let devices = opts.devices.clone();
     let budget = budget::nvml(opts.quick);
     let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
-    let facts = match nvml_result {
+    let facts = nvml_phase(nvml_result, &disc, budget, &mut report)?;
+    compatibility(&disc, facts.as_ref(), &mut report);
+    if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
+        gpu_phases(&disc, &facts, opts, &mut report);
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Puts the NVML phase's outcome in the report and returns the facts to go on with.
+/// `no_gpu` (exit 3) is set only where the node lacks a GPU or driver; an image that cannot
+/// load NVML, or a GPU that does not open, is a failed check (exit 1).
+fn nvml_phase(
+    outcome: Option<Result<(nvml::Facts, Vec<nvml::Found>), nvml::Failure>>,
+    disc: &Discovery,
+    budget: Duration,
+    report: &mut Report,
+) -> crate::Result<Option<nvml::Facts>> {
+    let (facts, checks) = match outcome {
         None => {
             report.push(
                 "nvml",
@@ -74,42 +96,56 @@ pub fn run(opts: &ProbeOptions) -> Report {
                     budget.as_secs()
                 ),
             );
-            None
+            return Ok(None);
+        }
+        Some(Err(nvml::Failure::NoSuchDevice(e))) => return Err(Error::Usage(e)),
+        Some(Err(e @ nvml::Failure::LibraryUnloadable { .. })) => {
+            report.push("nvml", "NVML", Status::Fail, e.explain());
+            return Ok(None);
         }
         Some(Err(e)) => {
             report.no_gpu = true;
-            let kind = disc.container_kind();
             report.push(
                 "nvml",
                 "NVML",
                 Status::Fail,
-                format!("{e}; {}", env::no_gpu_help(kind)),
+                format!(
+                    "{}; {}",
+                    e.explain(),
+                    env::no_gpu_help(disc.container_kind())
+                ),
             );
-            None
+            return Ok(None);
         }
-        Some(Ok((facts, checks))) => {
-            for (name, status, detail) in checks {
-                report.push("nvml", name, status, detail);
-            }
-            if facts.gpus.is_empty() {
-                report.no_gpu = true;
-                report.push(
-                    "nvml",
-                    "GPUs",
-                    Status::Fail,
-                    env::no_gpu_help(disc.container_kind()),
-                );
-            }
-            report.fact("nvml", json!(facts));
-            Some(facts)
-        }
+        Some(Ok(found)) => found,
     };
-    compatibility(&disc, facts.as_ref(), &mut report);
-    if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
-        gpu_phases(&disc, &facts, opts, &mut report);
+    for (name, status, detail) in checks {
+        report.push("nvml", name, status, detail);
     }
-    report.seconds = start.elapsed().as_secs_f64();
-    report
+    if facts.count == 0 {
+        report.no_gpu = true;
+        report.push(
+            "nvml",
+            "GPUs",
+            Status::Fail,
+            env::no_gpu_help(disc.container_kind()),
+        );
+    } else if facts.gpus.is_empty() {
+        report.push(
+            "nvml",
+            "GPUs",
+            Status::Fail,
+            format!(
+                "NVML counts {} GPUs but none of those asked for could be opened",
+                facts.count
+            ),
+        );
+    }
+    if let Some(mixed) = judge::mixed_models(&facts.gpus) {
+        report.push("nvml", "GPU models", Status::Warn, mixed);
+    }
+    report.fact("nvml", json!(facts));
+    Ok(Some(facts))
 }
 
 /// The default all-reduce sizes: 4 B to 1 GiB in steps of 16x (to 64 MiB with `--quick`).
@@ -125,7 +161,8 @@ pub fn default_sizes(quick: bool) -> Vec<u64> {
 }
 
 /// The environment a worker starts with: the libraries the image would load (NCCL from the
-/// torch environment, NVRTC) reachable by their plain names, and NVLink multicast off.
+/// torch environment, NVRTC) reachable by their plain names, CUDA devices in PCI order, and
+/// NVLink multicast off.
 fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<tempfile::TempDir>) {
     let mut env = Vec::new();
     let shim = tempfile::tempdir().ok();
@@ -147,6 +184,9 @@ fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<t
         dirs.push(existing);
     }
     env.push(("LD_LIBRARY_PATH".to_string(), dirs.join(":")));
+    // The workers find GPUs by PCI address anyway; in PCI order CUDA's ordinals (and NCCL's
+    // logs) also count the GPUs as NVML and nvidia-smi do.
+    env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()));
     if gpus > 1 {
         env.push(("NCCL_NVLS_ENABLE".to_string(), "0".to_string()));
     }
@@ -234,17 +274,33 @@ fn run_worker(
 
 /// CUDA copies and the all-reduce, in worker processes.
 fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report: &mut Report) {
-    let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
-    let devices = vec!["--devices".to_string(), ordinals.join(",")];
-    let (env, _shim) = worker_env(disc, facts.gpus.len());
-    let budget = budget::worker(opts.quick);
     let policy = opts
         .policy
         .clone()
         .unwrap_or_else(|| policy::embedded().to_vec());
-    let model = policy::for_gpu(&policy, &facts.gpus[0].name).cloned();
+    // Workers find each GPU by its PCI address: an NVML index is not a CUDA ordinal.
+    let (gpus, unaddressed): (Vec<GpuUnderTest>, Vec<GpuUnderTest>) =
+        judge::under_test(&facts.gpus, &policy)
+            .into_iter()
+            .partition(|g| g.pci_bus_id.is_some());
+    for g in &unaddressed {
+        report.push(
+            "cuda",
+            format!("GPU {}", g.index),
+            Status::Fail,
+            "not measured: NVML gave no PCI address, so its CUDA device cannot be found",
+        );
+    }
+    if gpus.is_empty() {
+        return;
+    }
+    let addresses: Vec<String> = gpus.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
+    let selection = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
+    let (env, _shim) = worker_env(disc, gpus.len());
+    let budget = budget::worker(opts.quick);
+    let nccl = judge::nccl_plan(!disc.nccl_candidates().is_empty(), opts.quick, gpus.len());
 
-    let mut args = devices.clone();
+    let mut args = selection.clone();
     args.extend([
         "cuda".to_string(),
         "--bytes".to_string(),
@@ -253,7 +309,7 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("cuda", "CUDA", Status::Fail, e),
         Ok(v) => {
-            cuda_checks(&v, model.as_ref(), report);
+            judge::cuda_checks(&v, &gpus, report);
             report.fact("cuda", v);
         }
     }
@@ -262,8 +318,8 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         .sizes
         .clone()
         .unwrap_or_else(|| default_sizes(opts.quick));
-    let per_gpu = if facts.gpus.len() == 1 { 4 } else { 1 };
-    let mut args = devices;
+    let per_gpu = if gpus.len() == 1 { 4 } else { 1 };
+    let mut args = selection.clone();
     args.extend([
         "allreduce".to_string(),
         "--ranks-per-gpu".to_string(),
@@ -277,26 +333,17 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         "--iters".to_string(),
         (if opts.quick { 5 } else { 20 }).to_string(),
     ]);
-    if !opts.quick {
+    if nccl == Nccl::Asked {
         args.push("--nccl".to_string());
     }
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("allreduce", "bundled all-reduce", Status::Fail, e),
         Ok(v) => {
-            allreduce_checks(&v, per_gpu, report);
+            judge::allreduce_checks(&v, &gpus, per_gpu, &nccl, report);
             report.fact("allreduce", v);
         }
     }
-    if opts.quick {
-        report.push(
-            "allreduce",
-            "preset vs NCCL defaults",
-            Status::Skip,
-            "not run with --quick (two NCCL start-ups)",
-        );
-    } else {
-        preset_ab(disc, facts, &env, budget, report);
-    }
+    preset_ab(disc, &selection, &env, budget, &nccl, report);
 }
 
 /// NCCL with the image's preset against NCCL's defaults, each in a fresh process since NCCL
@@ -304,19 +351,15 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
 /// NCCL treats as unset and which keeps /etc/nccl.conf from filling it in.
 fn preset_ab(
     disc: &Discovery,
-    facts: &nvml::Facts,
+    selection: &[String],
     env: &[(String, String)],
     budget: Duration,
+    nccl: &Nccl,
     report: &mut Report,
 ) {
     const PHASE: &str = "allreduce";
-    if facts.gpus.len() < 2 {
-        report.push(
-            PHASE,
-            "preset vs NCCL defaults",
-            Status::Skip,
-            "needs two or more GPUs",
-        );
+    if let Nccl::NotAsked(why) = nccl {
+        report.push(PHASE, "preset vs NCCL defaults", Status::Skip, why.clone());
         return;
     }
     let mut preset: Vec<(String, String)> = std::fs::read_to_string(disc.at("/etc/nccl.conf"))
@@ -345,45 +388,25 @@ fn preset_ab(
         );
         return;
     }
-    let ordinals: Vec<String> = facts.gpus.iter().map(|g| g.index.to_string()).collect();
     let sizes = [1u64 << 20, 64 << 20, 512 << 20];
-    let args: Vec<String> = [
-        "--devices".to_string(),
-        ordinals.join(","),
+    let mut args = selection.to_vec();
+    args.extend([
         "nccl".into(),
         "--sizes".into(),
         sizes.map(|s| s.to_string()).join(","),
-    ]
-    .to_vec();
+    ]);
     let mut with_preset = env.to_vec();
     with_preset.extend(preset.iter().cloned());
     let mut defaults = env.to_vec();
     defaults.extend(preset.iter().map(|(k, _)| (k.clone(), String::new())));
-    let busbw = |v: &serde_json::Value| {
-        v["rows"]
-            .as_array()
-            .and_then(|r| r.last())
-            .and_then(|r| r["busbw"].as_f64())
-    };
     match (
         run_worker(&args, &with_preset, budget),
         run_worker(&args, &defaults, budget),
     ) {
         (Ok(a), Ok(b)) => {
-            let (pa, pb) = (busbw(&a).unwrap_or(0.0), busbw(&b).unwrap_or(0.0));
-            let ratio = if pb > 0.0 { pa / pb } else { 0.0 };
             let names: Vec<&str> = preset.iter().map(|(k, _)| k.as_str()).collect();
-            report.push(
-                PHASE,
-                "preset vs NCCL defaults",
-                if ratio >= 0.95 { Status::Pass } else { Status::Warn },
-                format!(
-                    "busbw at 512 MiB: {pa:.0} GB/s with the preset ({}), {pb:.0} with NCCL's defaults: the preset {} ({:+.0}%)",
-                    names.join(" "),
-                    if ratio >= 1.05 { "helps" } else if ratio >= 0.95 { "is neutral" } else { "hurts" },
-                    (ratio - 1.0) * 100.0
-                ),
-            );
+            let (status, detail) = judge::preset_verdict(&a, &b, &names);
+            report.push(PHASE, "preset vs NCCL defaults", status, detail);
             report.fact(
                 "preset_ab",
                 json!({"preset": a, "defaults": b, "variables": preset}),
@@ -393,178 +416,16 @@ fn preset_ab(
     }
 }
 
-fn cuda_checks(v: &serde_json::Value, model: Option<&policy::ModelPolicy>, report: &mut Report) {
-    const PHASE: &str = "cuda";
-    let peer = v["peer_access"].as_array().cloned().unwrap_or_default();
-    let n = peer.len();
-    let missing: Vec<String> = peer
-        .iter()
-        .enumerate()
-        .flat_map(|(i, row)| {
-            row.as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .enumerate()
-                .filter(|(_, ok)| ok == &json!(false))
-                .map(move |(j, _)| format!("{i}->{j}"))
-        })
-        .collect();
-    if n > 1 {
-        report.push(
-            PHASE,
-            "peer access",
-            if missing.is_empty() {
-                Status::Pass
-            } else {
-                Status::Fail
-            },
-            if missing.is_empty() {
-                format!("all {} pairs", n * (n - 1))
-            } else {
-                format!("no peer access: {}", missing.join(", "))
-            },
-        );
-    }
-    for m in v["memory"].as_array().cloned().unwrap_or_default() {
-        let gbps = m["gbps"].as_f64().unwrap_or(0.0);
-        let name = format!("GPU {} memory bandwidth", m["gpu"]);
-        match model {
-            Some(p) if gbps < p.memory_gbps_floor => report.push(
-                PHASE,
-                name,
-                Status::Fail,
-                format!(
-                    "{gbps:.0} GB/s copy (read+write), below the {} floor of {:.0}",
-                    p.model, p.memory_gbps_floor
-                ),
-            ),
-            Some(p) => report.push(
-                PHASE,
-                name,
-                Status::Pass,
-                format!(
-                    "{gbps:.0} GB/s copy (read+write); floor {:.0} for {}",
-                    p.memory_gbps_floor, p.model
-                ),
-            ),
-            None => report.push(
-                PHASE,
-                name,
-                Status::Pass,
-                format!("{gbps:.0} GB/s copy (read+write); no floor for this model"),
-            ),
-        }
-    }
-    for p in v["p2p"].as_array().cloned().unwrap_or_default() {
-        let gbps = p["gbps"].as_f64().unwrap_or(0.0);
-        let detail = format!(
-            "{gbps:.0} GB/s one way, {:.0} GB/s both ways, {:.1} µs latency",
-            p["bidir_gbps"].as_f64().unwrap_or(0.0),
-            p["latency_us"].as_f64().unwrap_or(0.0)
-        );
-        let name = format!("P2P {}->{}", p["from"], p["to"]);
-        match model {
-            Some(m) if gbps < m.p2p_gbps_floor => report.push(
-                PHASE,
-                name,
-                Status::Fail,
-                format!(
-                    "{detail}; below the {} floor of {:.0}",
-                    m.model, m.p2p_gbps_floor
-                ),
-            ),
-            _ => report.push(PHASE, name, Status::Pass, detail),
-        }
-    }
-}
-
-fn allreduce_checks(v: &serde_json::Value, per_gpu: usize, report: &mut Report) {
-    const PHASE: &str = "allreduce";
-    let rows = v["rows"].as_array().cloned().unwrap_or_default();
-    let ranks = rows.first().and_then(|r| r["ranks"].as_u64()).unwrap_or(0);
-    let wrong: Vec<String> = rows
-        .iter()
-        .filter(|r| r["wrong"].as_u64().unwrap_or(1) > 0)
-        .map(|r| {
-            format!(
-                "{} {} {} B: {} wrong ({})",
-                r["dtype"].as_str().unwrap_or(""),
-                r["algo"].as_str().unwrap_or(""),
-                r["bytes"],
-                r["wrong"],
-                r["first_wrong"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    let checked: u64 = rows
-        .iter()
-        .map(|r| r["checked"].as_u64().unwrap_or(0))
-        .sum();
-    let placement = if per_gpu > 1 {
-        format!("{ranks} ranks on one GPU")
-    } else {
-        format!("{ranks} ranks, one per GPU")
-    };
-    report.push(
-        PHASE,
-        "results",
-        if wrong.is_empty() { Status::Pass } else { Status::Fail },
-        if wrong.is_empty() {
-            format!("{} cases, {checked} elements bit-identical to the CPU reference ({placement}, NVRTC {})", rows.len(), v["nvrtc"].as_str().unwrap_or("?"))
-        } else {
-            wrong.join("; ")
-        },
-    );
-    let largest = rows
-        .iter()
-        .filter(|r| r["dtype"] == "f32" && r["algo"] == "two-shot")
-        .max_by_key(|r| r["bytes"].as_u64().unwrap_or(0));
-    if let Some(r) = largest {
-        let bytes = r["bytes"].as_u64().unwrap_or(0);
-        if let (Some(ours), Some(theirs)) = (r["busbw"].as_f64(), r["nccl_busbw"].as_f64()) {
-            let ratio = ours / theirs;
-            report.push(
-                PHASE,
-                "busbw vs NCCL",
-                if ratio >= 0.9 {
-                    Status::Pass
-                } else {
-                    Status::Warn
-                },
-                format!(
-                    "{ours:.0} GB/s against NCCL's {theirs:.0} at {bytes} B ({:.0}%)",
-                    ratio * 100.0
-                ),
-            );
-        } else if bytes < 64 << 20 {
-            report.push(
-                PHASE,
-                "throughput vs copy",
-                Status::Skip,
-                format!(
-                    "the largest size, {bytes} B, stays in the GPU's cache; use 64 MiB or more"
-                ),
-            );
-        } else if let (Some(local), Some(copy)) =
-            (r["local_gbps"].as_f64(), v["copy_gbps"].as_f64())
-        {
-            let ratio = local / copy;
-            report.push(
-                PHASE,
-                "throughput vs copy",
-                if ratio >= 0.9 { Status::Pass } else { Status::Warn },
-                format!("two-shot moves {local:.0} GB/s at {bytes} B, {:.0}% of a plain copy's {copy:.0} GB/s", ratio * 100.0),
-            );
-        }
-    }
-}
-
 /// Container or host, the toolkit's variables, device nodes and driver libraries.
 fn environment(disc: &Discovery, report: &mut Report) {
     const PHASE: &str = "environment";
-    let kind = disc.container_kind();
-    report.push(PHASE, "runs in", Status::Pass, kind);
+    let (kind, evidence) = disc.container();
+    report.push(
+        PHASE,
+        "runs in",
+        Status::Pass,
+        format!("{kind} ({evidence})"),
+    );
     let in_container = kind != "host";
     let visible = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
     match visible.as_deref() {
@@ -876,6 +737,120 @@ mod tests {
         let full = default_sizes(false);
         assert_eq!(full.last(), Some(&(1 << 30)));
         assert!(full.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    fn one_gpu_of_two() -> nvml::Facts {
+        nvml::Facts {
+            count: 2,
+            driver: "580.95.05".into(),
+            cuda: "13.0".into(),
+            gpus: vec![nvml::Gpu {
+                index: 0,
+                name: "NVIDIA H200".into(),
+                uuid: String::new(),
+                arch: "9.0".into(),
+                brand: "nvidia".into(),
+                memory_total: 0,
+                pci_bus_id: "00000000:1B:00.0".into(),
+            }],
+            ..nvml::Facts::default()
+        }
+    }
+
+    fn phase(
+        outcome: Result<(nvml::Facts, Vec<nvml::Found>), nvml::Failure>,
+    ) -> (crate::Result<Option<nvml::Facts>>, Report) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut report = Report::default();
+        let result = nvml_phase(
+            Some(outcome),
+            &Discovery::under(dir.path()),
+            Duration::from_secs(1),
+            &mut report,
+        );
+        (result, report)
+    }
+
+    #[test]
+    fn a_gpu_that_does_not_open_leaves_the_others_probed() {
+        let (_, failed) =
+            nvml::open_each(
+                &[0, 1],
+                |i| {
+                    if i == 1 { Err("GPU is lost") } else { Ok(()) }
+                },
+            );
+        let (result, report) = phase(Ok((one_gpu_of_two(), failed)));
+        let facts = result.unwrap().expect("the phase goes on");
+        assert_eq!(facts.gpus.len(), 1);
+        assert!(!report.no_gpu, "{:#?}", report.checks);
+        assert_eq!(report.exit_code(), 1);
+        assert!(
+            report
+                .checks
+                .iter()
+                .all(|c| !c.detail.contains("no NVIDIA GPU is visible"))
+        );
+
+        // None of them opens: still a failed check, not an empty node.
+        let mut none = one_gpu_of_two();
+        none.gpus.clear();
+        let (result, report) = phase(Ok((none, Vec::new())));
+        assert!(result.unwrap().is_some());
+        assert!(!report.no_gpu);
+        assert_eq!(report.exit_code(), 1);
+    }
+
+    #[test]
+    fn devices_past_the_last_gpu_exit_2() {
+        let failure = nvml::select_devices(Some(&[7]), 2).unwrap_err();
+        let (result, _) = phase(Err(failure));
+        let err = result.unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("index 7"), "{err}");
+    }
+
+    #[test]
+    fn an_image_that_cannot_load_nvml_fails_without_blaming_the_node() {
+        let (result, report) = phase(Err(nvml::load_failure(
+            "libpthread.so.0: cannot open shared object file: No such file or directory",
+        )));
+        assert!(result.unwrap().is_none());
+        assert!(!report.no_gpu);
+        assert_eq!(report.exit_code(), 1);
+        let detail = &report.checks[0].detail;
+        assert!(detail.contains("libpthread.so.0"), "{detail}");
+        assert!(!detail.contains("install the NVIDIA driver"), "{detail}");
+
+        // No driver library at all is the node's: exit 3 with how to inject it.
+        let (_, report) = phase(Err(nvml::load_failure(
+            "libnvidia-ml.so.1: cannot open shared object file: No such file or directory",
+        )));
+        assert!(report.no_gpu);
+        assert!(
+            report.checks[0]
+                .detail
+                .contains("install the NVIDIA driver")
+        );
+    }
+
+    #[test]
+    fn no_nccl_skips_the_preset_comparison() {
+        let dir = tempfile::tempdir().unwrap();
+        let disc = Discovery::under(dir.path());
+        let plan = judge::nccl_plan(!disc.nccl_candidates().is_empty(), false, 2);
+        let mut report = Report::default();
+        preset_ab(
+            &disc,
+            &["--pci-bus-ids".into(), "0000:1b:00.0,0000:43:00.0".into()],
+            &[],
+            Duration::from_secs(1),
+            &plan,
+            &mut report,
+        );
+        assert_eq!(report.checks.len(), 1);
+        assert_eq!(report.checks[0].status, Status::Skip);
+        assert!(report.checks[0].detail.contains("no libnccl.so.2"));
     }
 
     #[test]

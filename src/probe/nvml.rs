@@ -8,6 +8,7 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, P2pCapabilitiesIndex, TopologyLevel,
 };
+use nvml_wrapper::error::NvmlError;
 
 use serde::Serialize;
 
@@ -33,46 +34,194 @@ pub struct Gpu {
 /// What the phase found, besides its checks.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Facts {
+    /// How many GPUs NVML counts on the node, opened or not.
+    pub count: u32,
     /// The driver version.
     pub driver: String,
     /// The CUDA version the driver supports, `13.0`.
     pub cuda: String,
     /// The GPUs.
     pub gpus: Vec<Gpu>,
-    /// `topology[i][j]`: NVML's common-ancestor level between GPUs i and j.
+    /// `topology[i][j]`: NVML's common-ancestor level between `gpus[i]` and `gpus[j]`.
     pub topology: Vec<Vec<String>>,
-    /// `p2p[i][j]`: NVML's P2P read status between GPUs i and j.
+    /// `p2p[i][j]`: NVML's P2P read status between `gpus[i]` and `gpus[j]`.
     pub p2p: Vec<Vec<String>>,
 }
 
 /// A check result before it is placed in the report.
 pub type Found = (String, Status, String);
 
-/// Runs the phase. Err means NVML itself could not be used (no library, no driver).
-pub fn run(policy: &[ModelPolicy], devices: Option<&[u32]>) -> Result<(Facts, Vec<Found>), String> {
-    let nvml = Nvml::init().map_err(|e| format!("NVML did not initialise: {e}"))?;
+/// The library every NVML user opens; the toolkit injects it from the host's driver.
+pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// glibc's libraries that glibc 2.34 folded into libc.so.6 but still ships as stubs, and
+/// that the driver's libraries (built against older glibc) still name as dependencies.
+pub const GLIBC_COMPAT_LIBRARIES: &[&str] =
+    &["libpthread.so.0", "libdl.so.2", "librt.so.1", "libm.so.6"];
+
+/// Why the NVML phase could not look at any GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// libnvidia-ml.so.1 is nowhere the loader looks: the driver was not injected or installed.
+    LibraryNotFound(String),
+    /// libnvidia-ml.so.1 is there but does not load: the image lacks something it needs.
+    LibraryUnloadable {
+        /// The loader's message.
+        dlerror: String,
+        /// The library it could not find, when the message names one.
+        missing: Option<String>,
+    },
+    /// NVML loaded but the driver did not answer (not loaded, no permission, no GPU).
+    Driver(String),
+    /// `--devices` named a GPU this node does not have: bad input.
+    NoSuchDevice(String),
+}
+
+impl Failure {
+    fn from_init(e: NvmlError) -> Self {
+        match e {
+            NvmlError::LibloadingError(load) => load_failure(&load.to_string()),
+            other => Failure::Driver(format!("NVML did not initialise: {other}")),
+        }
+    }
+
+    /// What went wrong and what to do about it, for the report.
+    pub fn explain(&self) -> String {
+        match self {
+            Failure::LibraryNotFound(e) | Failure::Driver(e) | Failure::NoSuchDevice(e) => {
+                e.clone()
+            }
+            Failure::LibraryUnloadable { dlerror, missing } => {
+                let mut text = format!("{NVML_LIBRARY} is present but does not load: {dlerror}");
+                match missing.as_deref() {
+                    Some(lib) if GLIBC_COMPAT_LIBRARIES.contains(&lib) => text.push_str(&format!(
+                        ". The image lacks {lib}: the driver's libraries need glibc's compatibility libraries {}, so the base image must carry them (glibc 2.34 and later still ship them as stubs)",
+                        GLIBC_COMPAT_LIBRARIES.join(", ")
+                    )),
+                    Some(lib) => text.push_str(&format!(
+                        ". The image lacks {lib}, which {NVML_LIBRARY} needs: add it to the base image"
+                    )),
+                    None => text.push_str(
+                        ". The image cannot load the driver's library: fix the base image (the GPU and driver are not at fault)",
+                    ),
+                }
+                text
+            }
+        }
+    }
+}
+
+/// Reads the loader's message for `libnvidia-ml.so.1`. glibc names the file it could not
+/// open first (`libpthread.so.0: cannot open shared object file: ...`); musl says
+/// `Error loading shared library libpthread.so.0: ... (needed by ...)`. When that file is
+/// NVML itself the driver was not injected; any other file, or any other failure (a wrong
+/// ELF class, a missing symbol version), is the image's defect.
+pub fn load_failure(dlerror: &str) -> Failure {
+    let glibc = dlerror
+        .split_once(": cannot open shared object file")
+        .map(|(lib, _)| lib.trim());
+    let musl = dlerror
+        .split_once("Error loading shared library ")
+        .and_then(|(_, rest)| rest.split_once(':'))
+        .map(|(lib, _)| lib.trim());
+    let unopened = glibc.or(musl).map(|lib| {
+        // A path names the same file: `/usr/lib/libnvidia-ml.so.1` is NVML too.
+        lib.rsplit('/').next().unwrap_or(lib).to_string()
+    });
+    match unopened {
+        Some(lib) if lib == NVML_LIBRARY => {
+            Failure::LibraryNotFound(format!("{NVML_LIBRARY} could not be loaded: {dlerror}"))
+        }
+        missing => Failure::LibraryUnloadable {
+            dlerror: dlerror.to_string(),
+            missing,
+        },
+    }
+}
+
+/// The GPU indices to probe: all of them, or `wanted` when every index exists. An index
+/// past the last GPU is a mistake on the command line, not something to drop quietly.
+pub fn select_devices(wanted: Option<&[u32]>, count: u32) -> Result<Vec<u32>, Failure> {
+    let Some(wanted) = wanted else {
+        return Ok((0..count).collect());
+    };
+    if wanted.is_empty() {
+        return Err(Failure::NoSuchDevice(
+            "--devices names no GPU index".to_string(),
+        ));
+    }
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|i| **i >= count)
+        .map(u32::to_string)
+        .collect();
+    if !missing.is_empty() {
+        let exist = match count {
+            0 => "NVML sees no GPU".to_string(),
+            1 => "NVML sees 1 GPU, index 0".to_string(),
+            n => format!("NVML sees {n} GPUs, indices 0 to {}", n - 1),
+        };
+        return Err(Failure::NoSuchDevice(format!(
+            "--devices: no GPU with index {}: {exist}",
+            missing.join(", ")
+        )));
+    }
+    let mut out: Vec<u32> = Vec::new();
+    for i in wanted {
+        if !out.contains(i) {
+            out.push(*i);
+        }
+    }
+    Ok(out)
+}
+
+/// Opens each GPU in `indices`. One that does not open (a GPU fallen off the bus, an
+/// Xid-wedged board) fails its own check and the others are still probed.
+pub fn open_each<D, E: std::fmt::Display>(
+    indices: &[u32],
+    mut open: impl FnMut(u32) -> Result<D, E>,
+) -> (Vec<(u32, D)>, Vec<Found>) {
+    let mut opened = Vec::new();
+    let mut checks = Vec::new();
+    for &i in indices {
+        match open(i) {
+            Ok(d) => opened.push((i, d)),
+            Err(e) => checks.push((
+                format!("GPU {i}"),
+                Status::Fail,
+                format!("NVML cannot open this GPU: {e}; the other GPUs are probed without it"),
+            )),
+        }
+    }
+    (opened, checks)
+}
+
+/// Runs the phase. Err means NVML could not look at any GPU, or `devices` names none that exists.
+pub fn run(
+    policy: &[ModelPolicy],
+    devices: Option<&[u32]>,
+) -> Result<(Facts, Vec<Found>), Failure> {
+    let nvml = Nvml::init().map_err(Failure::from_init)?;
+    let driver_error = |e: NvmlError| Failure::Driver(format!("NVML: {e}"));
     let mut checks: Vec<Found> = Vec::new();
     let mut facts = Facts {
-        driver: nvml.sys_driver_version().map_err(|e| e.to_string())?,
+        driver: nvml.sys_driver_version().map_err(driver_error)?,
         ..Facts::default()
     };
-    let cuda = nvml.sys_cuda_driver_version().map_err(|e| e.to_string())?;
+    let cuda = nvml.sys_cuda_driver_version().map_err(driver_error)?;
     facts.cuda = format!("{}.{}", cuda / 1000, (cuda % 1000) / 10);
     checks.push((
         "driver".into(),
         Status::Pass,
         format!("{} (supports CUDA {})", facts.driver, facts.cuda),
     ));
-    let count = nvml.device_count().map_err(|e| e.to_string())?;
-    let indices: Vec<u32> = match devices {
-        Some(list) => list.iter().copied().filter(|i| *i < count).collect(),
-        None => (0..count).collect(),
-    };
+    facts.count = nvml.device_count().map_err(driver_error)?;
+    let wanted = select_devices(devices, facts.count)?;
+    let (opened, failed) = open_each(&wanted, |i| nvml.device_by_index(i));
+    checks.extend(failed);
+    let indices: Vec<u32> = opened.iter().map(|(i, _)| *i).collect();
     let mut handles = Vec::new();
-    for &i in &indices {
-        let d = nvml
-            .device_by_index(i)
-            .map_err(|e| format!("GPU {i}: {e}"))?;
+    for (i, d) in opened {
         let name = d.name().unwrap_or_else(|_| "unknown".into());
         let cc = d
             .cuda_compute_capability()
@@ -145,10 +294,11 @@ pub fn run(policy: &[ModelPolicy], devices: Option<&[u32]>) -> Result<(Facts, Ve
                 p2p.push("X".into());
                 continue;
             }
-            let by_value = nvml
+            // The topology call takes the other GPU by value: open it once more.
+            let level = nvml
                 .device_by_index(indices[bi])
-                .map_err(|e| e.to_string())?;
-            topo.push(match a.topology_common_ancestor(by_value) {
+                .and_then(|other| a.topology_common_ancestor(other));
+            topo.push(match level {
                 Ok(TopologyLevel::Internal) => "internal".into(),
                 Ok(TopologyLevel::Single) => "PIX".into(),
                 Ok(TopologyLevel::Multiple) => "PXB".into(),
@@ -166,6 +316,9 @@ pub fn run(policy: &[ModelPolicy], devices: Option<&[u32]>) -> Result<(Facts, Ve
         facts.p2p.push(p2p);
     }
     if handles.len() > 1 {
+        // Rows and columns follow the opened GPUs; name them by NVML index, which differs
+        // from the position when a GPU did not open or --devices picked some.
+        let indices = &indices;
         let blocked: Vec<String> = facts
             .p2p
             .iter()
@@ -174,7 +327,7 @@ pub fn run(policy: &[ModelPolicy], devices: Option<&[u32]>) -> Result<(Facts, Ve
                 row.iter()
                     .enumerate()
                     .filter(|(_, s)| *s != "X" && *s != "Ok")
-                    .map(move |(j, s)| format!("{i}->{j}: {s}"))
+                    .map(move |(j, s)| format!("{}->{}: {s}", indices[i], indices[j]))
             })
             .collect();
         checks.push((
@@ -341,5 +494,94 @@ fn nvlink(d: &nvml_wrapper::Device, tag: &str, m: &ModelPolicy) -> Found {
             Status::Fail,
             format!("{up} of {} links up: degraded NVLink", m.nvlink_links),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_that_does_not_open_fails_alone() {
+        let (opened, checks) = open_each(&[0, 1, 2], |i| {
+            if i == 1 {
+                Err("Unknown Error")
+            } else {
+                Ok(format!("handle {i}"))
+            }
+        });
+        let kept: Vec<u32> = opened.iter().map(|(i, _)| *i).collect();
+        assert_eq!(kept, [0, 2]);
+        assert_eq!(checks.len(), 1);
+        let (name, status, detail) = &checks[0];
+        assert_eq!((name.as_str(), *status), ("GPU 1", Status::Fail));
+        assert!(detail.contains("Unknown Error"), "{detail}");
+    }
+
+    #[test]
+    fn devices_past_the_last_gpu_are_bad_input() {
+        assert_eq!(select_devices(None, 2), Ok(vec![0, 1]));
+        assert_eq!(select_devices(Some(&[1, 0, 1]), 2), Ok(vec![1, 0]));
+        let Err(Failure::NoSuchDevice(text)) = select_devices(Some(&[0, 7]), 2) else {
+            panic!("index 7 of 2 GPUs was accepted");
+        };
+        assert!(
+            text.contains("index 7") && text.contains("2 GPUs"),
+            "{text}"
+        );
+        assert!(matches!(
+            select_devices(Some(&[0]), 0),
+            Err(Failure::NoSuchDevice(_))
+        ));
+        assert!(matches!(
+            select_devices(Some(&[]), 4),
+            Err(Failure::NoSuchDevice(_))
+        ));
+    }
+
+    #[test]
+    fn a_missing_dependency_is_told_apart_from_a_missing_driver() {
+        let absent = load_failure(
+            "libnvidia-ml.so.1: cannot open shared object file: No such file or directory",
+        );
+        assert!(matches!(absent, Failure::LibraryNotFound(_)), "{absent:?}");
+
+        let glibc = load_failure(
+            "libpthread.so.0: cannot open shared object file: No such file or directory",
+        );
+        assert_eq!(
+            glibc,
+            Failure::LibraryUnloadable {
+                dlerror:
+                    "libpthread.so.0: cannot open shared object file: No such file or directory"
+                        .into(),
+                missing: Some("libpthread.so.0".into()),
+            }
+        );
+        let text = glibc.explain();
+        assert!(
+            text.contains("libpthread.so.0: cannot open shared object file"),
+            "{text}"
+        );
+        assert!(
+            text.contains("libpthread.so.0, libdl.so.2, librt.so.1, libm.so.6"),
+            "{text}"
+        );
+        assert!(!text.contains("install the NVIDIA driver"), "{text}");
+
+        let musl = load_failure(
+            "Error loading shared library libdl.so.2: No such file or directory (needed by /usr/lib/libnvidia-ml.so.1)",
+        );
+        assert!(
+            matches!(&musl, Failure::LibraryUnloadable { missing: Some(m), .. } if m == "libdl.so.2"),
+            "{musl:?}"
+        );
+
+        let other = load_failure("/usr/lib/libnvidia-ml.so.1: wrong ELF class: ELFCLASS32");
+        assert!(
+            matches!(&other, Failure::LibraryUnloadable { missing: None, .. }),
+            "{other:?}"
+        );
+        assert!(other.explain().contains("wrong ELF class"));
     }
 }

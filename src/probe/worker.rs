@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 /// What the worker measures.
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum Task {
-    /// Peer access, device memory bandwidth, P2P bandwidth and latency.
+    /// Peer access, device memory bandwidth, P2P bandwidth and the time of a small P2P copy.
     Cuda {
         /// Bytes per copy.
         #[arg(long, default_value_t = 1 << 30)]
@@ -44,27 +44,55 @@ pub enum Task {
     },
 }
 
-/// Runs a task on the given GPUs and returns its JSON, or an error message.
-pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
-    let mut devices = cuda::open(ordinals)?;
+/// Runs a task on the GPUs at `pci_bus_ids` (all when empty) and returns its JSON, or an
+/// error message. The JSON's `devices` says which CUDA ordinal each GPU got; every other
+/// entry names GPUs by that ordinal.
+pub fn run(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
+    let cuda_ids = cuda::pci_bus_ids()?;
+    let ordinals = if pci_bus_ids.is_empty() {
+        (0..cuda_ids.len()).collect()
+    } else {
+        cuda::ordinals_for(pci_bus_ids, &cuda_ids).map_err(|e| {
+            match std::env::var("CUDA_VISIBLE_DEVICES") {
+                Ok(v) => format!("{e}; CUDA_VISIBLE_DEVICES={v} hides the others"),
+                Err(_) => e,
+            }
+        })?
+    };
+    let mut devices = cuda::open(&ordinals)?;
     if devices.is_empty() {
         return Err("no CUDA device".into());
     }
+    let mapping: Vec<Value> = devices
+        .iter()
+        .map(|d| json!({"cuda_ordinal": d.ordinal, "pci_bus_id": cuda_ids.get(d.ordinal)}))
+        .collect();
+    let mut out = run_on(task, &mut devices)?;
+    out["devices"] = json!(mapping);
+    Ok(out)
+}
+
+fn run_on(task: &Task, devices: &mut [cuda::Device]) -> Result<Value, String> {
     match task {
         Task::Cuda { bytes } => {
-            let peer = cuda::peer_access(&devices)?;
+            let peer = cuda::peer_access(devices)?;
+            // A GPU or pair that fails to measure is recorded with its error and the rest
+            // are still measured: the report says which one, and why.
             let mut memory = Vec::new();
-            for d in &devices {
-                memory.push(
-                    json!({"gpu": d.ordinal, "gbps": cuda::memory_bandwidth(d, *bytes, 10)?}),
-                );
+            for d in devices.iter() {
+                memory.push(match cuda::memory_bandwidth(d, *bytes, 10) {
+                    Ok(gbps) => json!({"gpu": d.ordinal, "gbps": gbps}),
+                    Err(e) => json!({"gpu": d.ordinal, "error": e}),
+                });
             }
             let mut pairs = Vec::new();
             for (i, a) in devices.iter().enumerate() {
                 for (j, b) in devices.iter().enumerate() {
                     if i != j && peer[i][j] {
-                        let (uni, both, latency) = cuda::p2p(a, b, (*bytes).min(256 << 20), 10)?;
-                        pairs.push(json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "latency_us": latency}));
+                        pairs.push(match cuda::p2p(a, b, (*bytes).min(256 << 20), 10) {
+                            Ok((uni, both, small)) => json!({"from": a.ordinal, "to": b.ordinal, "gbps": uni, "bidir_gbps": both, "small_copy_us": small}),
+                            Err(e) => json!({"from": a.ordinal, "to": b.ordinal, "error": e}),
+                        });
                     }
                 }
             }
@@ -77,10 +105,11 @@ pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
             nccl,
             check_only,
         } => {
-            peer_all(&devices)?;
-            let nvrtc = cuda::load_kernels(&mut devices)?;
+            peer_all(devices)?;
+            let nvrtc = cuda::load_kernels(devices)?;
             let capacity = *sizes.iter().max().unwrap_or(&4) as usize;
-            let mut ranks = Ranks::new(&devices, *ranks_per_gpu, capacity)?;
+            let devices: &[cuda::Device] = devices;
+            let mut ranks = Ranks::new(devices, *ranks_per_gpu, capacity)?;
             let copy = if *check_only {
                 None
             } else {
@@ -141,7 +170,7 @@ pub fn run(task: &Task, ordinals: &[usize]) -> Result<Value, String> {
         }
         Task::Nccl { sizes, iters } => {
             let capacity = *sizes.iter().max().unwrap_or(&4) as usize;
-            let ranks = Ranks::new(&devices, 1, capacity)?;
+            let ranks = Ranks::new(devices, 1, capacity)?;
             let mut rows = Vec::new();
             for &bytes in sizes {
                 let n = (bytes / 4).max(1);
