@@ -5,29 +5,24 @@
 //! variables the pinned NCCL does not read yet or no longer reads, and settings that are risky
 //! in production. Errors fail the lint; warnings fail it only with `--strict`.
 
-pub mod params;
 pub mod value;
+
+/// The parameter table lives in [`crate::nccl::params`]; this path stays for the probe, which
+/// reads the table through the linter.
+pub use crate::nccl::params;
 
 use crate::compat::Compat;
 use crate::document::Document;
 use crate::error::{Error, Location};
+use crate::nccl::params::{Kind, Param, ParamTable};
+use crate::nccl::suggest::closest;
 use crate::preset::{Catalog, Preset, nccl_floor};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::{self, Options};
 use crate::version::Version;
-use params::{Kind, ParamTable};
 use serde::Serialize;
 use std::fmt;
 use std::path::Path;
-
-/// The warnings a preset setting may accept with `allow:`; errors cannot be allowed.
-pub const ALLOWABLE: &[&str] = &[
-    "production-risk",
-    "too-new",
-    "deprecated",
-    "octal",
-    "removed",
-];
 
 /// How bad a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -110,17 +105,6 @@ pub struct Context {
     pub nccl_from: String,
     /// A debugging overlay: production risks are intended.
     pub debug: bool,
-}
-
-/// The name in `candidates` closest to `name`, if any is close enough to be a likely typo.
-pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let key = |s: &str| s.trim_start_matches("NCCL_").to_ascii_uppercase();
-    let wanted = key(name);
-    candidates
-        .map(|c| (strsim::damerau_levenshtein(&wanted, &key(c)), c))
-        .filter(|(d, c)| *d <= (key(c).len() / 4).max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
 }
 
 /// Checks one variable. Names outside `NCCL_*` are not NCCL's and pass unchecked.
@@ -220,7 +204,7 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
     out
 }
 
-fn is_risky(p: &params::Param, value: &str) -> bool {
+fn is_risky(p: &Param, value: &str) -> bool {
     // Excluding interfaces or HCAs (`^docker,lo`) is the safe way to write those lists.
     if p.kind == Kind::List && p.values.is_empty() && value.starts_with('^') {
         return false;

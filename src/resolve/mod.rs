@@ -158,7 +158,7 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
             db.gpu_arch(name)
                 .map(|arch| (name.clone(), arch))
                 .ok_or_else(|| {
-                    let hint = crate::lint::closest(name, db.gpu_models())
+                    let hint = crate::nccl::suggest::closest(name, db.gpu_models())
                         .map(|s| format!(" (did you mean `{s}`?)"))
                         .unwrap_or_default();
                     doc.invalid(
