@@ -27,6 +27,32 @@ fn lint(file: &str, extra: &[&str]) -> (i32, Vec<(u64, String, String)>) {
     (out.status.code().unwrap(), findings)
 }
 
+/// Runs `gpubake lint --json` on each file and returns every finding as JSON.
+fn findings(files: &[&str], extra: &[&str]) -> (i32, Vec<Value>) {
+    let mut args = vec!["lint", "--json"];
+    args.extend(extra);
+    args.extend(files);
+    let out = gpubake(&args);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("lint --json prints JSON");
+    let all = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["findings"].as_array().unwrap().clone())
+        .collect();
+    (out.status.code().unwrap(), all)
+}
+
+/// The one finding with `code` on `line`, as JSON.
+fn the<'a>(findings: &'a [Value], line: u64, code: &str) -> &'a Value {
+    let found: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["line"] == line && f["code"] == code)
+        .collect();
+    assert_eq!(found.len(), 1, "{code} on line {line}: {findings:#?}");
+    found[0]
+}
+
 fn has(findings: &[(u64, String, String)], line: u64, code: &str, var: &str) -> bool {
     findings
         .iter()
@@ -172,4 +198,88 @@ fn allowed_warnings_are_silenced_but_errors_are_not() {
     let out = gpubake(&["lint", &bad]);
     assert_exit(&out, 2);
     assert!(stdout(&out).contains("q.yaml:6:"), "{}", stdout(&out));
+}
+
+#[test]
+fn nccl_conf_is_read_the_way_nccl_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = common::write(
+        dir.path(),
+        "nccl.conf",
+        "# site settings\n\
+         export NCCL_P2P_DISABLE=1\n\
+         \x20 NCCL_IB_TIMEOUT=22\n\
+         NCCL_DEBUG = WARN\n\
+         NCCL_SOCKET_IFNAME=eth0 # bootstrap\n\
+         NCCL_CROSS_NIC=0\n\
+         NCCL_CROSS_NIC=1\n\
+         \x20  # an indented comment\n\
+         NCCL_IB_RETRY_CNT=7\n",
+    );
+    let (code, f) = findings(&[&conf], &[]);
+    assert_eq!(code, 1, "{f:#?}");
+    let export = the(&f, 2, "export");
+    assert!(
+        export["message"]
+            .as_str()
+            .unwrap()
+            .contains("`export NCCL_P2P_DISABLE`"),
+        "{export}"
+    );
+    assert_eq!(export["help"], "write `NCCL_P2P_DISABLE=1`");
+    assert_eq!(export["column"], 1);
+    let leading = the(&f, 3, "name-spaces");
+    assert!(
+        leading["message"]
+            .as_str()
+            .unwrap()
+            .contains("`  NCCL_IB_TIMEOUT`"),
+        "{leading}"
+    );
+    let spaced = the(&f, 4, "name-spaces");
+    let text = spaced["message"].as_str().unwrap();
+    assert!(
+        text.contains("`NCCL_DEBUG `") && !text.contains("did you mean"),
+        "{text}"
+    );
+    assert_eq!(spaced["help"], "write `NCCL_DEBUG=WARN`");
+    let comment = the(&f, 5, "inline-comment");
+    assert_eq!(comment["severity"], "error");
+    assert!(
+        comment["message"]
+            .as_str()
+            .unwrap()
+            .contains("`eth0 # bootstrap`"),
+        "{comment}"
+    );
+    let duplicate = the(&f, 7, "duplicate");
+    assert!(
+        duplicate["message"]
+            .as_str()
+            .unwrap()
+            .contains("already set on line 6 (`0`): NCCL keeps that first value"),
+        "{duplicate}"
+    );
+    assert!(
+        !f.iter().any(|x| x["line"] == 8 || x["line"] == 9),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn crlf_nccl_conf_is_flagged_for_releases_that_keep_the_cr() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = common::write(
+        dir.path(),
+        "nccl.conf",
+        "NCCL_DEBUG=WARN\r\nNCCL_IB_TIMEOUT=22\r\n",
+    );
+    let (_, f) = findings(&[&conf], &["--nccl", "2.27.5"]);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(the(&f, 1, "crlf")["severity"], "error");
+    let (_, f) = findings(&[&conf], &[]);
+    assert_eq!(the(&f, 1, "crlf")["severity"], "warning");
+    // 2.30.3 and later drop the `\r` themselves.
+    let (code, f) = findings(&[&conf], &["--nccl", "2.30.7"]);
+    assert_eq!((code, f.len()), (0, 0), "{f:#?}");
 }

@@ -5,6 +5,7 @@
 //! variables the pinned NCCL does not read yet or no longer reads, and settings that are risky
 //! in production. Errors fail the lint; warnings fail it only with `--strict`.
 
+mod conf;
 pub mod value;
 
 /// The parameter table lives in [`crate::nccl::params`]; this path stays for the probe, which
@@ -293,7 +294,7 @@ pub fn lint_file(path: &Path, opts: &LintOptions) -> FileReport {
     );
     let result = Document::read(path).and_then(|doc| {
         if !is_yaml {
-            return Ok(lint_nccl_conf(&doc, opts));
+            return Ok(conf::lint_nccl_conf(&doc, opts));
         }
         match yaml_kind(&doc) {
             "recipe" => lint_recipe(LoadedRecipe::parse(doc)?, opts),
@@ -356,6 +357,8 @@ fn yaml_kind(doc: &Document) -> &'static str {
 /// Rules about the variable's name rather than its value; their findings point at the key.
 const NAME_RULES: &[&str] = &[
     "unknown-name",
+    "export",
+    "name-spaces",
     "removed",
     "too-new",
     "deprecated",
@@ -519,55 +522,6 @@ fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileRep
         findings,
         unreadable: false,
     })
-}
-
-/// Lints NCCL's own config format: `NAME=value` lines, `#` comments.
-fn lint_nccl_conf(doc: &Document, opts: &LintOptions) -> FileReport {
-    let ctx = Context {
-        nccl: opts.nccl.clone(),
-        nccl_from: "given with --nccl".into(),
-        debug: false,
-    };
-    let mut findings = Vec::new();
-    for (i, line) in doc.text().lines().enumerate() {
-        let at = Location {
-            file: doc.name().to_string(),
-            line: Some(i + 1),
-            column: Some(1),
-        };
-        if line.trim().is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((name, value)) = line.split_once('=') else {
-            findings.push(Finding {
-                severity: Severity::Warning,
-                code: "no-equals",
-                at,
-                var: None,
-                via: None,
-                message: format!("NCCL skips this line: it has no `=` (`{line}`)"),
-                help: Some("write NAME=value".into()),
-            });
-            continue;
-        };
-        let value_at = Location {
-            column: Some(name.len() + 2),
-            ..at.clone()
-        };
-        findings.extend(place(
-            check_var(name, value, &ctx),
-            (at, value_at),
-            name,
-            &[],
-        ));
-    }
-    FileReport {
-        file: doc.name().to_string(),
-        kind: "nccl.conf",
-        nccl: opts.nccl.as_ref().map(Version::to_string),
-        findings,
-        unreadable: false,
-    }
 }
 
 /// Counts of a whole lint run.

@@ -1,9 +1,10 @@
-//! What gpubake knows about NCCL, in one place: the parameter table, how NCCL parses a value,
-//! name suggestions, and which lint warnings a preset may accept.
+//! What gpubake knows about NCCL, in one place: the parameter table, how NCCL parses a value
+//! and reads nccl.conf, name suggestions, and which lint warnings a preset may accept.
 //!
 //! This module sits below `lint`, `preset`, `resolve` and `error`: they all read NCCL facts
 //! from here, and nothing here depends on them.
 
+pub mod conf;
 pub mod params;
 pub mod suggest;
 pub mod value;
@@ -32,6 +33,7 @@ mod tests {
                 include_str!("../resolve/conflict.rs"),
             ),
             ("nccl/mod.rs", include_str!("mod.rs")),
+            ("nccl/conf.rs", include_str!("conf.rs")),
             ("nccl/params.rs", include_str!("params.rs")),
             ("nccl/suggest.rs", include_str!("suggest.rs")),
             ("nccl/value.rs", include_str!("value.rs")),
