@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_exit, gpubake, stdout};
+use gpubake::lint::{Context, check_var};
 use serde_json::Value;
 
 /// Runs `gpubake lint --json FILE` and returns (exit code, findings as (line, code, var)).
@@ -51,6 +52,13 @@ fn the<'a>(findings: &'a [Value], line: u64, code: &str) -> &'a Value {
         .collect();
     assert_eq!(found.len(), 1, "{code} on line {line}: {findings:#?}");
     found[0]
+}
+
+fn codes(name: &str, value: &str) -> Vec<&'static str> {
+    check_var(name, value, &Context::default())
+        .into_iter()
+        .map(|i| i.code)
+        .collect()
 }
 
 fn has(findings: &[(u64, String, String)], line: u64, code: &str, var: &str) -> bool {
@@ -282,4 +290,29 @@ fn crlf_nccl_conf_is_flagged_for_releases_that_keep_the_cr() {
     // 2.30.3 and later drop the `\r` themselves.
     let (code, f) = findings(&[&conf], &["--nccl", "2.30.7"]);
     assert_eq!((code, f.len()), (0, 0), "{f:#?}");
+}
+
+#[test]
+fn path_level_numbers_say_which_level_they_mean() {
+    for number in ["5", "9"] {
+        let issues = check_var("NCCL_NET_GDR_LEVEL", number, &Context::default());
+        let legacy = issues
+            .iter()
+            .find(|i| i.code == "legacy-level")
+            .unwrap_or_else(|| panic!("{number}: {issues:?}"));
+        assert!(
+            legacy
+                .message
+                .contains(&format!("NCCL_NET_GDR_LEVEL={number} means SYS")),
+            "{}",
+            legacy.message
+        );
+        assert_eq!(legacy.help.as_deref(), Some("write SYS"));
+        // SYS is the risky level, however it is written.
+        assert!(issues.iter().any(|i| i.code == "production-risk"));
+    }
+    let one = check_var("NCCL_P2P_LEVEL", "1", &Context::default());
+    assert!(one[0].message.contains("means PIX"), "{one:?}");
+    assert_eq!(codes("NCCL_P2P_LEVEL", "PXB"), Vec::<&str>::new());
+    assert!(codes("NCCL_P2P_LEVEL", " NVL").contains(&"unknown-value"));
 }

@@ -17,6 +17,7 @@ use crate::document::Document;
 use crate::error::{Error, Location};
 use crate::nccl::params::{Kind, Param, ParamTable};
 use crate::nccl::suggest::closest;
+use crate::nccl::value::{PATH_LEVEL_VARS, PathLevel, path_level};
 use crate::preset::{Catalog, Preset, nccl_floor};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::{self, Options};
@@ -181,6 +182,9 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
     }
     out.extend(match p.kind {
         Kind::Bool | Kind::Int | Kind::Size => value::check_integer(p, value),
+        Kind::Enum if PATH_LEVEL_VARS.contains(&p.name.as_str()) => {
+            value::check_path_level(p, value)
+        }
         Kind::Enum => value::check_enum(p, value),
         Kind::List => value::check_list(p, value, ctx.nccl.as_ref()),
         Kind::Path if value.starts_with('~') => vec![Issue {
@@ -210,6 +214,13 @@ fn is_risky(p: &Param, value: &str) -> bool {
     if p.kind == Kind::List && p.values.is_empty() && value.starts_with('^') {
         return false;
     }
+    // Path levels are risky by the level a value stands for, whether named or numbered.
+    let value = match path_level(value) {
+        PathLevel::Number {
+            level: Some(level), ..
+        } if PATH_LEVEL_VARS.contains(&p.name.as_str()) => level,
+        _ => value,
+    };
     p.risk_when.is_empty()
         || p.risk_when.iter().any(|w| {
             if p.case_sensitive {

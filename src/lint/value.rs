@@ -4,7 +4,7 @@
 use super::{Issue, Severity};
 use crate::nccl::params::{Kind, OutOfRange, Param};
 use crate::nccl::suggest::closest;
-use crate::nccl::value::strtoll;
+use crate::nccl::value::{OLD_LEVELS, PathLevel, path_level, strtoll};
 use crate::version::Version;
 
 /// Byte-size suffixes people write and NCCL does not read.
@@ -219,6 +219,57 @@ pub fn check_enum(p: &Param, value: &str) -> Vec<Issue> {
         .split('|')
         .filter_map(|t| check_token(p, t, "value"))
         .collect()
+}
+
+/// Checks NCCL_P2P_LEVEL or NCCL_NET_GDR_LEVEL the way `ncclGetLevel` (src/graph/paths.cc)
+/// reads them: a level name compared exactly, or a number on the old level scale.
+pub fn check_path_level(p: &Param, value: &str) -> Vec<Issue> {
+    let name = &p.name;
+    match path_level(value) {
+        PathLevel::Name(_) => Vec::new(),
+        PathLevel::Number { number, level } => {
+            let scale = OLD_LEVELS[..OLD_LEVELS.len() - 1]
+                .iter()
+                .enumerate()
+                .map(|(i, l)| format!("{i} {l}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (means, help) = match level {
+                Some(level) => (
+                    format!("{name}={value} means {level}"),
+                    Some(format!("write {level}")),
+                ),
+                None => (
+                    format!("{number} does not fit the C int NCCL keeps the number in"),
+                    Some("write a level name such as PXB".to_string()),
+                ),
+            };
+            vec![issue(
+                Severity::Warning,
+                "legacy-level",
+                format!(
+                    "NCCL reads a number here on its old level scale ({scale}, and every \
+                     larger number the same as 4): {means}; NCCL's documentation discourages numbers"
+                ),
+                help,
+            )]
+        }
+        // Not a name and not a number: a wrong case, stray spaces or a typo. NCCL ignores the
+        // variable and keeps its default; say why where the token checks can.
+        PathLevel::Ignored => check_token(p, value, "value")
+            .map(|i| vec![i])
+            .unwrap_or_else(|| {
+                vec![issue(
+                    Severity::Error,
+                    "unknown-value",
+                    format!(
+                        "NCCL compares {name} exactly, spaces included: `{value}` matches no \
+                         level, so NCCL ignores it"
+                    ),
+                    Some(format!("write `{}`", value.trim())),
+                )]
+            }),
+    }
 }
 
 /// The collectives NCCL_ALGO and NCCL_PROTO may name per function (NCCL 2.24+).

@@ -68,6 +68,60 @@ pub fn strtoll(text: &str) -> CInt<'_> {
     }
 }
 
+/// The variables NCCL reads as a path level with `ncclGetLevel` (src/graph/paths.cc).
+pub const PATH_LEVEL_VARS: [&str; 2] = ["NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"];
+
+/// NCCL's path types from nearest to farthest, as far as `ncclGetLevel` accepts them by name:
+/// `topoPathTypeStr` in src/graph/topo.cc up to `PATH_SYS`. A level lets NCCL use a path of
+/// that type or nearer (`path->type <= level` in `ncclTopoCheckP2p` and `ncclTopoCheckGdr`).
+pub const PATH_NAMES: [&str; 10] = [
+    "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
+];
+
+/// The levels that the numbers of NCCL's first path scale stand for: `levelsOldToNew` in
+/// `ncclGetLevel`. Numbers past the end are clamped to the last entry.
+pub const OLD_LEVELS: [&str; 6] = ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"];
+
+/// What `ncclGetLevel` makes of a path level's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathLevel {
+    /// One of [`PATH_NAMES`], matched exactly (strcmp: case and spaces count).
+    Name(&'static str),
+    /// Text that starts with a digit: read with strtol and looked up in [`OLD_LEVELS`].
+    Number {
+        /// The number strtol reads.
+        number: i64,
+        /// The level it stands for; None when it does not fit the C `int` NCCL stores it in,
+        /// where what NCCL does is not defined.
+        level: Option<&'static str>,
+    },
+    /// Anything else: NCCL ignores the variable and keeps its default.
+    Ignored,
+}
+
+/// Reads a path level the way `ncclGetLevel` does.
+///
+/// ```
+/// use gpubake::nccl::value::{path_level, PathLevel};
+/// assert_eq!(path_level("NVL"), PathLevel::Name("NVL"));
+/// // Numbers are the old scale: 1 is PIX, not NVL, and anything above 4 is SYS.
+/// assert_eq!(path_level("9"), PathLevel::Number { number: 9, level: Some("SYS") });
+/// assert_eq!(path_level("nvl"), PathLevel::Ignored);
+/// ```
+pub fn path_level(text: &str) -> PathLevel {
+    if let Some(name) = PATH_NAMES.iter().find(|name| **name == text) {
+        return PathLevel::Name(name);
+    }
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return PathLevel::Ignored;
+    }
+    let number = strtoll(text).value;
+    let level = i32::try_from(number)
+        .ok()
+        .map(|n| OLD_LEVELS[(n as usize).min(OLD_LEVELS.len() - 1)]);
+    PathLevel::Number { number, level }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +142,25 @@ mod tests {
         assert_eq!((bad_octal.value, bad_octal.rest), (0, "8"));
         assert!(strtoll("99999999999999999999").overflow);
         assert_eq!(strtoll("0x").rest, "x");
+    }
+
+    #[test]
+    fn path_levels_follow_ncclgetlevel() {
+        assert_eq!(path_level("SYS"), PathLevel::Name("SYS"));
+        // NET and DIS are path types too, but ncclGetLevel stops at SYS.
+        assert_eq!(path_level("NET"), PathLevel::Ignored);
+        assert_eq!(path_level(" NVL"), PathLevel::Ignored);
+        assert_eq!(path_level("-1"), PathLevel::Ignored);
+        let level = |text| match path_level(text) {
+            PathLevel::Number { level, .. } => level,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(level("0"), Some("LOC"));
+        assert_eq!(level("1"), Some("PIX"));
+        assert_eq!(level("0x3"), Some("PHB"));
+        assert_eq!(level("4"), Some("SYS"));
+        assert_eq!(level("5"), Some("SYS"));
+        assert_eq!(level("9"), Some("SYS"));
+        assert_eq!(level("99999999999"), None);
     }
 }
