@@ -316,3 +316,17 @@ fn path_level_numbers_say_which_level_they_mean() {
     assert_eq!(codes("NCCL_P2P_LEVEL", "PXB"), Vec::<&str>::new());
     assert!(codes("NCCL_P2P_LEVEL", " NVL").contains(&"unknown-value"));
 }
+
+#[test]
+fn exact_lists_and_defaults_are_no_risk() {
+    assert!(codes("NCCL_IB_HCA", "=mlx5_0,mlx5_1").is_empty());
+    assert!(codes("NCCL_IB_HCA", "^=mlx5_2:1").is_empty());
+    assert!(codes("NCCL_IB_HCA", "mlx5_0,mlx5_1").contains(&"production-risk"));
+    // `=` counts only at the start of the whole list.
+    assert!(codes("NCCL_IB_HCA", "mlx5_0,=mlx5_1").contains(&"list-syntax"));
+    assert!(codes("NCCL_BUFFSIZE", "4194304").is_empty());
+    assert!(codes("NCCL_BUFFSIZE", "0x400000").is_empty());
+    assert!(codes("NCCL_BUFFSIZE", "8388608").contains(&"production-risk"));
+    let risk = check_var("NCCL_DEBUG", "INFO", &Context::default());
+    assert!(risk[0].help.is_some(), "{risk:?}");
+}

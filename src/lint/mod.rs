@@ -17,7 +17,7 @@ use crate::document::Document;
 use crate::error::{Error, Location};
 use crate::nccl::params::{Kind, Param, ParamTable};
 use crate::nccl::suggest::closest;
-use crate::nccl::value::{PATH_LEVEL_VARS, PathLevel, path_level};
+use crate::nccl::value::{PATH_LEVEL_VARS, PathLevel, path_level, strtoll};
 use crate::preset::{Catalog, Preset, nccl_floor};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::{self, Options};
@@ -186,6 +186,7 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
             value::check_path_level(p, value)
         }
         Kind::Enum => value::check_enum(p, value),
+        Kind::List if p.prefix_match => value::check_prefix_list(p, value),
         Kind::List => value::check_list(p, value, ctx.nccl.as_ref()),
         Kind::Path if value.starts_with('~') => vec![Issue {
             severity: Severity::Warning,
@@ -203,7 +204,11 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
             severity: Severity::Warning,
             code: "production-risk",
             message: format!("{name}={value}: {risk}"),
-            help: None,
+            help: Some(
+                "drop it unless these nodes need it; a preset that means it can say so with \
+                 `allow: [production-risk]`"
+                    .into(),
+            ),
         });
     }
     out
@@ -212,6 +217,15 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
 fn is_risky(p: &Param, value: &str) -> bool {
     // Excluding interfaces or HCAs (`^docker,lo`) is the safe way to write those lists.
     if p.kind == Kind::List && p.values.is_empty() && value.starts_with('^') {
+        return false;
+    }
+    // A leading `=` makes NCCL match the names exactly, which is what the prefix risk is about.
+    if p.prefix_match && value.trim_start_matches('^').starts_with('=') {
+        return false;
+    }
+    // Writing down NCCL's own default changes nothing.
+    let number = strtoll(value);
+    if number.digits && number.rest.is_empty() && p.default == Some(number.value) {
         return false;
     }
     // Path levels are risky by the level a value stands for, whether named or numbered.

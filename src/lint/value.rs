@@ -49,7 +49,7 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
             format!(
                 "{name}=`{value}` does not fit in 64 bits: NCCL ignores it and keeps its default"
             ),
-            None,
+            Some("write a smaller number, or drop the variable to keep the default".into()),
         )];
     }
     let mut out = Vec::new();
@@ -270,6 +270,30 @@ pub fn check_path_level(p: &Param, value: &str) -> Vec<Issue> {
                 )]
             }),
     }
+}
+
+/// Checks a list of names that NCCL matches as prefixes (NCCL_IB_HCA, NCCL_SOCKET_IFNAME).
+/// NCCL looks for `^` and then `=` only at the very start of the whole list (the callers of
+/// `parseStringList`, such as `ncclOsFindInterfaces` in src/os/linux.cc); anywhere else they
+/// are part of a name, which then matches no device.
+pub fn check_prefix_list(p: &Param, value: &str) -> Vec<Issue> {
+    let rest = value.strip_prefix('^').unwrap_or(value);
+    let rest = rest.strip_prefix('=').unwrap_or(rest);
+    rest.split(',')
+        .filter(|entry| entry.starts_with(['^', '=']))
+        .map(|entry| {
+            issue(
+                Severity::Error,
+                "list-syntax",
+                format!(
+                    "{}: NCCL reads `^` and `=` only at the start of the whole list; here \
+                     `{entry}` is taken as a name, which matches nothing",
+                    p.name
+                ),
+                Some("start the list with `^` (exclude), then `=` (exact names), once: `=mlx5_0,mlx5_1` or `^=docker0`".into()),
+            )
+        })
+        .collect()
 }
 
 /// The collectives NCCL_ALGO and NCCL_PROTO may name per function (NCCL 2.24+).

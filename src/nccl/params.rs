@@ -102,6 +102,14 @@ pub struct Param {
     /// Only these values are risky; empty means any explicit setting.
     #[serde(default)]
     pub risk_when: Vec<String>,
+    /// The value NCCL uses when the variable is unset, where it is one fixed number; setting
+    /// it explicitly changes nothing, so it carries no risk.
+    #[serde(default)]
+    pub default: Option<i64>,
+    /// A list of names NCCL matches as prefixes unless the list starts with `=` (after an
+    /// optional `^`): `parseStringList` and `matchIfList` in src/misc/utils.cc.
+    #[serde(default)]
+    pub prefix_match: bool,
 }
 
 /// A variable NCCL no longer reads.
