@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_exit, gpubake, stdout};
-use gpubake::lint::{Context, check_var};
+use gpubake::lint::{Context, Severity, check_var};
 use serde_json::Value;
 
 /// Runs `gpubake lint --json FILE` and returns (exit code, findings as (line, code, var)).
@@ -329,4 +329,49 @@ fn exact_lists_and_defaults_are_no_risk() {
     assert!(codes("NCCL_BUFFSIZE", "8388608").contains(&"production-risk"));
     let risk = check_var("NCCL_DEBUG", "INFO", &Context::default());
     assert!(risk[0].help.is_some(), "{risk:?}");
+}
+
+#[test]
+fn pytorch_names_point_at_their_torch_spelling() {
+    for (old, new) in [
+        (
+            "NCCL_ASYNC_ERROR_HANDLING",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        ),
+        ("NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT"),
+    ] {
+        let issues = check_var(old, "1", &Context::default());
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(
+            (issues[0].code, issues[0].severity),
+            ("torch-name", Severity::Warning)
+        );
+        assert!(issues[0].message.contains("PyTorch"), "{issues:?}");
+        assert_eq!(issues[0].help, Some(format!("write {new}")));
+        assert!(check_var(new, "1", &Context::default()).is_empty());
+    }
+}
+
+#[test]
+fn presets_with_pytorch_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let preset = common::write(
+        dir.path(),
+        "p.yaml",
+        "description: x\nrequires: {nccl: '>=2.27'}\nenv:\n  NCCL_BLOCKING_WAIT: {value: '1', reason: old}\n  TORCH_NCCL_ASYNC_ERROR_HANDLING: {value: '1', reason: new}\n",
+    );
+    let (code, f) = findings(&[&preset], &[]);
+    assert_eq!(code, 0, "{f:#?}");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        the(&f, 4, "torch-name")["help"],
+        "write TORCH_NCCL_BLOCKING_WAIT"
+    );
+    // The shipped base preset uses PyTorch's current name.
+    let base = std::fs::read_to_string(common::root().join("env-presets/base.yaml")).unwrap();
+    assert!(base.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING:"));
+    assert_eq!(
+        check_var("NCCL_BLOCKING_WAIT", "1", &Context::default())[0].severity,
+        Severity::Warning
+    );
 }

@@ -15,7 +15,7 @@ pub use crate::nccl::params;
 use crate::compat::Compat;
 use crate::document::Document;
 use crate::error::{Error, Location};
-use crate::nccl::params::{Kind, Param, ParamTable};
+use crate::nccl::params::{Kind, Param, ParamTable, torch_name};
 use crate::nccl::suggest::closest;
 use crate::nccl::value::{PATH_LEVEL_VARS, PathLevel, path_level, strtoll};
 use crate::preset::{Catalog, Preset, nccl_floor};
@@ -273,6 +273,17 @@ fn unknown_name(table: &ParamTable, name: &str, ctx: &Context) -> Issue {
             help,
         };
     }
+    // PyTorch's old names look like NCCL's own; point at the name PyTorch wants now.
+    if let Some(new) = torch_name(name) {
+        return Issue {
+            severity: Severity::Warning,
+            code: "torch-name",
+            message: format!(
+                "NCCL does not read {name}; PyTorch does, as the deprecated old name of {new}"
+            ),
+            help: Some(format!("write {new}")),
+        };
+    }
     let suggestion = closest(name, table.all_names());
     Issue {
         severity: Severity::Error,
@@ -382,6 +393,7 @@ fn yaml_kind(doc: &Document) -> &'static str {
 /// Rules about the variable's name rather than its value; their findings point at the key.
 const NAME_RULES: &[&str] = &[
     "unknown-name",
+    "torch-name",
     "export",
     "name-spaces",
     "removed",
