@@ -375,3 +375,33 @@ fn presets_with_pytorch_names() {
         Severity::Warning
     );
 }
+
+#[test]
+fn nvlink_settings_are_checked_against_the_recipe_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = |name: &str, gpus: &str| {
+        common::write(
+            dir.path(),
+            name,
+            &common::recipe(&format!(
+                "pytorch: '2.9'\ngpus: [{gpus}]\npresets: [base, nvlink]\n"
+            )),
+        )
+    };
+    let l40s = recipe("l40s.yaml", "l40s");
+    let out = common::gpubake_in(dir.path(), &["lint", &l40s]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("env-presets/nvlink.yaml:7:12: error[no-nvlink]: l40s has no NVLink"),
+        "{text}"
+    );
+    assert!(text.contains("SHM"), "{text}");
+    let a100 = recipe("a100.yaml", "a100-pcie");
+    let (code, f) = findings(&[&a100], &[]);
+    assert_eq!(code, 0, "{f:#?}");
+    assert!(f.iter().any(|x| x["code"] == "nvlink-bridge"), "{f:#?}");
+    let h100 = recipe("h100.yaml", "h100");
+    let (code, f) = findings(&[&h100], &["--strict"]);
+    assert_eq!((code, f.len()), (0, 0), "{f:#?}");
+}

@@ -16,6 +16,7 @@ pub const ALLOWABLE: &[&str] = &[
     "deprecated",
     "octal",
     "removed",
+    "nvlink-bridge",
 ];
 
 #[cfg(test)]
