@@ -405,3 +405,18 @@ fn nvlink_settings_are_checked_against_the_recipe_gpus() {
     let (code, f) = findings(&[&h100], &["--strict"]);
     assert_eq!((code, f.len()), (0, 0), "{f:#?}");
 }
+
+#[test]
+fn an_unknown_nccl_pin_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        &common::recipe("pytorch: '2.5'\ncuda: '11.8'\npresets: [base]\n"),
+    );
+    let (code, f) = findings(&[&recipe], &[]);
+    assert_eq!(code, 0, "{f:#?}");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0]["code"], "unknown-nccl");
+    assert_eq!(f[0]["severity"], "warning");
+}

@@ -486,6 +486,20 @@ fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, E
     let mut findings = Vec::new();
     let (env, layers, nccl, nccl_from) = match resolve::resolve_recipe(&loaded, &opts.resolve) {
         Ok(resolved) => {
+            if resolved.lock.nccl.version.is_none() && opts.nccl.is_none() {
+                findings.push(Finding {
+                    severity: Severity::Warning,
+                    code: "unknown-nccl",
+                    at: loaded.doc.locate(&[], false),
+                    var: None,
+                    via: None,
+                    message: format!(
+                        "the {}, so the checks against the NCCL version are skipped",
+                        resolved.lock.nccl.rule
+                    ),
+                    help: Some("lint with --nccl VERSION for the NCCL the image holds".into()),
+                });
+            }
             let pinned = Some(resolved.lock.nccl.version.clone());
             (
                 resolved.lock.env,
