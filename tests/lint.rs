@@ -222,7 +222,7 @@ fn nccl_conf_is_read_the_way_nccl_reads_it() {
          NCCL_CROSS_NIC=0\n\
          NCCL_CROSS_NIC=1\n\
          \x20  # an indented comment\n\
-         NCCL_IB_RETRY_CNT=7\n",
+         NCCL_IB_RETRY_CNT=7 # the most IB allows\n",
     );
     let (code, f) = findings(&[&conf], &[]);
     assert_eq!(code, 1, "{f:#?}");
@@ -268,10 +268,17 @@ fn nccl_conf_is_read_the_way_nccl_reads_it() {
             .contains("already set on line 6 (`0`): NCCL keeps that first value"),
         "{duplicate}"
     );
+    // strtoll stops at the space, so the number still reads as 7.
+    let number = the(&f, 9, "inline-comment");
+    assert_eq!(number["severity"], "warning");
     assert!(
-        !f.iter().any(|x| x["line"] == 8 || x["line"] == 9),
-        "{f:#?}"
+        number["message"]
+            .as_str()
+            .unwrap()
+            .contains("reads the number 7"),
+        "{number}"
     );
+    assert!(!f.iter().any(|x| x["line"] == 8), "{f:#?}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use crate::document::Document;
 use crate::error::Location;
 use crate::nccl::conf::{self, Line, MAX_LEN, STRIPS_CR_SINCE, Setting};
 use crate::nccl::params::{Kind, ParamTable};
+use crate::nccl::value::strtoll;
 use crate::version::Version;
 use std::collections::HashMap;
 
@@ -168,9 +169,12 @@ fn differences<'a>(setting: &Setting<'a>) -> (Vec<Issue>, &'a str, &'a str) {
     }
     if let Some(start) = inline_comment(meant_value) {
         let kind = ParamTable::embedded().get(meant_name).map(|p| p.kind);
-        let numeric = matches!(kind, Some(Kind::Bool | Kind::Int | Kind::Size));
         let kept = &meant_value[start..];
         let before = meant_value[..start].trim_end();
+        let number = strtoll(before);
+        let numeric = matches!(kind, Some(Kind::Bool | Kind::Int | Kind::Size))
+            && number.digits
+            && number.rest.is_empty();
         issues.push(Issue {
             // strtoll stops at the space, so a number still reads right; any other value
             // carries the comment into NCCL.
