@@ -224,6 +224,21 @@ pub struct GpuFamily {
     pub family: String,
     /// Lower-case model names as recipes write them.
     pub models: Vec<String>,
+    /// Models whose cards have no NVLink at all: GPUs talk over PCIe only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_nvlink: Vec<String>,
+    /// Models whose NVLink is a bridge joining a few cards (PCIe boards), not every GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlink_bridge: Vec<String>,
+}
+
+/// How the GPUs of one model reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuLinks {
+    /// No NVLink: PCIe only.
+    PcieOnly,
+    /// NVLink only between the cards a bridge joins.
+    Bridged,
 }
 
 impl Compat {
@@ -340,6 +355,22 @@ impl Compat {
             .find(|f| f.models.contains(&wanted))
             .map(|f| f.arch)
             .or_else(|| name.parse().ok())
+    }
+
+    /// How the GPUs of model `name` are linked, when the data says they lack NVLink between
+    /// some or all of them; None for NVLink systems and for names that cover both kinds
+    /// (`a100` is SXM or PCIe).
+    pub fn gpu_links(&self, name: &str) -> Option<GpuLinks> {
+        let wanted = name.trim().to_ascii_lowercase();
+        self.gpus.iter().find_map(|f| {
+            if f.no_nvlink.contains(&wanted) {
+                Some(GpuLinks::PcieOnly)
+            } else if f.nvlink_bridge.contains(&wanted) {
+                Some(GpuLinks::Bridged)
+            } else {
+                None
+            }
+        })
     }
 
     /// Every known GPU model name.
@@ -462,5 +493,19 @@ mod tests {
         assert_eq!(db.gpu_arch("l40s"), Some("sm_89".parse().unwrap()));
         assert_eq!(db.gpu_arch("sm_103"), Some("sm_103".parse().unwrap()));
         assert_eq!(db.gpu_arch("h1000"), None);
+    }
+
+    #[test]
+    fn nvlink_lists_name_models_of_their_family() {
+        let db = Compat::embedded();
+        for f in &db.gpus {
+            for m in f.no_nvlink.iter().chain(&f.nvlink_bridge) {
+                assert!(f.models.contains(m), "{m} is not a {} model", f.family);
+            }
+        }
+        assert_eq!(db.gpu_links("L40S"), Some(GpuLinks::PcieOnly));
+        assert_eq!(db.gpu_links("a100-pcie"), Some(GpuLinks::Bridged));
+        assert_eq!(db.gpu_links("a100"), None);
+        assert_eq!(db.gpu_links("h100"), None);
     }
 }

@@ -4,7 +4,8 @@
 //! over plain data, and the CLI is a thin shell over them:
 //! - [`recipe`] reads what a team asks for, [`resolve`] turns it into a [`lock::Lock`] using
 //!   the embedded [`compat`] database and the layered NCCL [`preset`]s;
-//! - [`lint`] checks NCCL settings against NCCL's own parameter table;
+//! - [`nccl`] holds what gpubake knows about NCCL (its parameters and how it parses them);
+//!   [`lint`] checks NCCL settings against it;
 //! - [`render`] writes a Dockerfile from a lock.
 #![deny(missing_docs)]
 
@@ -20,6 +21,7 @@ pub mod fsutil;
 pub mod image;
 pub mod lint;
 pub mod lock;
+pub mod nccl;
 pub mod preset;
 pub mod probe;
 pub mod recipe;

@@ -93,12 +93,12 @@ impl Preset {
                 .allow
                 .iter()
                 .enumerate()
-                .find(|(_, c)| !crate::lint::ALLOWABLE.contains(&c.as_str()))
+                .find(|(_, c)| !crate::nccl::ALLOWABLE.contains(&c.as_str()))
             {
                 return Err(doc.invalid(
                     &["env", var, "allow", &i.to_string()],
                     format!("`{code}` is not a lint warning that can be allowed"),
-                    Some(crate::lint::ALLOWABLE.join(", ")),
+                    Some(crate::nccl::ALLOWABLE.join(", ")),
                 ));
             }
             if setting.reason.trim().is_empty() {

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_exit, gpubake, stdout};
+use gpubake::lint::{Context, Severity, check_var};
 use serde_json::Value;
 
 /// Runs `gpubake lint --json FILE` and returns (exit code, findings as (line, code, var)).
@@ -25,6 +26,39 @@ fn lint(file: &str, extra: &[&str]) -> (i32, Vec<(u64, String, String)>) {
         })
         .collect();
     (out.status.code().unwrap(), findings)
+}
+
+/// Runs `gpubake lint --json` on each file and returns every finding as JSON.
+fn findings(files: &[&str], extra: &[&str]) -> (i32, Vec<Value>) {
+    let mut args = vec!["lint", "--json"];
+    args.extend(extra);
+    args.extend(files);
+    let out = gpubake(&args);
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("lint --json prints JSON");
+    let all = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["findings"].as_array().unwrap().clone())
+        .collect();
+    (out.status.code().unwrap(), all)
+}
+
+/// The one finding with `code` on `line`, as JSON.
+fn the<'a>(findings: &'a [Value], line: u64, code: &str) -> &'a Value {
+    let found: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["line"] == line && f["code"] == code)
+        .collect();
+    assert_eq!(found.len(), 1, "{code} on line {line}: {findings:#?}");
+    found[0]
+}
+
+fn codes(name: &str, value: &str) -> Vec<&'static str> {
+    check_var(name, value, &Context::default())
+        .into_iter()
+        .map(|i| i.code)
+        .collect()
 }
 
 fn has(findings: &[(u64, String, String)], line: u64, code: &str, var: &str) -> bool {
@@ -172,4 +206,224 @@ fn allowed_warnings_are_silenced_but_errors_are_not() {
     let out = gpubake(&["lint", &bad]);
     assert_exit(&out, 2);
     assert!(stdout(&out).contains("q.yaml:6:"), "{}", stdout(&out));
+}
+
+#[test]
+fn nccl_conf_is_read_the_way_nccl_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = common::write(
+        dir.path(),
+        "nccl.conf",
+        "# site settings\n\
+         export NCCL_P2P_DISABLE=1\n\
+         \x20 NCCL_IB_TIMEOUT=22\n\
+         NCCL_DEBUG = WARN\n\
+         NCCL_SOCKET_IFNAME=eth0 # bootstrap\n\
+         NCCL_CROSS_NIC=0\n\
+         NCCL_CROSS_NIC=1\n\
+         \x20  # an indented comment\n\
+         NCCL_IB_RETRY_CNT=7 # the most IB allows\n",
+    );
+    let (code, f) = findings(&[&conf], &[]);
+    assert_eq!(code, 1, "{f:#?}");
+    let export = the(&f, 2, "export");
+    assert!(
+        export["message"]
+            .as_str()
+            .unwrap()
+            .contains("`export NCCL_P2P_DISABLE`"),
+        "{export}"
+    );
+    assert_eq!(export["help"], "write `NCCL_P2P_DISABLE=1`");
+    assert_eq!(export["column"], 1);
+    let leading = the(&f, 3, "name-spaces");
+    assert!(
+        leading["message"]
+            .as_str()
+            .unwrap()
+            .contains("`  NCCL_IB_TIMEOUT`"),
+        "{leading}"
+    );
+    let spaced = the(&f, 4, "name-spaces");
+    let text = spaced["message"].as_str().unwrap();
+    assert!(
+        text.contains("`NCCL_DEBUG `") && !text.contains("did you mean"),
+        "{text}"
+    );
+    assert_eq!(spaced["help"], "write `NCCL_DEBUG=WARN`");
+    let comment = the(&f, 5, "inline-comment");
+    assert_eq!(comment["severity"], "error");
+    assert!(
+        comment["message"]
+            .as_str()
+            .unwrap()
+            .contains("`eth0 # bootstrap`"),
+        "{comment}"
+    );
+    let duplicate = the(&f, 7, "duplicate");
+    assert!(
+        duplicate["message"]
+            .as_str()
+            .unwrap()
+            .contains("already set on line 6 (`0`): NCCL keeps that first value"),
+        "{duplicate}"
+    );
+    // strtoll stops at the space, so the number still reads as 7.
+    let number = the(&f, 9, "inline-comment");
+    assert_eq!(number["severity"], "warning");
+    assert!(
+        number["message"]
+            .as_str()
+            .unwrap()
+            .contains("reads the number 7"),
+        "{number}"
+    );
+    assert!(!f.iter().any(|x| x["line"] == 8), "{f:#?}");
+}
+
+#[test]
+fn crlf_nccl_conf_is_flagged_for_releases_that_keep_the_cr() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = common::write(
+        dir.path(),
+        "nccl.conf",
+        "NCCL_DEBUG=WARN\r\nNCCL_IB_TIMEOUT=22\r\n",
+    );
+    let (_, f) = findings(&[&conf], &["--nccl", "2.27.5"]);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(the(&f, 1, "crlf")["severity"], "error");
+    let (_, f) = findings(&[&conf], &[]);
+    assert_eq!(the(&f, 1, "crlf")["severity"], "warning");
+    // 2.30.3 and later drop the `\r` themselves.
+    let (code, f) = findings(&[&conf], &["--nccl", "2.30.7"]);
+    assert_eq!((code, f.len()), (0, 0), "{f:#?}");
+}
+
+#[test]
+fn path_level_numbers_say_which_level_they_mean() {
+    for number in ["5", "9"] {
+        let issues = check_var("NCCL_NET_GDR_LEVEL", number, &Context::default());
+        let legacy = issues
+            .iter()
+            .find(|i| i.code == "legacy-level")
+            .unwrap_or_else(|| panic!("{number}: {issues:?}"));
+        assert!(
+            legacy
+                .message
+                .contains(&format!("NCCL_NET_GDR_LEVEL={number} means SYS")),
+            "{}",
+            legacy.message
+        );
+        assert_eq!(legacy.help.as_deref(), Some("write SYS"));
+        // SYS is the risky level, however it is written.
+        assert!(issues.iter().any(|i| i.code == "production-risk"));
+    }
+    let one = check_var("NCCL_P2P_LEVEL", "1", &Context::default());
+    assert!(one[0].message.contains("means PIX"), "{one:?}");
+    assert_eq!(codes("NCCL_P2P_LEVEL", "PXB"), Vec::<&str>::new());
+    assert!(codes("NCCL_P2P_LEVEL", " NVL").contains(&"unknown-value"));
+}
+
+#[test]
+fn exact_lists_and_defaults_are_no_risk() {
+    assert!(codes("NCCL_IB_HCA", "=mlx5_0,mlx5_1").is_empty());
+    assert!(codes("NCCL_IB_HCA", "^=mlx5_2:1").is_empty());
+    assert!(codes("NCCL_IB_HCA", "mlx5_0,mlx5_1").contains(&"production-risk"));
+    // `=` counts only at the start of the whole list.
+    assert!(codes("NCCL_IB_HCA", "mlx5_0,=mlx5_1").contains(&"list-syntax"));
+    assert!(codes("NCCL_BUFFSIZE", "4194304").is_empty());
+    assert!(codes("NCCL_BUFFSIZE", "0x400000").is_empty());
+    assert!(codes("NCCL_BUFFSIZE", "8388608").contains(&"production-risk"));
+    let risk = check_var("NCCL_DEBUG", "INFO", &Context::default());
+    assert!(risk[0].help.is_some(), "{risk:?}");
+}
+
+#[test]
+fn pytorch_names_point_at_their_torch_spelling() {
+    for (old, new) in [
+        (
+            "NCCL_ASYNC_ERROR_HANDLING",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        ),
+        ("NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT"),
+    ] {
+        let issues = check_var(old, "1", &Context::default());
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(
+            (issues[0].code, issues[0].severity),
+            ("torch-name", Severity::Warning)
+        );
+        assert!(issues[0].message.contains("PyTorch"), "{issues:?}");
+        assert_eq!(issues[0].help, Some(format!("write {new}")));
+        assert!(check_var(new, "1", &Context::default()).is_empty());
+    }
+}
+
+#[test]
+fn presets_with_pytorch_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let preset = common::write(
+        dir.path(),
+        "p.yaml",
+        "description: x\nrequires: {nccl: '>=2.27'}\nenv:\n  NCCL_BLOCKING_WAIT: {value: '1', reason: old}\n  TORCH_NCCL_ASYNC_ERROR_HANDLING: {value: '1', reason: new}\n",
+    );
+    let (code, f) = findings(&[&preset], &[]);
+    assert_eq!(code, 0, "{f:#?}");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(
+        the(&f, 4, "torch-name")["help"],
+        "write TORCH_NCCL_BLOCKING_WAIT"
+    );
+    // The shipped base preset uses PyTorch's current name.
+    let base = std::fs::read_to_string(common::root().join("env-presets/base.yaml")).unwrap();
+    assert!(base.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING:"));
+    assert_eq!(
+        check_var("NCCL_BLOCKING_WAIT", "1", &Context::default())[0].severity,
+        Severity::Warning
+    );
+}
+
+#[test]
+fn nvlink_settings_are_checked_against_the_recipe_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = |name: &str, gpus: &str| {
+        common::write(
+            dir.path(),
+            name,
+            &common::recipe(&format!(
+                "pytorch: '2.9'\ngpus: [{gpus}]\npresets: [base, nvlink]\n"
+            )),
+        )
+    };
+    let l40s = recipe("l40s.yaml", "l40s");
+    let out = common::gpubake_in(dir.path(), &["lint", &l40s]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("env-presets/nvlink.yaml:7:12: error[no-nvlink]: l40s has no NVLink"),
+        "{text}"
+    );
+    assert!(text.contains("SHM"), "{text}");
+    let a100 = recipe("a100.yaml", "a100-pcie");
+    let (code, f) = findings(&[&a100], &[]);
+    assert_eq!(code, 0, "{f:#?}");
+    assert!(f.iter().any(|x| x["code"] == "nvlink-bridge"), "{f:#?}");
+    let h100 = recipe("h100.yaml", "h100");
+    let (code, f) = findings(&[&h100], &["--strict"]);
+    assert_eq!((code, f.len()), (0, 0), "{f:#?}");
+}
+
+#[test]
+fn an_unknown_nccl_pin_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        &common::recipe("pytorch: '2.5'\ncuda: '11.8'\npresets: [base]\n"),
+    );
+    let (code, f) = findings(&[&recipe], &[]);
+    assert_eq!(code, 0, "{f:#?}");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0]["code"], "unknown-nccl");
+    assert_eq!(f[0]["severity"], "warning");
 }

@@ -258,3 +258,20 @@ fn locks_round_trip_through_yaml() {
     assert_eq!(debug.origin.by, "recipe");
     assert_eq!(debug.replaced[0].by, "preset base");
 }
+
+#[test]
+fn an_unknown_nccl_pin_resolves_with_a_warning() {
+    // torch 2.5+cu118's NCCL pin is not in the data; the base preset asks for >=2.20.
+    let unknown = lock("pytorch: '2.5'\ncuda: '11.8'\npresets: [base]\n");
+    assert_eq!(unknown.torch.variant, "cu118");
+    assert_eq!(unknown.nccl.version, None);
+    assert!(
+        unknown.warnings.iter().any(|w| w
+            == "torch 2.5+cu118's NCCL pin is unknown, so `>=2.20` (preset base) cannot be checked"),
+        "{:?}",
+        unknown.warnings
+    );
+    // A build known to meet the constraint still wins over one whose pin is unknown.
+    let known = lock("pytorch: '2.5'\npresets: [base]\n");
+    assert_eq!(text(&known.nccl.version), "2.21.5");
+}

@@ -5,29 +5,27 @@
 //! variables the pinned NCCL does not read yet or no longer reads, and settings that are risky
 //! in production. Errors fail the lint; warnings fail it only with `--strict`.
 
-pub mod params;
+mod conf;
+mod links;
 pub mod value;
+
+/// The parameter table lives in [`crate::nccl::params`]; this path stays for the probe, which
+/// reads the table through the linter.
+pub use crate::nccl::params;
 
 use crate::compat::Compat;
 use crate::document::Document;
 use crate::error::{Error, Location};
+use crate::nccl::params::{Kind, Param, ParamTable, torch_name};
+use crate::nccl::suggest::closest;
+use crate::nccl::value::{PATH_LEVEL_VARS, PathLevel, path_level, strtoll};
 use crate::preset::{Catalog, Preset, nccl_floor};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::{self, Options};
 use crate::version::Version;
-use params::{Kind, ParamTable};
 use serde::Serialize;
 use std::fmt;
 use std::path::Path;
-
-/// The warnings a preset setting may accept with `allow:`; errors cannot be allowed.
-pub const ALLOWABLE: &[&str] = &[
-    "production-risk",
-    "too-new",
-    "deprecated",
-    "octal",
-    "removed",
-];
 
 /// How bad a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -112,17 +110,6 @@ pub struct Context {
     pub debug: bool,
 }
 
-/// The name in `candidates` closest to `name`, if any is close enough to be a likely typo.
-pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let key = |s: &str| s.trim_start_matches("NCCL_").to_ascii_uppercase();
-    let wanted = key(name);
-    candidates
-        .map(|c| (strsim::damerau_levenshtein(&wanted, &key(c)), c))
-        .filter(|(d, c)| *d <= (key(c).len() / 4).max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
 /// Checks one variable. Names outside `NCCL_*` are not NCCL's and pass unchecked.
 ///
 /// ```
@@ -196,7 +183,11 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
     }
     out.extend(match p.kind {
         Kind::Bool | Kind::Int | Kind::Size => value::check_integer(p, value),
+        Kind::Enum if PATH_LEVEL_VARS.contains(&p.name.as_str()) => {
+            value::check_path_level(p, value)
+        }
         Kind::Enum => value::check_enum(p, value),
+        Kind::List if p.prefix_match => value::check_prefix_list(p, value),
         Kind::List => value::check_list(p, value, ctx.nccl.as_ref()),
         Kind::Path if value.starts_with('~') => vec![Issue {
             severity: Severity::Warning,
@@ -214,17 +205,37 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
             severity: Severity::Warning,
             code: "production-risk",
             message: format!("{name}={value}: {risk}"),
-            help: None,
+            help: Some(
+                "drop it unless these nodes need it; a preset that means it can say so with \
+                 `allow: [production-risk]`"
+                    .into(),
+            ),
         });
     }
     out
 }
 
-fn is_risky(p: &params::Param, value: &str) -> bool {
+fn is_risky(p: &Param, value: &str) -> bool {
     // Excluding interfaces or HCAs (`^docker,lo`) is the safe way to write those lists.
     if p.kind == Kind::List && p.values.is_empty() && value.starts_with('^') {
         return false;
     }
+    // A leading `=` makes NCCL match the names exactly, which is what the prefix risk is about.
+    if p.prefix_match && value.trim_start_matches('^').starts_with('=') {
+        return false;
+    }
+    // Writing down NCCL's own default changes nothing.
+    let number = strtoll(value);
+    if number.digits && number.rest.is_empty() && p.default == Some(number.value) {
+        return false;
+    }
+    // Path levels are risky by the level a value stands for, whether named or numbered.
+    let value = match path_level(value) {
+        PathLevel::Number {
+            level: Some(level), ..
+        } if PATH_LEVEL_VARS.contains(&p.name.as_str()) => level,
+        _ => value,
+    };
     p.risk_when.is_empty()
         || p.risk_when.iter().any(|w| {
             if p.case_sensitive {
@@ -261,6 +272,17 @@ fn unknown_name(table: &ParamTable, name: &str, ctx: &Context) -> Issue {
                 format!("{name} was removed after NCCL {}: {}", r.last, r.note)
             },
             help,
+        };
+    }
+    // PyTorch's old names look like NCCL's own; point at the name PyTorch wants now.
+    if let Some(new) = torch_name(name) {
+        return Issue {
+            severity: Severity::Warning,
+            code: "torch-name",
+            message: format!(
+                "NCCL does not read {name}; PyTorch does, as the deprecated old name of {new}"
+            ),
+            help: Some(format!("write {new}")),
         };
     }
     let suggestion = closest(name, table.all_names());
@@ -309,7 +331,7 @@ pub fn lint_file(path: &Path, opts: &LintOptions) -> FileReport {
     );
     let result = Document::read(path).and_then(|doc| {
         if !is_yaml {
-            return Ok(lint_nccl_conf(&doc, opts));
+            return Ok(conf::lint_nccl_conf(&doc, opts));
         }
         match yaml_kind(&doc) {
             "recipe" => lint_recipe(LoadedRecipe::parse(doc)?, opts),
@@ -372,6 +394,9 @@ fn yaml_kind(doc: &Document) -> &'static str {
 /// Rules about the variable's name rather than its value; their findings point at the key.
 const NAME_RULES: &[&str] = &[
     "unknown-name",
+    "torch-name",
+    "export",
+    "name-spaces",
     "removed",
     "too-new",
     "deprecated",
@@ -408,6 +433,20 @@ fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, E
     let mut findings = Vec::new();
     let (env, layers, nccl, nccl_from) = match resolve::resolve_recipe(&loaded, &opts.resolve) {
         Ok(resolved) => {
+            if resolved.lock.nccl.version.is_none() && opts.nccl.is_none() {
+                findings.push(Finding {
+                    severity: Severity::Warning,
+                    code: "unknown-nccl",
+                    at: loaded.doc.locate(&[], false),
+                    var: None,
+                    via: None,
+                    message: format!(
+                        "the {}, so the checks against the NCCL version are skipped",
+                        resolved.lock.nccl.rule
+                    ),
+                    help: Some("lint with --nccl VERSION for the NCCL the image holds".into()),
+                });
+            }
             let pinned = Some(resolved.lock.nccl.version.clone());
             (
                 resolved.lock.env,
@@ -465,12 +504,12 @@ fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, E
                 None,
             ),
         };
-        findings.extend(
-            place(check_var(var, &merged.value, &ctx), at, var, allow).map(|mut f| {
-                f.via = via.clone();
-                f
-            }),
-        );
+        let mut issues = check_var(var, &merged.value, &ctx);
+        issues.extend(links::check_links(var, &merged.value, &loaded.recipe.gpus));
+        findings.extend(place(issues, at, var, allow).map(|mut f| {
+            f.via = via.clone();
+            f
+        }));
     }
     Ok(FileReport {
         file,
@@ -535,55 +574,6 @@ fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileRep
         findings,
         unreadable: false,
     })
-}
-
-/// Lints NCCL's own config format: `NAME=value` lines, `#` comments.
-fn lint_nccl_conf(doc: &Document, opts: &LintOptions) -> FileReport {
-    let ctx = Context {
-        nccl: opts.nccl.clone(),
-        nccl_from: "given with --nccl".into(),
-        debug: false,
-    };
-    let mut findings = Vec::new();
-    for (i, line) in doc.text().lines().enumerate() {
-        let at = Location {
-            file: doc.name().to_string(),
-            line: Some(i + 1),
-            column: Some(1),
-        };
-        if line.trim().is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((name, value)) = line.split_once('=') else {
-            findings.push(Finding {
-                severity: Severity::Warning,
-                code: "no-equals",
-                at,
-                var: None,
-                via: None,
-                message: format!("NCCL skips this line: it has no `=` (`{line}`)"),
-                help: Some("write NAME=value".into()),
-            });
-            continue;
-        };
-        let value_at = Location {
-            column: Some(name.len() + 2),
-            ..at.clone()
-        };
-        findings.extend(place(
-            check_var(name, value, &ctx),
-            (at, value_at),
-            name,
-            &[],
-        ));
-    }
-    FileReport {
-        file: doc.name().to_string(),
-        kind: "nccl.conf",
-        nccl: opts.nccl.as_ref().map(Version::to_string),
-        findings,
-        unreadable: false,
-    }
 }
 
 /// Counts of a whole lint run.

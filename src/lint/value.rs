@@ -1,75 +1,11 @@
-//! How NCCL reads one value, and what it makes of values people commonly get wrong.
-//!
-//! Integer parameters go through C's `strtoll(s, NULL, 0)`: `0x10` is hex, `010` is octal,
-//! `true` is 0, `4M` is 4 and trailing text is dropped without a word. [`strtoll`] mirrors that
-//! so the linter can say what NCCL will really use.
+//! Checks one value the way NCCL reads it, and says what NCCL makes of values people commonly
+//! get wrong. The parsing itself lives in [`crate::nccl::value`].
 
-use super::params::{Kind, OutOfRange, Param};
-use super::{Issue, Severity, closest};
+use super::{Issue, Severity};
+use crate::nccl::params::{Kind, OutOfRange, Param};
+use crate::nccl::suggest::closest;
+use crate::nccl::value::{OLD_LEVELS, PathLevel, path_level, strtoll};
 use crate::version::Version;
-
-/// What `strtoll(text, &end, 0)` returns.
-#[derive(Debug, PartialEq, Eq)]
-pub struct CInt<'a> {
-    /// The parsed value (clamped on overflow, 0 when nothing parsed).
-    pub value: i64,
-    /// The text after the last digit read.
-    pub rest: &'a str,
-    /// At least one digit was read.
-    pub digits: bool,
-    /// The base chosen from the prefix: 8, 10 or 16.
-    pub base: u32,
-    /// The value did not fit in 64 bits (errno = ERANGE).
-    pub overflow: bool,
-}
-
-/// Parses like C's `strtoll` with base 0.
-///
-/// ```
-/// use gpubake::lint::value::strtoll;
-/// assert_eq!(strtoll("0x10").value, 16);
-/// assert_eq!(strtoll("010").value, 8); // octal, as NCCL reads it
-/// let word = strtoll("true");
-/// assert!(!word.digits); // NCCL_P2P_DISABLE=true is 0
-/// assert_eq!(strtoll("4M").rest, "M"); // NCCL_BUFFSIZE=4M is 4 bytes
-/// ```
-pub fn strtoll(text: &str) -> CInt<'_> {
-    let s = text.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let (negative, s) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let lower = s.to_ascii_lowercase();
-    let (base, body) =
-        if lower.starts_with("0x") && s[2..].starts_with(|c: char| c.is_ascii_hexdigit()) {
-            (16, &s[2..])
-        } else if s.starts_with('0') {
-            (8, s)
-        } else {
-            (10, s)
-        };
-    let len = body.find(|c: char| !c.is_digit(base)).unwrap_or(body.len());
-    if len == 0 {
-        return CInt {
-            value: 0,
-            rest: text,
-            digits: false,
-            base,
-            overflow: false,
-        };
-    }
-    let magnitude = i128::from_str_radix(&body[..len], base).unwrap_or(i128::MAX);
-    let signed = if negative { -magnitude } else { magnitude };
-    let overflow = signed > i64::MAX as i128 || signed < i64::MIN as i128;
-    CInt {
-        value: signed.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
-        rest: &body[len..],
-        digits: true,
-        base,
-        overflow,
-    }
-}
 
 /// Byte-size suffixes people write and NCCL does not read.
 fn unit_multiplier(rest: &str) -> Option<i64> {
@@ -113,7 +49,7 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
             format!(
                 "{name}=`{value}` does not fit in 64 bits: NCCL ignores it and keeps its default"
             ),
-            None,
+            Some("write a smaller number, or drop the variable to keep the default".into()),
         )];
     }
     let mut out = Vec::new();
@@ -285,6 +221,81 @@ pub fn check_enum(p: &Param, value: &str) -> Vec<Issue> {
         .collect()
 }
 
+/// Checks NCCL_P2P_LEVEL or NCCL_NET_GDR_LEVEL the way `ncclGetLevel` (src/graph/paths.cc)
+/// reads them: a level name compared exactly, or a number on the old level scale.
+pub fn check_path_level(p: &Param, value: &str) -> Vec<Issue> {
+    let name = &p.name;
+    match path_level(value) {
+        PathLevel::Name(_) => Vec::new(),
+        PathLevel::Number { number, level } => {
+            let scale = OLD_LEVELS[..OLD_LEVELS.len() - 1]
+                .iter()
+                .enumerate()
+                .map(|(i, l)| format!("{i} {l}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (means, help) = match level {
+                Some(level) => (
+                    format!("{name}={value} means {level}"),
+                    Some(format!("write {level}")),
+                ),
+                None => (
+                    format!("{number} does not fit the C int NCCL keeps the number in"),
+                    Some("write a level name such as PXB".to_string()),
+                ),
+            };
+            vec![issue(
+                Severity::Warning,
+                "legacy-level",
+                format!(
+                    "NCCL reads a number here on its old level scale ({scale}, and every \
+                     larger number the same as 4): {means}; NCCL's documentation discourages numbers"
+                ),
+                help,
+            )]
+        }
+        // Not a name and not a number: a wrong case, stray spaces or a typo. NCCL ignores the
+        // variable and keeps its default; say why where the token checks can.
+        PathLevel::Ignored => check_token(p, value, "value")
+            .map(|i| vec![i])
+            .unwrap_or_else(|| {
+                vec![issue(
+                    Severity::Error,
+                    "unknown-value",
+                    format!(
+                        "NCCL compares {name} exactly, spaces included: `{value}` matches no \
+                         level, so NCCL ignores it"
+                    ),
+                    Some(format!("write `{}`", value.trim())),
+                )]
+            }),
+    }
+}
+
+/// Checks a list of names that NCCL matches as prefixes (NCCL_IB_HCA, NCCL_SOCKET_IFNAME).
+/// NCCL looks for `^` and then `=` only at the very start of the whole list (the callers of
+/// `parseStringList`, such as `ncclOsFindInterfaces` in src/os/linux.cc); anywhere else they
+/// are part of a name, which then matches no device.
+pub fn check_prefix_list(p: &Param, value: &str) -> Vec<Issue> {
+    let rest = value.strip_prefix('^').unwrap_or(value);
+    let rest = rest.strip_prefix('=').unwrap_or(rest);
+    rest.split(',')
+        .filter(|entry| entry.starts_with(['^', '=']))
+        .map(|entry| {
+            issue(
+                Severity::Error,
+                "list-syntax",
+                format!(
+                    "{}: NCCL reads `^` and `=` only at the start of the whole list; here \
+                     `{entry}` is taken as a name, which matches nothing",
+                    p.name
+                ),
+                Some("start the list with `^` (exclude), then `=` (exact names), once: `=mlx5_0,mlx5_1` or `^=docker0`".into()),
+            )
+        })
+        .collect()
+}
+
 /// The collectives NCCL_ALGO and NCCL_PROTO may name per function (NCCL 2.24+).
 const COLLECTIVES: [&str; 5] = [
     "Broadcast",
@@ -354,27 +365,4 @@ pub fn check_list(p: &Param, value: &str, nccl: Option<&Version>) -> Vec<Issue> 
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn strtoll_matches_c() {
-        assert_eq!(strtoll("42").value, 42);
-        assert_eq!(strtoll("0x10").value, 16);
-        let octal = strtoll("010");
-        assert_eq!((octal.value, octal.base), (8, 8));
-        let word = strtoll("true");
-        assert!(!word.digits);
-        assert_eq!(word.value, 0);
-        let suffixed = strtoll("4M");
-        assert_eq!((suffixed.value, suffixed.rest), (4, "M"));
-        assert_eq!(strtoll("  -2").value, -2);
-        let bad_octal = strtoll("08");
-        assert_eq!((bad_octal.value, bad_octal.rest), (0, "8"));
-        assert!(strtoll("99999999999999999999").overflow);
-        assert_eq!(strtoll("0x").rest, "x");
-    }
 }

@@ -158,7 +158,7 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
             db.gpu_arch(name)
                 .map(|arch| (name.clone(), arch))
                 .ok_or_else(|| {
-                    let hint = crate::lint::closest(name, db.gpu_models())
+                    let hint = crate::nccl::suggest::closest(name, db.gpu_models())
                         .map(|s| format!(" (did you mean `{s}`?)"))
                         .unwrap_or_default();
                     doc.invalid(
@@ -232,10 +232,12 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
             &candidates,
         ))));
     }
-    admitted.sort_by_key(|c| std::cmp::Reverse(rank(c)));
+    // Where NCCL is constrained, a build known to meet it beats one whose pin is unknown.
+    let nccl_checked = |c: &Candidate| nccl.is_empty() || c.variant.nccl.is_some();
+    admitted.sort_by_key(|c| std::cmp::Reverse((nccl_checked(c), rank(c))));
     let chosen = admitted[0];
     let env = merge_env(loaded, &layers);
-    let lock = build_lock(
+    let mut lock = build_lock(
         loaded,
         db,
         chosen,
@@ -246,6 +248,14 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
         base_glibc.clone(),
         env,
     );
+    if !nccl_checked(&chosen) {
+        let asked: Vec<String> = nccl.iter().map(|(c, by)| format!("`{c}` ({by})")).collect();
+        lock.warnings.push(format!(
+            "{}'s NCCL pin is unknown, so {} cannot be checked",
+            chosen.label(),
+            asked.join(", ")
+        ));
+    }
     Ok(Resolved {
         lock,
         layers,
@@ -387,16 +397,14 @@ fn rules<'a>(
         rules.push(Rule {
             key: "nccl",
             asked: format!("nccl {constraint} ({by})"),
+            // A build whose NCCL pin the data lacks may well satisfy the constraint: it is
+            // admitted, ranked below builds known to satisfy it, and the lock warns.
             test: Box::new(move |c| match &c.variant.nccl {
-                Some(v) if constraint.matches(v) => None,
-                Some(v) => Some(format!(
+                Some(v) if !constraint.matches(v) => Some(format!(
                     "{} ships NCCL {v}, not `{constraint}` ({by})",
                     c.label()
                 )),
-                None => Some(format!(
-                    "{}'s NCCL pin is unknown, so `{constraint}` cannot be checked",
-                    c.label()
-                )),
+                _ => None,
             }),
         });
     }

@@ -9,6 +9,33 @@ use std::sync::OnceLock;
 
 const PARAMS_YAML: &str = include_str!("../../data/nccl-params.yaml");
 
+/// Names with NCCL's prefix that NCCL never reads but PyTorch does: the old spellings of
+/// PyTorch's `TORCH_NCCL_*` variables, paired with the name to write instead. ProcessGroupNCCL.hpp
+/// lists each new name together with its old one, and `getCvarInt` and friends in
+/// torch/csrc/distributed/c10d/Utils.hpp let the new name win and warn that the old one is
+/// deprecated when they find it.
+pub const TORCH_OLD_NAMES: &[(&str, &str)] = &[
+    (
+        "NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    ),
+    ("NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT"),
+    ("NCCL_DESYNC_DEBUG", "TORCH_NCCL_DESYNC_DEBUG"),
+    ("NCCL_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING"),
+    (
+        "NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+        "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+    ),
+];
+
+/// The `TORCH_NCCL_*` name PyTorch reads in place of `name`, if `name` is an old one.
+pub fn torch_name(name: &str) -> Option<&'static str> {
+    TORCH_OLD_NAMES
+        .iter()
+        .find(|(old, _)| *old == name)
+        .map(|(_, new)| *new)
+}
+
 /// How NCCL reads a variable's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -102,6 +129,14 @@ pub struct Param {
     /// Only these values are risky; empty means any explicit setting.
     #[serde(default)]
     pub risk_when: Vec<String>,
+    /// The value NCCL uses when the variable is unset, where it is one fixed number; setting
+    /// it explicitly changes nothing, so it carries no risk.
+    #[serde(default)]
+    pub default: Option<i64>,
+    /// A list of names NCCL matches as prefixes unless the list starts with `=` (after an
+    /// optional `^`): `parseStringList` and `matchIfList` in src/misc/utils.cc.
+    #[serde(default)]
+    pub prefix_match: bool,
 }
 
 /// A variable NCCL no longer reads.
@@ -202,5 +237,8 @@ mod tests {
             (Some(64), Some(512), Some(32))
         );
         assert!(t.get("NCCL_P2P_LEVEL").unwrap().case_sensitive);
+        for (old, _) in TORCH_OLD_NAMES {
+            assert!(t.get(old).is_none() && t.removed(old).is_none(), "{old}");
+        }
     }
 }
