@@ -195,6 +195,7 @@ pub fn check_var(name: &str, value: &str, ctx: &Context) -> Vec<Issue> {
             message: format!("{name}: NCCL does not expand `~` in paths"),
             help: Some("write the absolute path".into()),
         }],
+        Kind::String if p.name == "NCCL_NET" => value::check_net(p, value),
         Kind::String | Kind::Path => Vec::new(),
     });
     if let Some(risk) = &p.risk

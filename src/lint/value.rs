@@ -118,7 +118,12 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
             }
             Some(OutOfRange::Reject) => format!("is outside {range}: NCCL refuses it at init"),
             Some(OutOfRange::Ignore) => format!("is outside {range}: NCCL ignores it"),
+            Some(OutOfRange::Crash) => format!("is outside {range}: NCCL crashes"),
             None => format!("is outside the documented range {range}"),
+        };
+        let effect = match &p.observed {
+            Some(seen) => format!("{effect} ({seen})"),
+            None => effect,
         };
         let severity = if p.out_of_range.is_some() {
             Severity::Error
@@ -139,6 +144,7 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
             Some(OutOfRange::Clamp) => format!("NCCL uses {} instead", p.max.unwrap_or(x)),
             Some(OutOfRange::Reject) => "NCCL refuses it at init".to_string(),
             Some(OutOfRange::Ignore) => "NCCL ignores it".to_string(),
+            Some(OutOfRange::Crash) => "NCCL crashes".to_string(),
         };
         out.push(issue(
             Severity::Error,
@@ -279,6 +285,33 @@ pub fn check_path_level(p: &Param, value: &str) -> Vec<Issue> {
 pub fn check_prefix_list(p: &Param, value: &str) -> Vec<Issue> {
     let rest = value.strip_prefix('^').unwrap_or(value);
     let rest = rest.strip_prefix('=').unwrap_or(rest);
+    // NCCL keeps every byte of an entry (`parseStringList`): spaces and a `# comment` become
+    // part of the name, which no device has. With NCCL_SOCKET_IFNAME=`lo # bootstrap`,
+    // NCCL 2.28.9 found no interface and communicator creation failed (tests/fixtures/
+    // nccl-truth.yaml).
+    let spaced: Vec<Issue> = rest
+        .split(',')
+        .filter(|entry| entry.contains(char::is_whitespace) || entry.contains('#'))
+        .map(|entry| {
+            issue(
+                Severity::Error,
+                "list-syntax",
+                format!(
+                    "{}: NCCL takes `{entry}` whole as a name, spaces and `#` included; no \
+                     device is named so, and with no match NCCL finds no interface and fails \
+                     at init",
+                    p.name
+                ),
+                Some(format!(
+                    "write `{}`",
+                    entry.split('#').next().unwrap_or("").trim()
+                )),
+            )
+        })
+        .collect();
+    if !spaced.is_empty() {
+        return spaced;
+    }
     rest.split(',')
         .filter(|entry| entry.starts_with(['^', '=']))
         .map(|entry| {
@@ -365,4 +398,59 @@ pub fn check_list(p: &Param, value: &str, nccl: Option<&Version>) -> Vec<Issue> 
         ));
     }
     out
+}
+
+/// The networks NCCL has built in; a plugin may add others under its own name.
+const BUILTIN_NETS: [&str; 2] = ["IB", "Socket"];
+
+/// Checks NCCL_NET: NCCL compares it with each network's name, ignoring case (`socket` ran
+/// on NCCL 2.28.9), and fails communicator creation when none matches ("Failed to initialize
+/// any NET plugin" for `Sockets`). A plugin may bring any name, so only near-misses of the
+/// built-in names are called errors.
+pub fn check_net(p: &Param, value: &str) -> Vec<Issue> {
+    let v = value.trim();
+    if BUILTIN_NETS.iter().any(|b| b.eq_ignore_ascii_case(v)) {
+        return Vec::new();
+    }
+    let lowered: Vec<String> = BUILTIN_NETS
+        .iter()
+        .map(|b| b.to_ascii_lowercase())
+        .collect();
+    match closest(&v.to_ascii_lowercase(), lowered.iter().map(String::as_str)) {
+        Some(near) => {
+            let name = BUILTIN_NETS
+                .iter()
+                .find(|b| b.eq_ignore_ascii_case(near))
+                .copied()
+                .unwrap_or(near);
+            vec![issue(
+                Severity::Error,
+                "unknown-value",
+                format!(
+                    "{}: no network is named `{v}`: NCCL fails to create the communicator \
+                     (did you mean `{name}`?)",
+                    p.name
+                ),
+                Some(format!("write `{name}`")),
+            )]
+        }
+        None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod net_tests {
+    use super::*;
+    use crate::nccl::params::ParamTable;
+
+    #[test]
+    fn only_near_misses_of_builtin_networks_are_errors() {
+        let p = ParamTable::embedded().get("NCCL_NET").unwrap();
+        assert!(check_net(p, "Socket").is_empty());
+        assert!(check_net(p, "socket").is_empty());
+        assert!(check_net(p, "IB").is_empty());
+        assert_eq!(check_net(p, "Sockets")[0].severity, Severity::Error);
+        assert!(check_net(p, "AWS Libfabric").is_empty());
+        assert!(check_net(p, "IBext_v8").is_empty());
+    }
 }

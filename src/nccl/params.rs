@@ -68,6 +68,8 @@ pub enum OutOfRange {
     Reject,
     /// Ignores it silently.
     Ignore,
+    /// Crashes the process.
+    Crash,
 }
 
 /// A deprecation and its replacement.
@@ -137,6 +139,10 @@ pub struct Param {
     /// optional `^`): `parseStringList` and `matchIfList` in src/misc/utils.cc.
     #[serde(default)]
     pub prefix_match: bool,
+    /// What NCCL was seen doing with out-of-range values, on which release and machine
+    /// (tests/fixtures/nccl-truth.yaml); quoted in findings.
+    #[serde(default)]
+    pub observed: Option<String>,
 }
 
 /// A variable NCCL no longer reads.
