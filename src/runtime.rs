@@ -147,7 +147,7 @@ impl Runtime {
             err.join().unwrap_or_default(),
         );
         let exit_code = status.and_then(|s| s.code()).unwrap_or(-1) as i64;
-        if exit_code != 0 && !timed_out && !pid_file.exists() {
+        if exit_code != 0 && !timed_out && !pid_file.exists() && !exec_failed(&stderr) {
             return Err(Error::Environment(format!(
                 "{} could not create the container: {}",
                 self.program.display(),
@@ -161,6 +161,14 @@ impl Runtime {
             timed_out,
         })
     }
+}
+
+/// The runtime made the container but could not start its program (runc reports this before
+/// writing its pid file): the image's fault, not the node's.
+fn exec_failed(stderr: &str) -> bool {
+    stderr.contains("executable file")
+        || stderr.contains("exec format error")
+        || stderr.contains("exec: \"")
 }
 
 /// A hybrid hierarchy: v1 controllers mounted under `root` beside a `unified` v2 mount.
@@ -593,6 +601,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("nobody-here"), "{err}");
+    }
+
+    #[test]
+    fn a_program_the_image_lacks_is_told_apart_from_a_runtime_failure() {
+        let runc = r#"time="2026-11-30T19:06:01Z" level=error msg="runc run failed: unable to start container process: exec: \"gpubake\": executable file not found in $PATH""#;
+        assert!(exec_failed(runc));
+        assert!(exec_failed(
+            "crun: executable file `gpubake` not found in $PATH: No such file or directory"
+        ));
+        assert!(!exec_failed(
+            "cgroups in hybrid mode not supported, drop all controllers from cgroupv2"
+        ));
     }
 
     #[test]

@@ -264,8 +264,27 @@ impl Discovery {
         }
         let mountinfo =
             std::fs::read_to_string(self.at("/proc/self/mountinfo")).unwrap_or_default();
-        if let Some((word, kind)) = root_mount(&mountinfo).and_then(runtime_hint) {
-            return (kind, format!("the root mount comes from {word}"));
+        if let Some(line) = root_mount(&mountinfo) {
+            if let Some((word, kind)) = runtime_hint(line) {
+                return (kind, format!("the root mount comes from {word}"));
+            }
+            // An OCI runtime's bundle: `/` is a bind mount of a directory (its root field,
+            // the fourth, names that directory), where a host's `/` is a filesystem's root.
+            // btrfs hosts mount a subvolume (`/@`) at `/`: not a bundle.
+            let fs_type = line
+                .split(" - ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next());
+            if let Some(source) = line
+                .split_whitespace()
+                .nth(3)
+                .filter(|r| *r != "/" && fs_type != Some("btrfs"))
+            {
+                return (
+                    "container",
+                    format!("the root filesystem is a bind mount of {source}"),
+                );
+            }
         }
         ("host", "no container runtime's marks".into())
     }
@@ -522,6 +541,35 @@ mod tests {
              300 26 0:50 / /var/lib/docker/overlay2/abc/merged rw - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/X\n",
         );
         assert_eq!(bare().container_kind(), "host");
+        // crun and runc leave no mark but the bundle's rootfs bind-mounted at `/`.
+        write(
+            root,
+            "/proc/self/mountinfo",
+            "800 700 259:2 /tmp/.gpubake-bundle-x/rootfs / rw,relatime - ext4 /dev/vda rw\n",
+        );
+        assert_eq!(bare().container_kind(), "container");
+        assert!(
+            bare()
+                .container()
+                .1
+                .contains("/tmp/.gpubake-bundle-x/rootfs")
+        );
+        write(
+            root,
+            "/proc/self/mountinfo",
+            "30 1 0:27 /@ / rw,relatime shared:1 - btrfs /dev/nvme0n1p2 rw,subvol=/@\n",
+        );
+        assert_eq!(
+            bare().container_kind(),
+            "host",
+            "a btrfs subvolume at / is a host"
+        );
+        write(
+            root,
+            "/proc/self/mountinfo",
+            "26 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n\
+             300 26 0:50 / /var/lib/docker/overlay2/abc/merged rw - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/X\n",
+        );
 
         // cgroup v1 inside a pod.
         write(

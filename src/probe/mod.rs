@@ -37,6 +37,26 @@ pub struct ProbeOptions {
     pub policy: Option<Vec<policy::ModelPolicy>>,
 }
 
+/// A private directory for the workers' files. Minimal images may have no /tmp (nor
+/// TMPDIR): /dev/shm, which every runtime mounts, and /var/tmp come next.
+fn scratch_dir() -> Result<tempfile::TempDir, String> {
+    let mut tried = Vec::new();
+    match tempfile::tempdir() {
+        Ok(dir) => return Ok(dir),
+        Err(e) => tried.push(format!("{}: {e}", std::env::temp_dir().display())),
+    }
+    for place in ["/dev/shm", "/var/tmp"] {
+        match tempfile::tempdir_in(place) {
+            Ok(dir) => return Ok(dir),
+            Err(e) => tried.push(format!("{place}: {e}")),
+        }
+    }
+    Err(format!(
+        "cannot make a temporary directory ({})",
+        tried.join("; ")
+    ))
+}
+
 /// Runs `f` on its own thread; None when it does not finish within `budget`.
 fn with_budget<T: Send + 'static>(
     budget: Duration,
@@ -165,7 +185,7 @@ pub fn default_sizes(quick: bool) -> Vec<u64> {
 /// NVLink multicast off.
 fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<tempfile::TempDir>) {
     let mut env = Vec::new();
-    let shim = tempfile::tempdir().ok();
+    let shim = scratch_dir().ok();
     let mut dirs: Vec<String> = Vec::new();
     if let Some(shim) = &shim {
         let mut link = |name: &str, found: Option<env::FoundLib>| {
@@ -202,7 +222,7 @@ fn run_worker(
 ) -> Result<serde_json::Value, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the gpubake binary: {e}"))?;
-    let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+    let dir = scratch_dir()?;
     let result = dir.path().join("result.json");
     let mut child = std::process::Command::new(exe)
         .arg("probe-worker")
@@ -660,8 +680,17 @@ fn nccl_check(disc: &Discovery, lock: Option<&Lock>, report: &mut Report) {
     const PHASE: &str = "compatibility";
     let found = disc.nccl_candidates();
     let mut listed = Vec::new();
-    for f in &found {
-        let version = nccl_version(&f.real).or_else(|| f.version.clone());
+    let mut load_error = None;
+    for (i, f) in found.iter().enumerate() {
+        let version = match nccl_version(&f.real) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                if i == 0 {
+                    load_error = Some(e);
+                }
+                f.version.clone()
+            }
+        };
         listed.push(json!({"path": f.path, "version": version}));
     }
     report.fact("nccl", json!(listed));
@@ -686,13 +715,17 @@ fn nccl_check(disc: &Discovery, lock: Option<&Lock>, report: &mut Report) {
         })
         .collect();
     let pinned = lock.and_then(|l| l.nccl.version.clone());
-    let (status, why) = match (&loaded, &pinned) {
-        (Some(v), Some(p)) if v.parse::<Version>().ok().as_ref() == Some(p) => {
-            (Status::Pass, format!("{v}, as pinned"))
-        }
-        (Some(v), Some(p)) => (Status::Fail, format!("{v}, but the lock pins {p}")),
-        (Some(v), None) => (Status::Pass, v.to_string()),
-        (None, _) => (Status::Warn, "version unreadable".to_string()),
+    let (status, why) = match (&load_error, &loaded, &pinned) {
+        // The library PyTorch would load does not load: training would fail at import.
+        (Some(e), _, _) => (Status::Fail, format!("does not load: {e}")),
+        (None, loaded, pinned) => match (loaded, pinned) {
+            (Some(v), Some(p)) if v.parse::<Version>().ok().as_ref() == Some(p) => {
+                (Status::Pass, format!("{v}, as pinned"))
+            }
+            (Some(v), Some(p)) => (Status::Fail, format!("{v}, but the lock pins {p}")),
+            (Some(v), None) => (Status::Pass, v.to_string()),
+            (None, _) => (Status::Warn, "version unreadable".to_string()),
+        },
     };
     report.push(
         PHASE,
@@ -707,21 +740,21 @@ fn nccl_check(disc: &Discovery, lock: Option<&Lock>, report: &mut Report) {
 }
 
 /// Asks the library itself: `ncclGetVersion` returns major*10000 + minor*100 + patch.
-fn nccl_version(path: &std::path::Path) -> Option<String> {
+fn nccl_version(path: &std::path::Path) -> Result<String, String> {
     // Loading a library runs its constructors; NCCL's are inert until a communicator is made.
-    let lib = unsafe { libloading::Library::new(path) }.ok()?;
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
     let get: libloading::Symbol<unsafe extern "C" fn(*mut i32) -> i32> =
-        unsafe { lib.get(b"ncclGetVersion\0") }.ok()?;
+        unsafe { lib.get(b"ncclGetVersion\0") }.map_err(|e| e.to_string())?;
     let mut code = 0i32;
     if unsafe { get(&mut code) } != 0 {
-        return None;
+        return Err("ncclGetVersion failed".into());
     }
     let (major, minor, patch) = if code >= 10000 {
         (code / 10000, code / 100 % 100, code % 100)
     } else {
         (code / 1000, code / 100 % 10, code % 100)
     };
-    Some(format!("{major}.{minor}.{patch}"))
+    Ok(format!("{major}.{minor}.{patch}"))
 }
 
 #[cfg(test)]
