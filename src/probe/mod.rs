@@ -8,6 +8,7 @@ pub mod budget;
 pub mod cuda;
 pub mod env;
 pub mod judge;
+pub mod nccl_log;
 pub mod nvml;
 pub mod policy;
 pub mod report;
