@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod cuda;
+pub mod effective;
 pub mod env;
 pub mod judge;
 pub mod nccl_log;
