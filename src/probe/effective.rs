@@ -88,7 +88,7 @@ pub fn variable_verdict(
     if let Some(r) = refused {
         return (
             Status::Fail,
-            format!("NCCL refused `{given}`: \"{}\"", r.words),
+            format!("NCCL refused `{given}`, in its words: {}", r.words),
         );
     }
     if let Some(applied) = log.applied.iter().find(|a| a.name == name) {
@@ -113,14 +113,24 @@ pub fn variable_verdict(
         Status::Warn,
         format!(
             "NCCL logged no use of `{given}` in this run: {}",
-            why_unread(name, log.version.as_deref(), table)
+            why_unread(name, log, table)
         ),
     )
 }
 
-/// Why NCCL may not have logged a variable, as precisely as the table allows.
-fn why_unread(name: &str, nccl_version: Option<&str>, table: &ParamTable) -> String {
-    let running: Option<Version> = nccl_version
+/// Why NCCL may not have logged a variable, as precisely as the log and the table allow.
+fn why_unread(name: &str, log: &NcclLog, table: &ParamTable) -> String {
+    // src/graph/paths.cc, ncclGetLevel: NCCL_P2P_DISABLE=1 settles the level unread.
+    let p2p_disabled = log
+        .applied
+        .iter()
+        .any(|a| a.name == "NCCL_P2P_DISABLE" && a.value == "1");
+    if name == "NCCL_P2P_LEVEL" && p2p_disabled {
+        return "NCCL_P2P_DISABLE=1 turns P2P off before NCCL looks at the level".to_string();
+    }
+    let running: Option<Version> = log
+        .version
+        .as_deref()
         .and_then(|v| v.split('+').next())
         .and_then(|v| v.parse().ok());
     if let Some(param) = table.get(name) {
@@ -539,6 +549,49 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_single_process_run_on_h200s_passes_its_nvlink_preset() {
+        let log = NcclLog::parse(include_str!(
+            "../../tests/fixtures/nccl-logs/h200x2-comm-init-all-2.28.9.log"
+        ));
+        let mut report = Report::default();
+        let preset = preset(&[("NCCL_P2P_LEVEL", "NVL"), ("NCCL_NVLS_ENABLE", "0")]);
+        nccl_checks(
+            &log,
+            &preset,
+            Some("NCCL_P2P_LEVEL=NVL"),
+            table(),
+            &mut report,
+        );
+        let statuses: Vec<(&str, Status)> = report
+            .checks
+            .iter()
+            .map(|c| (c.name.as_str(), c.status))
+            .collect();
+        assert_eq!(
+            statuses,
+            vec![
+                ("NCCL_P2P_LEVEL", Status::Pass),
+                ("NCCL_NVLS_ENABLE", Status::Skip),
+                ("transports", Status::Pass),
+                ("algorithm per size", Status::Pass),
+            ]
+        );
+        // Its VM showed NVML every CPU and NCCL none: hidden, whatever NVML claims.
+        let (status, detail) = affinity_verdict(
+            &gpu(0, Some("0-31"), None),
+            0,
+            log.affinity.first(),
+            &Machine {
+                cpus: Some(32),
+                numa_nodes: Some(1),
+            },
+            &Launch::default(),
+        );
+        assert_eq!(status, Status::Warn);
+        assert!(detail.starts_with("topology hidden"), "{detail}");
+    }
+
+    #[test]
     fn nvlink_is_expected_from_the_level_or_the_image_preset() {
         assert_eq!(
             expects_nvlink(&preset(&[("NCCL_P2P_LEVEL", "NVL")]), &[]).as_deref(),
@@ -695,7 +748,17 @@ mod tests {
         };
         assert_eq!(status_of("NCCL_P2P_DISABLE"), Some(Status::Pass));
         // NCCL_P2P_DISABLE=1 wins over the level, which NCCL then never reads.
-        assert_eq!(status_of("NCCL_P2P_LEVEL"), Some(Status::Warn));
+        let level = report
+            .checks
+            .iter()
+            .find(|c| c.name == "NCCL_P2P_LEVEL")
+            .unwrap();
+        assert_eq!(level.status, Status::Warn);
+        assert!(
+            level.detail.contains("NCCL_P2P_DISABLE=1 turns P2P off"),
+            "{}",
+            level.detail
+        );
         assert_eq!(status_of("transports"), Some(Status::Fail));
         assert_eq!(status_of("algorithm per size"), Some(Status::Pass));
         assert!(report.checks.iter().all(|c| c.phase == PHASE));

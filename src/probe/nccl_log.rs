@@ -670,6 +670,50 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_probe_like_run_on_two_h200s_reads_whole() {
+        // ncclCommInitAll in one process, as the probe's worker runs NCCL: NCCL 2.28.9 from
+        // PyTorch 2.11's wheel, NCCL_P2P_LEVEL=NVL, NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING.
+        let log = NcclLog::parse(include_str!(
+            "../../tests/fixtures/nccl-logs/h200x2-comm-init-all-2.28.9.log"
+        ));
+        assert_eq!(log.version.as_deref(), Some("2.28.9+cuda13.0"));
+        assert_eq!(
+            log.applied,
+            vec![
+                applied("NCCL_P2P_LEVEL", "NVL"),
+                applied("NCCL_NVLS_ENABLE", "0")
+            ]
+        );
+        assert!(log.rejected.is_empty() && log.warnings.is_empty());
+        let summary: Vec<(u32, u32, &str, String)> = log
+            .links
+            .iter()
+            .map(|l| (l.from_gpu, l.to_gpu, l.via.as_str(), ranges(&l.channels)))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (0, 1, "P2P/direct pointer", "0-23".to_string()),
+                (1, 0, "P2P/direct pointer", "0-23".to_string()),
+            ]
+        );
+        assert_eq!(log.channels.len(), 1);
+        assert_eq!(log.channels[0].coll, 24);
+        let sizes: Vec<(u64, &str)> = log
+            .choices
+            .iter()
+            .map(|c| (c.bytes, c.protocol.as_str()))
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![(1024, "LL"), (1048576, "LL"), (268435456, "SIMPLE")]
+        );
+        // That VM hides its topology from NCCL.
+        assert!(log.affinity.iter().all(|a| a.cpus.is_none()));
+        assert_eq!(log.affinity.len(), 2);
+    }
+
+    #[test]
     fn odd_lines_are_skipped_without_harm() {
         let text = concat!(
             "garbage\n",
