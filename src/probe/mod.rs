@@ -6,8 +6,10 @@
 
 pub mod budget;
 pub mod cuda;
+pub mod effective;
 pub mod env;
 pub mod judge;
+pub mod nccl_log;
 pub mod nvml;
 pub mod policy;
 pub mod report;
@@ -20,6 +22,7 @@ use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::version::Version;
 use env::Discovery;
 use judge::{GpuUnderTest, Nccl};
+use nccl_log::NcclLog;
 use report::{Report, Status};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -88,9 +91,9 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let budget = budget::nvml(opts.quick);
     let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
     let facts = nvml_phase(nvml_result, &disc, budget, &mut report)?;
-    compatibility(&disc, facts.as_ref(), &mut report);
+    let lock = compatibility(&disc, facts.as_ref(), &mut report);
     if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
-        gpu_phases(&disc, &facts, opts, &mut report);
+        gpu_phases(&disc, &facts, lock.as_ref(), opts, &mut report);
     }
     report.seconds = start.elapsed().as_secs_f64();
     Ok(report)
@@ -292,8 +295,15 @@ fn run_worker(
     }
 }
 
-/// CUDA copies and the all-reduce, in worker processes.
-fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report: &mut Report) {
+/// CUDA copies, the all-reduce and NCCL's effective configuration, in worker processes; then
+/// where each GPU sits relative to the CPUs.
+fn gpu_phases(
+    disc: &Discovery,
+    facts: &nvml::Facts,
+    lock: Option<&Lock>,
+    opts: &ProbeOptions,
+    report: &mut Report,
+) {
     let policy = opts
         .policy
         .clone()
@@ -364,6 +374,203 @@ fn gpu_phases(disc: &Discovery, facts: &nvml::Facts, opts: &ProbeOptions, report
         }
     }
     preset_ab(disc, &selection, &env, budget, &nccl, report);
+
+    let image_presets: Vec<&str> = lock
+        .map(|l| {
+            l.env
+                .0
+                .values()
+                .filter_map(|v| v.origin.by.strip_prefix("preset "))
+                .collect()
+        })
+        .unwrap_or_default();
+    let logged = nccl_effective(
+        disc,
+        &selection,
+        &env,
+        budget,
+        &nccl,
+        &image_presets,
+        report,
+    );
+    // Local rank r drives CUDA device r, and CUDA counts GPUs in PCI order here.
+    let mut by_address: Vec<&GpuUnderTest> = gpus.iter().collect();
+    by_address.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+    let in_rank_order: Vec<u32> = by_address.iter().map(|g| g.index).collect();
+    effective::affinity_checks(
+        &facts.affinity,
+        &in_rank_order,
+        logged.as_ref(),
+        &machine(disc),
+        lock.map(|l| &l.torch.version),
+        report,
+    );
+}
+
+/// The image's NCCL preset: /etc/nccl.conf overlaid by the NCCL_* environment, as NCCL layers
+/// them (the environment wins), keeping only NCCL's own parameters (images also carry
+/// NCCL_VERSION and the like).
+fn image_preset(disc: &Discovery) -> Vec<(String, String)> {
+    let mut preset: Vec<(String, String)> = std::fs::read_to_string(disc.at("/etc/nccl.conf"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")) {
+        preset.retain(|(p, _)| *p != k);
+        preset.push((k, v));
+    }
+    let table = crate::lint::params::ParamTable::embedded();
+    preset.retain(|(k, _)| table.get(k).is_some());
+    preset
+}
+
+/// The subsystems NCCL logs in the effective run: INIT for the channel connections, channel
+/// counts and CPU affinity; ENV for the variables it applied; TUNING for the algorithm and
+/// protocol of each call. The version and refusals print under any subsystem.
+const NCCL_LOG_SUBSYS: &str = "INIT,ENV,TUNING";
+
+/// Message sizes of the logged run, spanning the ranges where NCCL's tuner picks LL, LL128
+/// and SIMPLE.
+const EFFECTIVE_SIZES: [u64; 5] = [1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
+
+/// NCCL once more with the image's preset, logging at INFO to files, and what the log says
+/// NCCL applied, connected and chose. The log is read even when the run fails: a refused
+/// value is often why. None when NCCL did not run or wrote no log.
+fn nccl_effective(
+    disc: &Discovery,
+    selection: &[String],
+    env: &[(String, String)],
+    budget: Duration,
+    nccl: &Nccl,
+    image_presets: &[&str],
+    report: &mut Report,
+) -> Option<NcclLog> {
+    const PHASE: &str = effective::PHASE;
+    if let Nccl::NotAsked(why) = nccl {
+        report.push(PHASE, "effective configuration", Status::Skip, why.clone());
+        return None;
+    }
+    let logs = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            report.push(
+                PHASE,
+                "NCCL run",
+                Status::Fail,
+                format!("cannot make a directory for NCCL's log: {e}"),
+            );
+            return None;
+        }
+    };
+    let preset = image_preset(disc);
+    let probe_sets = |k: &str| effective::SET_BY_PROBE.contains(&k);
+    let mut run_env: Vec<(String, String)> = env
+        .iter()
+        .chain(preset.iter())
+        .filter(|(k, _)| !probe_sets(k))
+        .cloned()
+        .collect();
+    run_env.extend([
+        ("NCCL_DEBUG".to_string(), "INFO".to_string()),
+        ("NCCL_DEBUG_SUBSYS".to_string(), NCCL_LOG_SUBSYS.to_string()),
+        // NCCL expands %h to the host name and %p to the process id (src/debug.cc,
+        // ncclDebugInit): one file per process, all of them read back.
+        (
+            "NCCL_DEBUG_FILE".to_string(),
+            logs.path().join("nccl.%h.%p.log").display().to_string(),
+        ),
+        // Multicast stays off whatever the image says.
+        ("NCCL_NVLS_ENABLE".to_string(), "0".to_string()),
+    ]);
+    let mut args = selection.to_vec();
+    args.extend([
+        "nccl".into(),
+        "--sizes".into(),
+        EFFECTIVE_SIZES.map(|s| s.to_string()).join(","),
+        "--iters".into(),
+        "1".into(),
+    ]);
+    let outcome = run_worker(&args, &run_env, budget);
+    let text = read_logs(logs.path());
+    let log = NcclLog::parse(&text);
+    let version = log.version.as_deref().unwrap_or("(version not logged)");
+    match &outcome {
+        Ok(_) => report.push(
+            PHASE,
+            "NCCL run",
+            Status::Pass,
+            format!(
+                "NCCL {version} ran all-reduce at {} bytes under the image's preset",
+                EFFECTIVE_SIZES.map(|s| s.to_string()).join(", ")
+            ),
+        ),
+        Err(e) => {
+            let warned = if log.warnings.is_empty() {
+                String::new()
+            } else {
+                format!("; NCCL warned: {}", log.warnings.join(" | "))
+            };
+            report.push(PHASE, "NCCL run", Status::Fail, format!("{e}{warned}"));
+        }
+    }
+    if text.trim().is_empty() {
+        report.push(
+            PHASE,
+            "NCCL log",
+            Status::Warn,
+            "NCCL wrote no log to NCCL_DEBUG_FILE, so what it applied and chose is unknown",
+        );
+        return None;
+    }
+    let expects_nvlink = effective::expects_nvlink(&preset, image_presets);
+    effective::nccl_checks(
+        &log,
+        &preset,
+        expects_nvlink.as_deref(),
+        crate::lint::params::ParamTable::embedded(),
+        report,
+    );
+    report.fact(
+        "nccl_effective",
+        json!({"variables": preset, "expects_nvlink": expects_nvlink, "log": log}),
+    );
+    Some(log)
+}
+
+/// Every log file NCCL wrote in `dir`, in name order, as one text.
+fn read_logs(dir: &std::path::Path) -> String {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    let mut text = String::new();
+    for file in files {
+        if let Ok(bytes) = std::fs::read(&file) {
+            text.push_str(&String::from_utf8_lossy(&bytes));
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// The node's CPUs and NUMA nodes as the kernel lists them; unknown where /sys is hidden.
+fn machine(disc: &Discovery) -> effective::Machine {
+    let count = |path: &str| {
+        std::fs::read_to_string(disc.at(path))
+            .ok()
+            .and_then(|text| nccl_log::parse_ranges(&text))
+            .filter(|listed| !listed.is_empty())
+            .map(|listed| listed.len())
+    };
+    effective::Machine {
+        cpus: count("/sys/devices/system/cpu/present"),
+        numa_nodes: count("/sys/devices/system/node/online"),
+    }
 }
 
 /// NCCL with the image's preset against NCCL's defaults, each in a fresh process since NCCL
@@ -382,23 +589,9 @@ fn preset_ab(
         report.push(PHASE, "preset vs NCCL defaults", Status::Skip, why.clone());
         return;
     }
-    let mut preset: Vec<(String, String)> = std::fs::read_to_string(disc.at("/etc/nccl.conf"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            l.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-        })
-        .collect();
-    for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")) {
-        preset.retain(|(p, _)| *p != k);
-        preset.push((k, v));
-    }
-    // Only NCCL's own parameters (images also carry NCCL_VERSION and the like), and never
-    // multicast: NCCL_NVLS_ENABLE stays 0 in both runs.
-    let table = crate::lint::params::ParamTable::embedded();
-    preset.retain(|(k, _)| k != "NCCL_NVLS_ENABLE" && table.get(k).is_some());
+    let mut preset = image_preset(disc);
+    // Never multicast: NCCL_NVLS_ENABLE stays 0 in both runs.
+    preset.retain(|(k, _)| k != "NCCL_NVLS_ENABLE");
     if preset.is_empty() {
         report.push(
             PHASE,
@@ -540,7 +733,12 @@ fn environment(disc: &Discovery, report: &mut Report) {
 }
 
 /// The image's lock against the driver, `NVIDIA_REQUIRE_*`, and the NCCL PyTorch would load.
-fn compatibility(disc: &Discovery, facts: Option<&nvml::Facts>, report: &mut Report) {
+/// Returns the lock, which later phases read too.
+fn compatibility(
+    disc: &Discovery,
+    facts: Option<&nvml::Facts>,
+    report: &mut Report,
+) -> Option<Lock> {
     const PHASE: &str = "compatibility";
     let lock_path = disc.at(LOCK_PATH_IN_IMAGE);
     let lock: Option<Lock> = match std::fs::read_to_string(&lock_path) {
@@ -586,6 +784,7 @@ fn compatibility(disc: &Discovery, facts: Option<&nvml::Facts>, report: &mut Rep
         require_checks(facts, report);
     }
     nccl_check(disc, lock.as_ref(), report);
+    lock
 }
 
 fn require_checks(facts: &nvml::Facts, report: &mut Report) {
@@ -884,6 +1083,66 @@ mod tests {
         assert_eq!(report.checks.len(), 1);
         assert_eq!(report.checks[0].status, Status::Skip);
         assert!(report.checks[0].detail.contains("no libnccl.so.2"));
+    }
+
+    #[test]
+    fn no_nccl_skips_the_effective_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let disc = Discovery::under(dir.path());
+        let plan = judge::nccl_plan(!disc.nccl_candidates().is_empty(), false, 2);
+        let mut report = Report::default();
+        let logged = nccl_effective(
+            &disc,
+            &["--pci-bus-ids".into(), "0000:1b:00.0,0000:43:00.0".into()],
+            &[],
+            Duration::from_secs(1),
+            &plan,
+            &[],
+            &mut report,
+        );
+        assert!(logged.is_none());
+        assert_eq!(report.checks.len(), 1);
+        assert_eq!(report.checks[0].phase, effective::PHASE);
+        assert_eq!(report.checks[0].status, Status::Skip);
+        assert!(report.checks[0].detail.contains("no libnccl.so.2"));
+    }
+
+    #[test]
+    fn every_process_log_is_read() {
+        // NCCL_DEBUG_FILE=nccl.%h.%p.log gives one file per process: both ranks' lines count.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("nccl.node.100.log"),
+            "node:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("nccl.node.101.log"),
+            b"node:101:101 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC\xff",
+        )
+        .unwrap();
+        let log = NcclLog::parse(&read_logs(dir.path()));
+        assert_eq!(log.links.len(), 2, "{log:?}");
+        assert!(read_logs(&dir.path().join("absent")).is_empty());
+    }
+
+    #[test]
+    fn the_machine_is_read_from_sys_or_left_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let disc = Discovery::under(dir.path());
+        assert_eq!(machine(&disc), effective::Machine::default());
+        let sys = dir.path().join("sys/devices/system");
+        std::fs::create_dir_all(sys.join("cpu")).unwrap();
+        std::fs::create_dir_all(sys.join("node")).unwrap();
+        std::fs::write(sys.join("cpu/present"), "0-223\n").unwrap();
+        std::fs::write(sys.join("node/online"), "0-1\n").unwrap();
+        assert_eq!(
+            machine(&disc),
+            effective::Machine {
+                cpus: Some(224),
+                numa_nodes: Some(2)
+            }
+        );
     }
 
     #[test]

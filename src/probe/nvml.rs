@@ -2,6 +2,7 @@
 //! retired pages, persistence and MIG modes, clocks and throttle reasons, PCIe link, NVLink
 //! links, plus the topology and P2P-status matrices between GPUs.
 
+use super::nccl_log::ranges;
 use super::policy::{ModelPolicy, for_gpu};
 use super::report::Status;
 use nvml_wrapper::Nvml;
@@ -46,6 +47,23 @@ pub struct Facts {
     pub topology: Vec<Vec<String>>,
     /// `p2p[i][j]`: NVML's P2P read status between `gpus[i]` and `gpus[j]`.
     pub p2p: Vec<Vec<String>>,
+    /// Where each GPU sits relative to the CPUs.
+    pub affinity: Vec<GpuAffinity>,
+}
+
+/// Where one GPU sits relative to the CPUs, as NVML says: what a launcher binds a rank to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuAffinity {
+    /// NVML index.
+    pub index: u32,
+    /// The CPUs NVML calls near the GPU (`0-55,112-167`), empty when its mask was empty;
+    /// None when NVML would not say.
+    pub cpus: Option<String>,
+    /// The GPU's NUMA node; None when NVML would not say.
+    pub numa_node: Option<u32>,
+    /// Why a value is absent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 /// A check result before it is placed in the report.
@@ -282,6 +300,7 @@ pub fn run(
             checks.push(pcie(&d, &tag, m));
             checks.push(nvlink(&d, &tag, m));
         }
+        facts.affinity.push(affinity(&d, i));
         facts.gpus.push(gpu);
         handles.push(d);
     }
@@ -345,6 +364,53 @@ pub fn run(
         ));
     }
     Ok((facts, checks))
+}
+
+/// Words of CPU mask asked of NVML: 4096 CPUs, more than any node has, so none is cut off.
+const AFFINITY_WORDS: usize = 64;
+
+fn affinity(d: &nvml_wrapper::Device, index: u32) -> GpuAffinity {
+    let mut unreadable = Vec::new();
+    let cpus = match d.cpu_affinity(AFFINITY_WORDS) {
+        Ok(words) => Some(ranges(&cpus_in_mask(&words))),
+        Err(e) => {
+            unreadable.push(format!("CPU affinity: {e}"));
+            None
+        }
+    };
+    let numa_node = match d.numa_node_id() {
+        // NVML's -1, read unsigned: the kernel knows no NUMA node for the GPU's PCI device.
+        Ok(u32::MAX) => {
+            unreadable.push("NUMA node: the kernel knows none for this GPU".to_string());
+            None
+        }
+        Ok(node) => Some(node),
+        Err(e) => {
+            unreadable.push(format!("NUMA node: {e}"));
+            None
+        }
+    };
+    GpuAffinity {
+        index,
+        cpus,
+        numa_node,
+        unreadable,
+    }
+}
+
+/// The CPUs set in NVML's mask, ascending: bit b of word w is CPU w * (bits per word) + b
+/// (nvmlDeviceGetCpuAffinity).
+pub fn cpus_in_mask(words: &[std::os::raw::c_ulong]) -> Vec<u32> {
+    let bits = std::os::raw::c_ulong::BITS;
+    let mut cpus = Vec::new();
+    for (w, word) in (0u32..).zip(words) {
+        for b in 0..bits {
+            if (word >> b) & 1 == 1 {
+                cpus.push(w * bits + b);
+            }
+        }
+    }
+    cpus
 }
 
 fn ecc(d: &nvml_wrapper::Device, tag: &str) -> Found {
@@ -516,6 +582,18 @@ mod tests {
         let (name, status, detail) = &checks[0];
         assert_eq!((name.as_str(), *status), ("GPU 1", Status::Fail));
         assert!(detail.contains("Unknown Error"), "{detail}");
+    }
+
+    #[test]
+    fn cpu_masks_read_bit_by_bit_across_words() {
+        let bits = std::os::raw::c_ulong::BITS;
+        // CPUs 0-3 in the first word and the first CPU of the second.
+        assert_eq!(cpus_in_mask(&[0b1111, 1]), vec![0, 1, 2, 3, bits]);
+        assert!(cpus_in_mask(&[0, 0]).is_empty());
+        assert_eq!(
+            cpus_in_mask(&[std::os::raw::c_ulong::MAX]).len(),
+            bits as usize
+        );
     }
 
     #[test]
