@@ -40,6 +40,31 @@ pub struct ProbeOptions {
     pub policy: Option<Vec<policy::ModelPolicy>>,
 }
 
+/// What NVIDIA_VISIBLE_DEVICES says about how GPUs reach the container. `void` asks the
+/// toolkit's legacy hook for nothing; CDI specs (`nvidia-ctk cdi generate`) set it so while
+/// they bring the device nodes themselves, so `void` with GPU nodes present is CDI at work.
+fn visible_devices(value: Option<&str>, in_container: bool, gpu_nodes: usize) -> (Status, String) {
+    match value {
+        Some(v @ ("void" | "none" | "")) if in_container && gpu_nodes > 0 => (
+            Status::Pass,
+            format!("`{v}` with {gpu_nodes} GPU nodes present: the devices came through CDI"),
+        ),
+        Some(v @ ("void" | "none" | "")) if in_container => {
+            (Status::Warn, format!("`{v}`: the toolkit injects no GPU"))
+        }
+        Some(v) => (Status::Pass, v.to_string()),
+        None if in_container && gpu_nodes > 0 => (
+            Status::Pass,
+            format!("unset, {gpu_nodes} GPU nodes present (a CDI device or a device mount)"),
+        ),
+        None if in_container => (
+            Status::Warn,
+            "unset: without it (or --gpus / a CDI device) the toolkit injects nothing".into(),
+        ),
+        None => (Status::Skip, "unset (not needed on a host)".into()),
+    }
+}
+
 /// A private directory for the workers' files. Minimal images may have no /tmp (nor
 /// TMPDIR): /dev/shm, which every runtime mounts, and /var/tmp come next.
 fn scratch_dir() -> Result<tempfile::TempDir, String> {
@@ -455,7 +480,7 @@ fn nccl_effective(
         report.push(PHASE, "effective configuration", Status::Skip, why.clone());
         return None;
     }
-    let logs = match tempfile::tempdir() {
+    let logs = match scratch_dir() {
         Ok(dir) => dir,
         Err(e) => {
             report.push(
@@ -641,30 +666,16 @@ fn environment(disc: &Discovery, report: &mut Report) {
     );
     let in_container = kind != "host";
     let visible = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
-    match visible.as_deref() {
-        Some("void") | Some("none") | Some("") if in_container => report.push(
-            PHASE,
-            "NVIDIA_VISIBLE_DEVICES",
-            Status::Warn,
-            format!(
-                "`{}`: the toolkit injects no GPU",
-                visible.as_deref().unwrap_or("")
-            ),
-        ),
-        Some(v) => report.push(PHASE, "NVIDIA_VISIBLE_DEVICES", Status::Pass, v.to_string()),
-        None if in_container => report.push(
-            PHASE,
-            "NVIDIA_VISIBLE_DEVICES",
-            Status::Warn,
-            "unset: without it (or --gpus / a CDI device) the toolkit injects nothing",
-        ),
-        None => report.push(
-            PHASE,
-            "NVIDIA_VISIBLE_DEVICES",
-            Status::Skip,
-            "unset (not needed on a host)",
-        ),
-    }
+    let gpu_nodes = disc
+        .device_nodes()
+        .iter()
+        .filter(|n| {
+            n.strip_prefix("nvidia")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count();
+    let (status, detail) = visible_devices(visible.as_deref(), in_container, gpu_nodes);
+    report.push(PHASE, "NVIDIA_VISIBLE_DEVICES", status, detail);
     let caps_var = std::env::var("NVIDIA_DRIVER_CAPABILITIES").ok();
     let (caps, ok) = env::capabilities(caps_var.as_deref());
     report.push(
@@ -959,6 +970,16 @@ fn nccl_version(path: &std::path::Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn void_with_gpu_nodes_is_cdi_and_void_without_them_is_no_gpu() {
+        assert_eq!(visible_devices(Some("void"), true, 2).0, Status::Pass);
+        assert!(visible_devices(Some("void"), true, 2).1.contains("CDI"));
+        assert_eq!(visible_devices(Some("void"), true, 0).0, Status::Warn);
+        assert_eq!(visible_devices(None, true, 0).0, Status::Warn);
+        assert_eq!(visible_devices(Some("0,1"), true, 2).0, Status::Pass);
+        assert_eq!(visible_devices(None, false, 0).0, Status::Skip);
+    }
 
     #[test]
     fn default_sizes_climb_by_16_to_the_top() {
