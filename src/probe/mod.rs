@@ -530,8 +530,13 @@ fn nccl_effective(
             "NCCL run",
             Status::Pass,
             format!(
-                "NCCL {version} ran all-reduce at {} bytes under the image's preset",
-                EFFECTIVE_SIZES.map(|s| s.to_string()).join(", ")
+                "NCCL {version} ran all-reduce at {} bytes {}",
+                EFFECTIVE_SIZES.map(|s| s.to_string()).join(", "),
+                if preset.iter().any(|(k, _)| !probe_sets(k)) {
+                    "under the image's preset"
+                } else {
+                    "with its defaults (no preset variable set)"
+                }
             ),
         ),
         Err(e) => {
