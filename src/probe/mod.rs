@@ -660,6 +660,49 @@ fn preset_ab(
 }
 
 /// Container or host, the toolkit's variables, device nodes and driver libraries.
+/// On a host, the node's CDI specs as runtimes will read them: present, their device nodes
+/// there, their libraries those of the running driver. Specs are optional (the toolkit's
+/// legacy hook needs none), so their absence is a skip; a broken one is a failure.
+fn cdi_preflight(disc: &Discovery, report: &mut Report) {
+    const PHASE: &str = "cdi";
+    let dirs: Vec<std::path::PathBuf> = crate::cdi::DEFAULT_SPEC_DIRS
+        .iter()
+        .map(|d| disc.at(d))
+        .collect();
+    let specs = match crate::cdi::load(&dirs) {
+        Ok(specs) => specs,
+        Err(e) => {
+            report.push(PHASE, "CDI spec", Status::Fail, e.to_string());
+            return;
+        }
+    };
+    if specs.is_empty() {
+        report.push(
+            PHASE,
+            "CDI spec",
+            Status::Skip,
+            format!(
+                "none in {}: containers get GPUs through the toolkit's hook, or \
+                 `nvidia-ctk cdi generate` writes one for CDI runtimes",
+                crate::cdi::DEFAULT_SPEC_DIRS.join(" or ")
+            ),
+        );
+        return;
+    }
+    let driver = std::fs::read_to_string(disc.at("/proc/driver/nvidia/version"))
+        .ok()
+        .and_then(|t| crate::cdi::driver_version(&t));
+    let exists = |p: &str| disc.at(p).exists();
+    for f in crate::cdi::preflight(&specs, driver.as_deref(), &exists) {
+        report.push(
+            PHASE,
+            f.name,
+            if f.ok { Status::Pass } else { Status::Fail },
+            f.detail,
+        );
+    }
+}
+
 fn environment(disc: &Discovery, report: &mut Report) {
     const PHASE: &str = "environment";
     let (kind, evidence) = disc.container();
@@ -670,6 +713,9 @@ fn environment(disc: &Discovery, report: &mut Report) {
         format!("{kind} ({evidence})"),
     );
     let in_container = kind != "host";
+    if !in_container {
+        cdi_preflight(disc, report);
+    }
     let visible = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
     let gpu_nodes = disc
         .device_nodes()
@@ -975,6 +1021,46 @@ fn nccl_version(path: &std::path::Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_with_a_cdi_spec_left_by_an_older_driver_fails_its_preflight() {
+        let root = tempfile::tempdir().unwrap();
+        let put = |path: &str, text: &str| {
+            let at = root.path().join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, text).unwrap();
+        };
+        put("/dev/nvidia0", "");
+        put("/usr/lib/x86_64-linux-gnu/libcuda.so.570.86.15", "");
+        put(
+            "/proc/driver/nvidia/version",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 2025\n",
+        );
+        put(
+            "/etc/cdi/nvidia.yaml",
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    deviceNodes: [{path: /dev/nvidia0}]\ncontainerEdits:\n  mounts:\n  - {hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.570.86.15, containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.570.86.15}\n",
+        );
+        let mut report = Report::default();
+        cdi_preflight(&Discovery::under(root.path()), &mut report);
+        let libs = report
+            .checks
+            .iter()
+            .find(|c| c.name == "CDI driver libraries")
+            .unwrap();
+        assert_eq!(libs.status, Status::Fail, "{}", libs.detail);
+        assert!(libs.detail.contains("580.95.05"), "{}", libs.detail);
+        let nodes = report
+            .checks
+            .iter()
+            .find(|c| c.name == "CDI device nodes")
+            .unwrap();
+        assert_eq!(nodes.status, Status::Pass, "{}", nodes.detail);
+
+        let bare = tempfile::tempdir().unwrap();
+        let mut report = Report::default();
+        cdi_preflight(&Discovery::under(bare.path()), &mut report);
+        assert_eq!(report.checks[0].status, Status::Skip);
+    }
 
     #[test]
     fn void_with_gpu_nodes_is_cdi_and_void_without_them_is_no_gpu() {
