@@ -46,7 +46,7 @@ pub enum Error {
     Invalid(Box<Invalid>),
     /// No combination in the compatibility database satisfies the recipe.
     #[error("{0}")]
-    Unsatisfiable(Box<crate::resolve::Conflict>),
+    Unsatisfiable(Box<Conflict>),
     /// A preset name matched no file in the search path or the built-in set.
     #[error("{}", unknown_preset(.name, .referenced_at, .known))]
     UnknownPreset {
@@ -188,3 +188,62 @@ impl Error {
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A resolution that found no build, explained.
+#[derive(Debug, serde::Serialize)]
+pub struct Conflict {
+    /// The recipe file.
+    pub recipe: String,
+    /// Every constraint, as asked.
+    pub asked: Vec<String>,
+    /// The builds matching the recipe's PyTorch and CUDA asks, each with what refused it.
+    pub refused: Vec<(String, Vec<String>)>,
+    /// How many builds each constraint refused.
+    pub refused_by: Vec<(String, usize)>,
+    /// What would run with one constraint relaxed.
+    pub would_run: Vec<String>,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: no PyTorch build meets every constraint",
+            self.recipe
+        )?;
+        writeln!(f, "  asked: {}", self.asked.join("; "))?;
+        if self.refused.is_empty() {
+            writeln!(f, "  no build matches the PyTorch and CUDA asks at all:")?;
+            for (asked, n) in &self.refused_by {
+                writeln!(f, "    {asked} refuses {n} builds")?;
+            }
+        } else {
+            // Reasons name the build they refuse; several builds of one release often share
+            // one (a Python range), so each is said once.
+            let mut said: Vec<&str> = Vec::new();
+            for reason in self.refused.iter().flat_map(|(_, why)| why) {
+                if !said.contains(&reason.as_str()) {
+                    said.push(reason);
+                }
+            }
+            for reason in said.iter().take(8) {
+                writeln!(f, "  {reason}")?;
+            }
+            if said.len() > 8 {
+                writeln!(f, "  ... and {} more reasons", said.len() - 8)?;
+            }
+        }
+        if self.would_run.is_empty() {
+            write!(
+                f,
+                "  relaxing any single constraint is not enough; see `gpubake compat`"
+            )?;
+        } else {
+            write!(f, "  what would run instead:")?;
+            for line in &self.would_run {
+                write!(f, "\n    - {line}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -44,4 +44,17 @@ mod tests {
             assert!(!text.contains(&needle), "src/{file} imports the linter");
         }
     }
+
+    /// The error type sits below everything: it names what went wrong with plain data and
+    /// imports only the NCCL knowledge (for name suggestions).
+    #[test]
+    fn the_error_type_imports_nothing_above_it() {
+        let text = include_str!("../error.rs");
+        for upper in [
+            "resolve", "lint", "preset", "recipe", "image", "probe", "certify",
+        ] {
+            let needle = format!("crate::{upper}");
+            assert!(!text.contains(&needle), "src/error.rs imports {needle}");
+        }
+    }
 }

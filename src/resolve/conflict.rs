@@ -3,23 +3,7 @@
 
 use super::{Candidate, Rule, rank};
 use crate::compat::Compat;
-use serde::Serialize;
-use std::fmt;
-
-/// A resolution that found no build, explained.
-#[derive(Debug, Serialize)]
-pub struct Conflict {
-    /// The recipe file.
-    pub recipe: String,
-    /// Every constraint, as asked.
-    pub asked: Vec<String>,
-    /// The builds matching the recipe's PyTorch and CUDA asks, each with what refused it.
-    pub refused: Vec<(String, Vec<String>)>,
-    /// How many builds each constraint refused.
-    pub refused_by: Vec<(String, usize)>,
-    /// What would run with one constraint relaxed.
-    pub would_run: Vec<String>,
-}
+pub use crate::error::Conflict;
 
 impl Conflict {
     /// Builds the explanation from the rules and all candidates.
@@ -95,49 +79,5 @@ impl Conflict {
             refused_by,
             would_run,
         }
-    }
-}
-
-impl fmt::Display for Conflict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{}: no PyTorch build meets every constraint",
-            self.recipe
-        )?;
-        writeln!(f, "  asked: {}", self.asked.join("; "))?;
-        if self.refused.is_empty() {
-            writeln!(f, "  no build matches the PyTorch and CUDA asks at all:")?;
-            for (asked, n) in &self.refused_by {
-                writeln!(f, "    {asked} refuses {n} builds")?;
-            }
-        } else {
-            // Reasons name the build they refuse; several builds of one release often share
-            // one (a Python range), so each is said once.
-            let mut said: Vec<&str> = Vec::new();
-            for reason in self.refused.iter().flat_map(|(_, why)| why) {
-                if !said.contains(&reason.as_str()) {
-                    said.push(reason);
-                }
-            }
-            for reason in said.iter().take(8) {
-                writeln!(f, "  {reason}")?;
-            }
-            if said.len() > 8 {
-                writeln!(f, "  ... and {} more reasons", said.len() - 8)?;
-            }
-        }
-        if self.would_run.is_empty() {
-            write!(
-                f,
-                "  relaxing any single constraint is not enough; see `gpubake compat`"
-            )?;
-        } else {
-            write!(f, "  what would run instead:")?;
-            for line in &self.would_run {
-                write!(f, "\n    - {line}")?;
-            }
-        }
-        Ok(())
     }
 }
