@@ -118,9 +118,19 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
             c.detail.clone(),
         );
     }
-    let config = config_of(&opened)?;
-    let lock: Option<Lock> = read_file(&opened.layout, &opened.manifest, LOCK_PATH_IN_IMAGE)?
-        .and_then(|b| serde_yaml::from_slice(&b).ok());
+    // From here on a damaged image is a failed check in the certificate, not an error: CI
+    // gets its verdict (exit 1) and its JSON and JUnit files either way.
+    let config = config_of(&opened).unwrap_or_else(|e| {
+        report.push("structure", "config readable", Status::Fail, e.to_string());
+        Value::Null
+    });
+    let lock: Option<Lock> = match read_file(&opened.layout, &opened.manifest, LOCK_PATH_IN_IMAGE) {
+        Ok(bytes) => bytes.and_then(|b| serde_yaml::from_slice(&b).ok()),
+        Err(e) => {
+            report.push("structure", "layers readable", Status::Fail, e.to_string());
+            None
+        }
+    };
     let env: Vec<(String, String)> = strings(&config["config"]["Env"])
         .into_iter()
         .filter_map(|e| {
@@ -132,15 +142,28 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     require_cuda(&env, lock.as_ref(), &mut report);
     secrets(&env, &mut report);
     layers(&opened, opts, &mut report);
-    contents(&opened, &config, lock.as_ref(), &mut report)?;
+    if let Err(e) = contents(&opened, &config, lock.as_ref(), &mut report) {
+        report.push("static", "pins vs content", Status::Fail, e.to_string());
+    }
 
+    let damaged = report
+        .checks
+        .iter()
+        .any(|c| c.phase == "structure" && c.status == Status::Fail);
     let mut code = if report.worst() == Status::Fail { 1 } else { 0 };
-    if opts.gpus == Gpus::None {
+    if damaged && opts.gpus != Gpus::None {
         report.push(
             "probe",
             "gpubake probe in a container",
             Status::Skip,
-            "not requested (--gpus none)",
+            "not run: the image failed its structure checks",
+        );
+    } else if opts.gpus == Gpus::None {
+        report.push(
+            "probe",
+            "gpubake probe in a container",
+            Status::Skip,
+            "not requested (--gpus none or 0 asks for no GPU)",
         );
     } else {
         match dynamic(&opened, &config, image, opts, policy, &mut report) {

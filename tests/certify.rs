@@ -67,7 +67,9 @@ fn a_clean_preflight_image_is_certified_and_the_certificate_is_written() {
     ]);
     assert_exit(&out, 0);
     assert!(
-        stdout(&out).contains("SKIP  gpubake probe in a container  not requested (--gpus none)"),
+        stdout(&out).contains(
+            "SKIP  gpubake probe in a container  not requested (--gpus none or 0 asks for no GPU)"
+        ),
         "{}",
         stdout(&out)
     );
@@ -730,4 +732,65 @@ fn files_reach_an_engine_container_before_it_starts() {
     engine.remove_image(tag);
     assert_eq!(run.exit_code, 0, "{}", run.stderr);
     assert_eq!(run.stdout, "- match: X\n");
+}
+
+/// A layer whose compressed stream is broken (not only its digest) is a failed check: certify
+/// exits 1 and still writes its certificate and JUnit file, as `verify` reports it.
+#[test]
+fn a_corrupt_layer_fails_certify_and_the_outputs_are_still_written() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let report: Value =
+        serde_json::from_str(&stdout(&gpubake(&["inspect", &image, "--json"]))).unwrap();
+    for layer in report["layers"].as_array().unwrap() {
+        let digest = layer["digest"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:");
+        let blob = dir.path().join("out/blobs/sha256").join(digest);
+        let mut bytes = std::fs::read(&blob).unwrap();
+        // Garble the deflate stream itself past the gzip header.
+        let start = 10.min(bytes.len());
+        let end = (start + 256).min(bytes.len());
+        for b in &mut bytes[start..end] {
+            *b = 0xff;
+        }
+        std::fs::write(&blob, bytes).unwrap();
+    }
+    let cert = dir.path().join("cert.json");
+    let junit = dir.path().join("cert.xml");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--gpus",
+        "all",
+        "--out",
+        cert.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("FAIL"), "{text}");
+    assert!(
+        text.contains("not run: the image failed its structure checks"),
+        "{text}"
+    );
+    let c: Value = serde_json::from_slice(&std::fs::read(&cert).unwrap()).unwrap();
+    assert!(
+        c["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["status"] == "FAIL"),
+        "{c}"
+    );
+    assert!(
+        std::fs::read_to_string(&junit)
+            .unwrap()
+            .contains("<failure")
+    );
 }
