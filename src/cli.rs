@@ -1010,6 +1010,7 @@ fn emit(path: Option<&Path>, text: &str) -> Result<()> {
 
 fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
     let catalog = Catalog::from_env(dirs);
+    let mut list_code = 0;
     let here = Location {
         file: "command line".into(),
         line: None,
@@ -1031,8 +1032,17 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
                 file: String,
             }
             let mut rows = Vec::new();
+            // One broken file does not hide the others: it is named with its error, and the
+            // listing exits 2 as bad input.
+            let mut broken = Vec::new();
             for name in catalog.names() {
-                let p = catalog.load(&name, &here, None)?;
+                let p = match catalog.load(&name, &here, None) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        broken.push(format!("{name}: {e}"));
+                        continue;
+                    }
+                };
                 rows.push(Row {
                     name,
                     requires_nccl: p.file.requires.nccl.as_ref().map(ToString::to_string),
@@ -1041,6 +1051,12 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
                     description: p.file.description,
                     extends: p.file.extends,
                 });
+            }
+            for b in &broken {
+                eprintln!("error: preset {b}");
+            }
+            if !broken.is_empty() {
+                list_code = 2;
             }
             if json {
                 println!(
@@ -1114,7 +1130,7 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
             return Ok(if rows.is_empty() { 0 } else { 1 });
         }
     }
-    Ok(0)
+    Ok(list_code)
 }
 
 /// Prints an error the way every command does, and returns its exit code.

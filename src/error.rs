@@ -48,7 +48,7 @@ pub enum Error {
     #[error("{0}")]
     Unsatisfiable(Box<Conflict>),
     /// A preset name matched no file in the search path or the built-in set.
-    #[error("{}", unknown_preset(.name, .referenced_at, .known))]
+    #[error("{}", unknown_preset(.name, .referenced_at, .known, .searched))]
     UnknownPreset {
         /// The name asked for.
         name: String,
@@ -56,6 +56,8 @@ pub enum Error {
         referenced_at: Location,
         /// The presets that do exist.
         known: Vec<String>,
+        /// Where it was looked for, in order.
+        searched: Vec<String>,
     },
     /// Presets extend each other in a loop.
     #[error("{at}: presets extend each other in a loop: {}", .chain.join(" -> "))]
@@ -126,8 +128,11 @@ fn help_suffix(help: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-fn unknown_preset(name: &str, at: &Location, known: &[String]) -> String {
-    let mut text = format!("{at}: no preset named `{name}`");
+fn unknown_preset(name: &str, at: &Location, known: &[String], searched: &[String]) -> String {
+    let mut text = format!(
+        "{at}: no preset named `{name}` (looked in {})",
+        searched.join(", ")
+    );
     if let Some(best) = crate::nccl::suggest::closest(name, known.iter().map(String::as_str)) {
         text.push_str(&format!(" (did you mean `{best}`?)"));
     }

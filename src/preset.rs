@@ -84,6 +84,14 @@ pub struct Preset {
 }
 
 impl Preset {
+    /// Read from a file that hides a built-in preset of the same name.
+    pub fn shadows_builtin(&self) -> bool {
+        !self.doc.name().starts_with("builtin:")
+            && BUILTIN_PRESETS
+                .get_file(format!("{}.yaml", self.name))
+                .is_some()
+    }
+
     /// Parses and checks a document as a preset named `name`.
     pub fn parse(name: impl Into<String>, doc: Document) -> Result<Self> {
         let file: PresetFile = doc.parse("preset", field_help)?;
@@ -139,6 +147,15 @@ impl Catalog {
         Catalog { dirs }
     }
 
+    /// Where names are looked up, in order, for messages.
+    pub fn searched(&self) -> Vec<String> {
+        self.dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .chain(std::iter::once("the built-in presets".to_string()))
+            .collect()
+    }
+
     /// Every preset name visible through the catalog, sorted.
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = BUILTIN_PRESETS
@@ -186,6 +203,7 @@ impl Catalog {
             name: name.to_string(),
             referenced_at: from.clone(),
             known: self.names(),
+            searched: self.searched(),
         })
     }
 

@@ -390,3 +390,55 @@ fn offline_without_a_pylock_is_bad_input() {
         "{err}"
     );
 }
+
+/// One broken preset file does not hide the others from `presets list`: it is named with its
+/// error and the listing exits 2; an unknown name says where it was looked for.
+#[test]
+fn a_broken_preset_file_is_named_and_the_rest_are_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let presets = dir.path().join("env-presets");
+    std::fs::create_dir_all(&presets).unwrap();
+    std::fs::write(presets.join("broken.yaml"), "env: [not, a, map\n").unwrap();
+    let out = common::gpubake_in(dir.path(), &["presets", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(
+        common::stdout(&out).contains("nvlink"),
+        "{}",
+        common::stdout(&out)
+    );
+    assert!(
+        common::stderr(&out).contains("broken"),
+        "{}",
+        common::stderr(&out)
+    );
+
+    let out = common::gpubake_in(dir.path(), &["presets", "show", "nosuch"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert!(err.contains("looked in env-presets"), "{err}");
+    assert!(err.contains("the built-in presets"), "{err}");
+}
+
+/// A `./env-presets/base.yaml` takes the place of the built-in `base`: resolve says so.
+#[test]
+fn a_local_preset_that_shadows_a_builtin_is_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let presets = dir.path().join("env-presets");
+    std::fs::create_dir_all(&presets).unwrap();
+    std::fs::write(
+        presets.join("base.yaml"),
+        "description: local\nenv:\n  NCCL_DEBUG: {value: WARN, reason: quiet}\n",
+    )
+    .unwrap();
+    common::write(
+        dir.path(),
+        "r.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let out = common::gpubake_in(dir.path(), &["resolve", "r.yaml", "--no-closure"]);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("preset `base` is read from") && err.contains("built-in preset"),
+        "{err}"
+    );
+}

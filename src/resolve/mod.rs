@@ -248,6 +248,14 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
         base_glibc.clone(),
         env,
     );
+    for layer in layers.iter().filter(|l| l.shadows_builtin()) {
+        lock.warnings.push(format!(
+            "preset `{}` is read from {}, which takes the place of the built-in preset of that \
+             name (a file in a preset directory or ./env-presets wins)",
+            layer.name,
+            layer.doc.name()
+        ));
+    }
     if !nccl_checked(&chosen) {
         let asked: Vec<String> = nccl.iter().map(|(c, by)| format!("`{c}` ({by})")).collect();
         lock.warnings.push(format!(
