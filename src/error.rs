@@ -48,16 +48,15 @@ pub enum Error {
     #[error("{0}")]
     Unsatisfiable(Box<Conflict>),
     /// A preset name matched no file in the search path or the built-in set.
-    #[error("{}", unknown_preset(.name, .referenced_at, .known, .searched))]
+    #[error("{}", unknown_preset(.name, .referenced_at, &.lookup.0, &.lookup.1))]
     UnknownPreset {
         /// The name asked for.
         name: String,
         /// Where it was asked for.
         referenced_at: Location,
-        /// The presets that do exist.
-        known: Vec<String>,
-        /// Where it was looked for, in order.
-        searched: Vec<String>,
+        /// The presets that do exist, and where they were looked for, in order (boxed: errors
+        /// travel in every Result and stay small).
+        lookup: Box<(Vec<String>, Vec<String>)>,
     },
     /// Presets extend each other in a loop.
     #[error("{at}: presets extend each other in a loop: {}", .chain.join(" -> "))]

@@ -202,8 +202,7 @@ impl Catalog {
         Err(Error::UnknownPreset {
             name: name.to_string(),
             referenced_at: from.clone(),
-            known: self.names(),
-            searched: self.searched(),
+            lookup: Box::new((self.names(), self.searched())),
         })
     }
 
