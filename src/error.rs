@@ -206,6 +206,8 @@ pub struct Conflict {
     pub refused_by: Vec<(String, usize)>,
     /// What would run with one constraint relaxed.
     pub would_run: Vec<String>,
+    /// The PyTorch releases the database knows, when the one asked for is not among them.
+    pub known_releases: Vec<String>,
 }
 
 impl fmt::Display for Conflict {
@@ -220,6 +222,13 @@ impl fmt::Display for Conflict {
             writeln!(f, "  no build matches the PyTorch and CUDA asks at all:")?;
             for (asked, n) in &self.refused_by {
                 writeln!(f, "    {asked} refuses {n} builds")?;
+            }
+            if !self.known_releases.is_empty() {
+                writeln!(
+                    f,
+                    "  known PyTorch releases: {}",
+                    self.known_releases.join(", ")
+                )?;
             }
         } else {
             // Reasons name the build they refuse; several builds of one release often share

@@ -275,3 +275,28 @@ fn an_unknown_nccl_pin_resolves_with_a_warning() {
     let known = lock("pytorch: '2.5'\npresets: [base]\n");
     assert_eq!(text(&known.nccl.version), "2.21.5");
 }
+
+/// The conflict report as a new user met it: an unknown release lists the known ones, a
+/// constraint two presets share is said once, and a recipe's only GPU is never advised away.
+#[test]
+fn conflicts_list_known_releases_say_each_ask_once_and_keep_the_only_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let unknown = common::write(dir.path(), "a.yaml", "name: r\nbase: x\npytorch: '2.99'\n");
+    let out = common::gpubake(&["resolve", &unknown, "--no-closure"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert!(err.contains("known PyTorch releases: 2.4, 2.5"), "{err}");
+
+    let blackwell = common::write(
+        dir.path(),
+        "d.yaml",
+        "name: r\nbase: x\npytorch: '2.6'\ngpus: [rtx5090]\npresets: [base, nvlink]\n",
+    );
+    let out = common::gpubake(&["resolve", &blackwell, "--no-closure"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert_eq!(err.matches(">=2.20").count(), 1, "{err}");
+    assert!(err.contains("presets base, nvlink"), "{err}");
+    assert!(!err.contains("without the GPUs"), "{err}");
+    assert!(err.contains("with another PyTorch release"), "{err}");
+}
