@@ -143,7 +143,8 @@ enum Command {
     /// ($GPUBAKE_CACHE_DIR, else ~/.cache/gpubake) and installed natively into a virtual
     /// environment at /opt/gpubake/venv over the base's CPython, one layer per large wheel.
     ///
-    /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (default) or docker-archive:FILE[:NAME:TAG].
+    /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (a plain DIR means the same),
+    /// docker-archive:FILE[:NAME:TAG] or docker-daemon:NAME:TAG (through the Docker Engine).
     /// Two builds of the same recipe and base give the same digest (SOURCE_DATE_EPOCH sets the
     /// timestamps, 0 by default); unchanged layers are not written again.
     ///
@@ -217,7 +218,8 @@ enum Command {
     ///
     /// Example: gpubake inspect oci:./out:v1
     Inspect {
-        /// The image: oci:DIR[:TAG] or docker-archive:FILE[:NAME:TAG].
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
+        /// docker-daemon:NAME:TAG.
         image: String,
         /// Print as JSON.
         #[arg(long)]
@@ -229,7 +231,8 @@ enum Command {
     ///
     /// Example: gpubake verify oci:./out:v1
     Verify {
-        /// The image: oci:DIR[:TAG] or docker-archive:FILE[:NAME:TAG].
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
+        /// docker-daemon:NAME:TAG.
         image: String,
         /// Print as JSON.
         #[arg(long)]
@@ -245,7 +248,8 @@ enum Command {
     ///
     /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
     Certify {
-        /// The image: oci:DIR[:TAG] or docker-archive:FILE[:NAME:TAG].
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
+        /// docker-daemon:NAME:TAG.
         image: String,
         /// GPUs for the probe: all, a number, or none (static checks only).
         #[arg(long, default_value = "all")]
@@ -380,7 +384,21 @@ pub fn run(cli: Cli) -> Result<i32> {
                 driver,
                 preset_dirs: preset_dir,
             };
-            let mut resolved = resolve::resolve_recipe(&loaded, &opts)?;
+            let mut resolved = match resolve::resolve_recipe(&loaded, &opts) {
+                Ok(r) => r,
+                Err(e) => {
+                    // A script that asked for JSON gets JSON on failure too: the error, its
+                    // exit code and, for a conflict, its parts.
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&error_json(&e))
+                                .expect("errors serialize")
+                        );
+                    }
+                    return Err(e);
+                }
+            };
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
             }
@@ -604,6 +622,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                     start.elapsed().as_secs_f64()
                 );
                 println!("  manifest {}", report.manifest);
+                if report.image.starts_with("docker-daemon:") {
+                    // The engine keeps no manifest of ours: it stores the image under its
+                    // config digest, and `inspect docker-daemon:` rebuilds a manifest from
+                    // `docker save`, whose digest differs. Name the one the engine shows.
+                    println!(
+                        "  image ID {} in the engine (what `docker images` shows; the engine \
+                         does not keep the manifest above, and `inspect docker-daemon:` \
+                         reports one rebuilt from `docker save`)",
+                        report.config
+                    );
+                }
                 for l in &report.layers {
                     println!(
                         "  {:<8} {} {:>9} {}",
@@ -1131,6 +1160,15 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
         }
     }
     Ok(list_code)
+}
+
+/// An error as JSON: its message, its exit code, and a conflict's parts.
+fn error_json(err: &Error) -> serde_json::Value {
+    let mut v = serde_json::json!({"error": err.to_string(), "exit": err.exit_code()});
+    if let Error::Unsatisfiable(conflict) = err {
+        v["conflict"] = serde_json::to_value(conflict).expect("conflicts serialize");
+    }
+    v
 }
 
 /// Prints an error the way every command does, and returns its exit code.

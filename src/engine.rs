@@ -121,8 +121,16 @@ impl Engine {
                 .map_err(|e| Error::io(&to, e))?;
             let mut stream = docker.export_image(&name);
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| {
-                    Error::Environment(format!("exporting {name} from the engine: {e}"))
+                let chunk = chunk.map_err(|e| match e {
+                    // The engine answered: it has no such image. That is the name given, like
+                    // a missing OCI directory (exit 2), not a missing engine (exit 3).
+                    bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        message,
+                    } => Error::Usage(format!(
+                        "docker-daemon:{name}: the engine has no such image ({message})"
+                    )),
+                    e => Error::Environment(format!("exporting {name} from the engine: {e}")),
                 })?;
                 file.write_all(&chunk)
                     .await

@@ -380,6 +380,14 @@ fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
         &format!("docker-daemon:{loaded}"),
     ]);
     assert_exit(&out, 0);
+    // The digest the build names for the engine is the one the engine shows.
+    let (ok, id_shown) = docker(&["image", "inspect", "--format", "{{.Id}}", &loaded]);
+    assert!(ok);
+    assert!(
+        stdout(&out).contains(&format!("image ID {} in the engine", id_shown.trim())),
+        "{}",
+        stdout(&out)
+    );
     let (ok, conf2) = docker(&["run", "--rm", &loaded, "cat", "/etc/nccl.conf"]);
     assert!(ok && conf2 == conf, "{conf2}");
 
@@ -792,5 +800,21 @@ fn a_corrupt_layer_fails_certify_and_the_outputs_are_still_written() {
         std::fs::read_to_string(&junit)
             .unwrap()
             .contains("<failure")
+    );
+}
+
+/// An image the engine does not have is the name given, like a missing OCI directory (exit 2);
+/// only an engine that does not answer is the environment (exit 3).
+#[test]
+fn an_image_the_engine_does_not_have_is_bad_input() {
+    if engine().is_none() {
+        return;
+    }
+    let out = gpubake(&["inspect", "docker-daemon:gpubake-no-such-image:never"]);
+    assert_exit(&out, 2);
+    assert!(
+        common::stderr(&out).contains("the engine has no such image"),
+        "{}",
+        common::stderr(&out)
     );
 }

@@ -300,3 +300,16 @@ fn conflicts_list_known_releases_say_each_ask_once_and_keep_the_only_gpu() {
     assert!(!err.contains("without the GPUs"), "{err}");
     assert!(err.contains("with another PyTorch release"), "{err}");
 }
+
+/// `resolve --json` answers in JSON when it fails too, with the exit code and the conflict.
+#[test]
+fn a_failed_resolve_still_prints_json_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(dir.path(), "a.yaml", "name: r\nbase: x\npytorch: '2.99'\n");
+    let out = common::gpubake(&["resolve", &recipe, "--no-closure", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit"], 2);
+    assert!(v["error"].as_str().unwrap().contains("no PyTorch build"));
+    assert!(v["conflict"]["known_releases"].as_array().unwrap().len() > 5);
+}

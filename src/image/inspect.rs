@@ -215,8 +215,13 @@ impl Inspection {
     /// The human view: pins, layers, presets with provenance, environment.
     pub fn to_text(&self) -> String {
         let info = self;
+        let rebuilt = if info.image.starts_with("docker-daemon:") {
+            " (rebuilt from `docker save`: the engine keeps no manifest; its image ID is the config digest)"
+        } else {
+            ""
+        };
         let mut out = format!(
-            "image     {}\nmanifest  {}\nplatform  {}\n",
+            "image     {}\nmanifest  {}{rebuilt}\nplatform  {}\n",
             info.image, info.manifest, info.platform
         );
         if let Some(c) = &info.created {

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// Where an image is read from or written to.
@@ -73,10 +73,23 @@ impl FromStr for Transport {
         if let Some(rest) = text.strip_prefix("docker://") {
             return Ok(Transport::Registry(rest.to_string()));
         }
-        Err(Error::Usage(format!(
-            "`{text}` names no transport: use oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG], \
-             docker-daemon:NAME:TAG or docker://REGISTRY/NAME:TAG"
-        )))
+        // A word before a colon that is no path (`containers-storage:img`) names a transport
+        // gpubake does not have; anything else is a path, and a path is an OCI layout, the
+        // default the help promises.
+        if let Some((scheme, _)) = text.split_once(':')
+            && !scheme.is_empty()
+            && scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'+')
+            && !Path::new(scheme).exists()
+        {
+            return Err(Error::Usage(format!(
+                "`{text}`: `{scheme}:` is not a transport gpubake reads or writes; use a \
+                 directory (an OCI layout), oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG] or \
+                 docker-daemon:NAME:TAG"
+            )));
+        }
+        format!("oci:{text}").parse()
     }
 }
 
@@ -153,6 +166,33 @@ mod tests {
         assert!("ubuntu:24.04".parse::<Transport>().is_err());
         assert!("oci:".parse::<Transport>().is_err());
         assert_eq!(t("oci:./img:v1").to_string(), "oci:./img:v1");
+    }
+
+    #[test]
+    fn a_plain_path_is_an_oci_layout_and_an_unknown_scheme_is_refused() {
+        assert_eq!(
+            t("./out"),
+            Transport::Oci {
+                dir: "./out".into(),
+                tag: None
+            }
+        );
+        assert_eq!(
+            t("/abs/out:v1"),
+            Transport::Oci {
+                dir: "/abs/out".into(),
+                tag: Some("v1".into())
+            }
+        );
+        let err = "containers-storage:img"
+            .parse::<Transport>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`containers-storage:` is not a transport"),
+            "{err}"
+        );
+        assert!(!err.contains("docker://"), "{err}");
     }
 
     #[test]
