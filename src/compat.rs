@@ -230,6 +230,9 @@ pub struct GpuFamily {
     /// Models whose NVLink is a bridge joining a few cards (PCIe boards), not every GPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlink_bridge: Vec<String>,
+    /// Models whose host CPU is Arm (Grace superchips): their nodes run aarch64 images.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arm_hosts: Vec<String>,
 }
 
 /// How the GPUs of one model reach each other.
@@ -371,6 +374,12 @@ impl Compat {
                 None
             }
         })
+    }
+
+    /// Whether model `name` sits on an Arm (aarch64) host.
+    pub fn arm_host(&self, name: &str) -> bool {
+        let wanted = name.trim().to_ascii_lowercase();
+        self.gpus.iter().any(|f| f.arm_hosts.contains(&wanted))
     }
 
     /// Every known GPU model name.

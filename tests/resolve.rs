@@ -313,3 +313,20 @@ fn a_failed_resolve_still_prints_json_when_asked() {
     assert!(v["error"].as_str().unwrap().contains("no PyTorch build"));
     assert!(v["conflict"]["known_releases"].as_array().unwrap().len() > 5);
 }
+
+/// GH200 nodes are aarch64: resolving x86_64 wheels for them would lock an image that cannot
+/// run there, so it is refused, naming the field.
+#[test]
+fn an_arm_hosted_gpu_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "g.yaml",
+        "name: g\nbase: x\npytorch: '2.9'\ngpus: [gh200]\n",
+    );
+    let out = common::gpubake(&["resolve", &recipe, "--no-closure"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert!(err.contains("g.yaml:4"), "{err}");
+    assert!(err.contains("aarch64"), "{err}");
+}

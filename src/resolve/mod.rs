@@ -155,6 +155,19 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
         .iter()
         .enumerate()
         .map(|(i, name)| {
+            // Grace superchips run Arm hosts; the locks, closures and images gpubake makes
+            // are x86_64, which such a node cannot run. Refuse rather than lock wheels that
+            // would never load there.
+            if db.arm_host(name) {
+                return Err(doc.invalid(
+                    &["gpus", &i.to_string()],
+                    format!(
+                        "`{name}` nodes have an Arm (aarch64) host CPU, and gpubake resolves \
+                         and builds x86_64 images only"
+                    ),
+                    field_help("gpus"),
+                ));
+            }
             db.gpu_arch(name)
                 .map(|arch| (name.clone(), arch))
                 .ok_or_else(|| {
