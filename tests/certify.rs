@@ -818,3 +818,32 @@ fn an_image_the_engine_does_not_have_is_bad_input() {
         common::stderr(&out)
     );
 }
+
+/// Debian's crun 1.8 refuses hosts with a hybrid cgroup hierarchy (this CI machine's kind):
+/// the runtime cannot create the container, which is the environment's lack (exit 3) in the
+/// runtime's own words, not a failed image.
+#[test]
+fn a_runtime_that_cannot_create_the_container_is_exit_3_in_its_own_words() {
+    let hybrid = Path::new("/sys/fs/cgroup/unified").is_dir()
+        && std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers")
+            .is_ok_and(|c| !c.trim().is_empty());
+    if !hybrid || !common::tools() || !common::have("crun", "--version") {
+        eprintln!("skipped: needs crun on a hybrid cgroup host");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let specs = gpu_less_cdi_spec(dir.path(), "NVIDIA_VISIBLE_DEVICES=void");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        "crun",
+        "--cdi-spec-dir",
+        specs.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    let text = stdout(&out);
+    assert!(text.contains("could not create the container"), "{text}");
+    assert!(text.contains("hybrid"), "{text}");
+}
