@@ -9,10 +9,6 @@ mod conf;
 mod links;
 pub mod value;
 
-/// The parameter table lives in [`crate::nccl::params`]; this path stays for the probe, which
-/// reads the table through the linter.
-pub use crate::nccl::params;
-
 use crate::compat::Compat;
 use crate::document::Document;
 use crate::error::{Error, Location};

@@ -7,7 +7,7 @@
 use super::nccl_log::{self, Affinity, ChannelCounts, Choice, Link, NcclLog, Transport};
 use super::nvml::GpuAffinity;
 use super::report::{Report, Status};
-use crate::lint::params::ParamTable;
+use crate::nccl::params::ParamTable;
 use crate::version::Version;
 
 /// The phase of the NCCL checks.

@@ -449,7 +449,7 @@ fn image_preset(disc: &Discovery) -> Vec<(String, String)> {
         preset.retain(|(p, _)| *p != k);
         preset.push((k, v));
     }
-    let table = crate::lint::params::ParamTable::embedded();
+    let table = crate::nccl::params::ParamTable::embedded();
     preset.retain(|(k, _)| table.get(k).is_some());
     preset
 }
@@ -562,7 +562,7 @@ fn nccl_effective(
         &log,
         &preset,
         expects_nvlink.as_deref(),
-        crate::lint::params::ParamTable::embedded(),
+        crate::nccl::params::ParamTable::embedded(),
         report,
     );
     report.fact(
