@@ -330,3 +330,43 @@ fn an_arm_hosted_gpu_is_refused_with_the_reason() {
     assert!(err.contains("g.yaml:4"), "{err}");
     assert!(err.contains("aarch64"), "{err}");
 }
+
+/// A `files:` source that does not exist is found by resolve (and so by lint, render and
+/// build before they write anything), naming the field.
+#[test]
+fn a_missing_files_source_is_found_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "f.yaml",
+        "name: f\nbase: x\npytorch: '2.9'\nfiles:\n  - {src: nowhere/train.py, dest: /workspace/train.py}\n",
+    );
+    for args in [
+        vec!["resolve", recipe.as_str(), "--no-closure"],
+        vec!["lint", recipe.as_str()],
+    ] {
+        let out = common::gpubake(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = common::stderr(&out) + &common::stdout(&out);
+        assert!(
+            err.contains("files[0].src") && err.contains("f.yaml:5"),
+            "{err}"
+        );
+        assert!(err.contains("does not exist"), "{err}");
+    }
+    let out_dir = dir.path().join("out");
+    let out = common::gpubake(&[
+        "build",
+        &recipe,
+        "--without-python",
+        "--from",
+        "oci:/nonexistent-base",
+        "--to",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        !out_dir.exists(),
+        "nothing is written for a recipe with a missing input"
+    );
+}

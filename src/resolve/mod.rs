@@ -147,6 +147,9 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
     let db = Compat::embedded();
     let recipe = &loaded.recipe;
     let doc = &loaded.doc;
+    // Every input is checked before anything is written: a `files:` source that does not
+    // exist fails here, in resolve, lint and render alike, not after a build has begun.
+    loaded.file_sources()?;
     let layers = load_layers(loaded, opts)?;
 
     let python = parse_python(loaded)?;
