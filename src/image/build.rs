@@ -10,6 +10,7 @@ use super::inspect::strings;
 use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
 use super::layout::{Layout, REF_NAME, digest_of};
 use super::stack;
+use super::tarstream::Padded;
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::LOCK_PATH_IN_IMAGE;
@@ -556,11 +557,15 @@ pub fn scan_layer(
         .map_err(|e| e.to_string())?;
     let (reader, tally) =
         HashingReader::new(decompressor(layer.media_type(), raw).map_err(|e| e.to_string())?);
+    // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
+    let (reader, end) = Padded::new(reader);
     let mut tar = tar::Archive::new(reader);
     for entry in tar.entries().map_err(|e| format!("layer {digest}: {e}"))? {
         let entry = entry.map_err(|e| format!("layer {digest}: {e}"))?;
+        end.saw(&entry);
         check_entry(&entry).map_err(|e| format!("layer {digest}: {e}"))?;
     }
+    end.check().map_err(|e| format!("layer {digest}: {e}"))?;
     let mut rest = tar.into_inner();
     std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| format!("layer {digest}: {e}"))?;
     let (got, _) = tally.finish();
