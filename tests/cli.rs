@@ -256,6 +256,23 @@ fn missing_files_and_usage_errors_exit_2() {
     assert_exit(&gpubake(&["frobnicate"]), 2);
 }
 
+/// A layer limit too large to count in bytes is a usage error, not a limit wrapped to 0.
+#[test]
+fn a_layer_limit_past_u64_bytes_is_a_usage_error() {
+    let out = gpubake(&[
+        "certify",
+        "--max-layer-gib",
+        "17179869184",
+        "oci:/nonexistent/layout",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("--max-layer-gib 17179869184: too large"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn every_command_documents_an_example() {
     for cmd in ["resolve", "lint", "presets", "render", "compat"] {
