@@ -958,3 +958,72 @@ fn layers_other_tools_write_are_read() {
     let out = gpubake(&["verify", &format!("docker-archive:{}", cut.display())]);
     assert_exit(&out, 0);
 }
+
+/// A base config build cannot extend (not a JSON object, no `rootfs.diff_ids`, a diff ID that
+/// is not a string) is bad input naming the base and what is wrong, never a panic.
+#[test]
+fn base_configs_without_diff_ids_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let layer = run_bytes(Command::new("tar").args(["-cf", "-", "-C", "/", "etc/hostname"]));
+    let platform = serde_json::json!({"architecture": "amd64", "os": "linux", "config": {}});
+    let mut no_rootfs_one_layer = platform.clone();
+    no_rootfs_one_layer["history"] = serde_json::json!([]);
+    let cases: [(&str, Value, Vec<Vec<u8>>, &str); 6] = [
+        (
+            "no-rootfs",
+            platform.clone(),
+            vec![],
+            "has no rootfs.diff_ids list",
+        ),
+        (
+            "no-rootfs-layer",
+            no_rootfs_one_layer,
+            vec![layer.clone()],
+            "has no rootfs.diff_ids list",
+        ),
+        (
+            "no-diff-ids",
+            serde_json::json!({"os": "linux", "rootfs": {"type": "layers"}}),
+            vec![],
+            "has no rootfs.diff_ids list",
+        ),
+        (
+            "number-diff-id",
+            serde_json::json!({"os": "linux", "rootfs": {"diff_ids": [7]}}),
+            vec![layer],
+            "rootfs.diff_ids[0] is a number, not a string",
+        ),
+        (
+            "list",
+            serde_json::json!([1, 2]),
+            vec![],
+            "is a list, not a JSON object",
+        ),
+        (
+            "text",
+            serde_json::json!("config"),
+            vec![],
+            "is a string, not a JSON object",
+        ),
+    ];
+    for (name, config, layers, expected) in cases {
+        let base = image_of(&dir.path().join(name), &config, &layers);
+        let from = format!("oci:{}:latest", base.display());
+        let out = gpubake(&[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &oci(&dir.path().join("out"), name),
+        ]);
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&from) && err.contains(expected),
+            "{name}: {err}"
+        );
+    }
+}
