@@ -1027,3 +1027,43 @@ fn base_configs_without_diff_ids_are_bad_input() {
         );
     }
 }
+
+/// A layout's blobs, index.json and oci-layout, and a docker archive, are 0644 under umask 022
+/// as umoci and skopeo write them, not tempfile's 0600.
+#[test]
+fn layouts_and_archives_follow_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let layer = run_bytes(Command::new("tar").args(["-cf", "-", "-C", "/", "etc/hostname"]));
+    let base = image_of(
+        &dir.path().join("base"),
+        &config_for(std::slice::from_ref(&layer)),
+        &[layer],
+    );
+    let from = format!("oci:{}:latest", base.display());
+    let out = dir.path().join("out");
+    let archive = dir.path().join("image.tar");
+    for to in [
+        oci(&out, "x"),
+        format!("docker-archive:{}:mode/test:v1", archive.display()),
+    ] {
+        let args = [
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ];
+        assert_exit(&common::gpubake_umask("022", &args), 0);
+    }
+    let mut files = vec![out.join("index.json"), out.join("oci-layout"), archive];
+    for blob in std::fs::read_dir(out.join("blobs/sha256")).unwrap() {
+        files.push(blob.unwrap().path());
+    }
+    assert!(files.len() > 6, "{files:?}");
+    for f in files {
+        assert_eq!(common::mode(&f), 0o644, "{}", f.display());
+    }
+}

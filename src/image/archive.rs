@@ -265,6 +265,7 @@ pub fn write(
     let mut out = tar.into_inner().map_err(io_err)?;
     out.flush().map_err(io_err)?;
     drop(out);
+    crate::fsutil::match_mode(tmp.as_file(), path).map_err(io_err)?;
     tmp.as_file().sync_all().map_err(io_err)?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
