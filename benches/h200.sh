@@ -7,6 +7,8 @@
 #        SWEEP_RPG="1 2 4 8"  ranks per GPU for the sweep
 #        BENCH_RPG="4 1"      ranks per GPU for the benchmark
 #        TOP=1073741824       largest message of the sweep and the benchmark
+# Changes nothing on the host: what it makes lives in a private temporary directory, removed
+# on exit, and the host's /etc/nccl.conf is read, never moved or removed.
 set -uo pipefail
 bin=$1
 out=$2
@@ -18,8 +20,15 @@ addresses=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$devices
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 mkdir -p "$out"
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# NCCL reads $NCCL_CONF_FILE (in place of ~/.nccl.conf), then /etc/nccl.conf, and never lets a
+# later file replace a value already set: an empty private file keeps ~/.nccl.conf out.
+: >"$work/nccl.conf"
+
 # The worker finds NCCL and NVRTC by their plain names, as `gpubake probe` arranges it.
-shim=$(mktemp -d)
+shim=$work/shim
+mkdir -p "$shim"
 nccl=$(ls /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -1)
 nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -1)
 [ -n "$nccl" ] && ln -s "$nccl" "$shim/libnccl.so"
@@ -64,7 +73,8 @@ ladder() {
 # NCCL alone under one preset: preset NAME VAR=VALUE...
 preset() {
   local name=$1; shift
-  ( for kv in "$@"; do export "${kv?}"; done
+  ( export NCCL_CONF_FILE=$work/nccl.conf
+    for kv in "$@"; do export "${kv?}"; done
     worker "$out/nccl-${ngpu}gpu-$name.json" nccl --sizes "$(ladder)" --iters 20 )
 }
 
@@ -89,8 +99,16 @@ for stage in "$@"; do
       summary "$out/bench-${ngpu}gpu-${r}rpg.json"
     done ;;
   presets)
-    # Each run sees only its own settings: no /etc/nccl.conf, NVLink multicast off.
-    rm -f /etc/nccl.conf
+    # Each run sees only its own settings and NVLink multicast off. NCCL reads /etc/nccl.conf
+    # whatever NCCL_CONF_FILE says, for every variable a run leaves unset, and it is the
+    # host's: with settings in it (lines with `=` not starting with `#`, as NCCL reads them)
+    # the runs would not be the presets they are named after, so the stage is skipped.
+    host_conf=$(grep -s '=' /etc/nccl.conf | grep -v '^#' | cut -d= -f1 | paste -sd' ' -)
+    if [ -n "$host_conf" ]; then
+      echo "presets: skipped: /etc/nccl.conf sets $host_conf, which NCCL would apply to every run;" \
+        "run this stage where the host has no /etc/nccl.conf settings" >&2
+      continue
+    fi
     preset defaults
     preset nvlink NCCL_CUMEM_ENABLE=1 NCCL_DEBUG=WARN NCCL_P2P_LEVEL=NVL "NCCL_SOCKET_IFNAME=^docker,lo,veth"
     preset forced NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=4 NCCL_P2P_LEVEL=PIX

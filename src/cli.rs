@@ -777,6 +777,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             quick,
             probe_timeout,
         } => {
+            // A shift would drop the high bits silently and turn a huge limit into a tiny one.
+            let max_layer_bytes = max_layer_gib.checked_mul(1 << 30).ok_or_else(|| {
+                Error::Usage(format!(
+                    "--max-layer-gib {max_layer_gib}: too large to count in bytes"
+                ))
+            })?;
             let launcher = match runtime {
                 None => crate::certify::Launcher::Engine,
                 Some(program) => crate::certify::Launcher::Runtime {
@@ -796,7 +802,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 gpus,
                 launcher,
                 max_layers,
-                max_layer_bytes: max_layer_gib << 30,
+                max_layer_bytes,
                 policy,
                 quick,
                 probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
@@ -865,6 +871,11 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 /// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
+/// The largest all-reduce size `probe --sizes` takes. Each GPU holds buffers of the largest
+/// size, so anything near this could never run; the bound keeps the arithmetic far from
+/// overflow too.
+const MAX_PROBE_SIZE: u64 = 1 << 40;
+
 fn parse_sizes(text: &str) -> Result<Vec<u64>> {
     let one = |t: &str| -> Result<u64> {
         let t = t.trim();
@@ -874,12 +885,24 @@ fn parse_sizes(text: &str) -> Result<Vec<u64>> {
             Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
             _ => (t, 1),
         };
-        digits
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .map(|n| n * mult)
-            .ok_or_else(|| Error::Usage(format!("`{t}` is not a size such as 4, 64K or 1G")))
+        let too_large = || {
+            Error::Usage(format!(
+                "--sizes: `{t}` is too large; a size is at most 1024G (1 TiB), more memory \
+                 than any GPU has for the probe's buffers"
+            ))
+        };
+        let n = match digits.parse::<u64>() {
+            Ok(n) if n > 0 => n,
+            Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => return Err(too_large()),
+            _ => {
+                return Err(Error::Usage(format!(
+                    "`{t}` is not a size such as 4, 64K or 1G"
+                )));
+            }
+        };
+        n.checked_mul(mult)
+            .filter(|bytes| *bytes <= MAX_PROBE_SIZE)
+            .ok_or_else(too_large)
     };
     if let Some((lo, hi)) = text.split_once(':') {
         let (lo, hi) = (one(lo)?, one(hi)?);
@@ -888,7 +911,8 @@ fn parse_sizes(text: &str) -> Result<Vec<u64>> {
                 "--sizes {text}: the first size is larger than the second"
             )));
         }
-        let mut out: Vec<u64> = std::iter::successors(Some(lo), |s| Some(s * 16))
+        // The step past the last size may not fit in a u64: the ladder ends there.
+        let mut out: Vec<u64> = std::iter::successors(Some(lo), |s| s.checked_mul(16))
             .take_while(|s| *s <= hi)
             .collect();
         if out.last() != Some(&hi) {

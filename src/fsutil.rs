@@ -2,10 +2,13 @@
 //! target, flush it to disk, then rename it over the target.
 
 use crate::error::{Error, Result};
+use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
-/// Replaces `path` with `bytes` atomically.
+/// Replaces `path` with `bytes` atomically, keeping its mode (see [`match_mode`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -16,11 +19,37 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .tempfile_in(dir)
         .map_err(|e| Error::io(dir, e))?;
     tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
+    match_mode(tmp.as_file(), path).map_err(|e| Error::io(tmp.path(), e))?;
     tmp.as_file()
         .sync_all()
         .map_err(|e| Error::io(tmp.path(), e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// Gives `file`, a temporary file about to be renamed over `target`, the mode it should end
+/// with: the mode of the file it replaces, or for a new file what `open(2)` would have given
+/// (0666 less the umask). tempfile creates its files 0600, which left every output, and
+/// every blob of a layout, unreadable to anyone but the writer.
+pub fn match_mode(file: &File, target: &Path) -> std::io::Result<()> {
+    let mode = match std::fs::metadata(target) {
+        Ok(meta) => meta.permissions().mode() & 0o7777,
+        Err(_) => 0o666 & !umask(),
+    };
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+/// The process umask, read once: umask(2) reads it only by setting it, so it is set and put
+/// back at once, before other threads of this process create files.
+fn umask() -> u32 {
+    static MASK: OnceLock<u32> = OnceLock::new();
+    *MASK.get_or_init(|| {
+        // SAFETY: umask(2) cannot fail and only swaps the process's mask; the second call
+        // restores the value the first returned.
+        let mask: u32 = unsafe { libc::umask(0o022) };
+        unsafe { libc::umask(mask) };
+        mask
+    })
 }
 
 #[cfg(test)]
@@ -35,5 +64,19 @@ mod tests {
         write_atomic(&target, b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let kept = dir.path().join("kept");
+        std::fs::write(&kept, "old").unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&kept, b"new").unwrap();
+        assert_eq!(mode(&kept), 0o640);
+        let new = dir.path().join("new");
+        write_atomic(&new, b"new").unwrap();
+        assert_eq!(mode(&new), 0o666 & !umask());
     }
 }

@@ -57,6 +57,37 @@ fn output_files_are_written_whole_and_match_stdout() {
     );
 }
 
+/// An output replaced through a temporary file keeps the mode of the file it replaces; a new
+/// one gets 0666 less the umask, as any program's would.
+#[test]
+fn output_files_keep_their_mode_or_follow_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpubake.lock");
+    let file = path.to_str().unwrap();
+    let resolve = |mask| {
+        let args = [
+            "resolve",
+            "recipes/h100-pytorch2.9.yaml",
+            "-o",
+            file,
+            "--no-closure",
+        ];
+        assert_exit(&common::gpubake_umask(mask, &args), 0);
+    };
+    resolve("022");
+    assert_eq!(common::mode(&path), 0o644);
+    std::fs::remove_file(&path).unwrap();
+    resolve("027");
+    assert_eq!(common::mode(&path), 0o640);
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o604)).unwrap();
+    resolve("022");
+    assert_eq!(
+        common::mode(&path),
+        0o604,
+        "the replaced file's mode is kept"
+    );
+}
+
 #[test]
 fn explain_lists_every_candidate() {
     let out = gpubake(&["resolve", "--explain", "recipes/h100-pytorch2.9.yaml"]);
@@ -254,6 +285,23 @@ fn missing_files_and_usage_errors_exit_2() {
     );
     assert_exit(&gpubake(&["resolve", "--driver", "five"]), 2);
     assert_exit(&gpubake(&["frobnicate"]), 2);
+}
+
+/// A layer limit too large to count in bytes is a usage error, not a limit wrapped to 0.
+#[test]
+fn a_layer_limit_past_u64_bytes_is_a_usage_error() {
+    let out = gpubake(&[
+        "certify",
+        "--max-layer-gib",
+        "17179869184",
+        "oci:/nonexistent/layout",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("--max-layer-gib 17179869184: too large"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -498,19 +498,37 @@ fn hostile_base(dir: &Path, name: &[u8], kind: tar::EntryType, link: Option<&[u8
     }
     layer.resize(layer.len() + 1024, 0);
     let root = dir.join(String::from_utf8_lossy(name).replace(['/', '.'], "_"));
-    let layout = Layout::create(&root).unwrap();
-    let (ld, ls) = layout.write_blob(&layer).unwrap();
-    let config = serde_json::json!({
+    let config = config_for(std::slice::from_ref(&layer));
+    image_of(&root, &config, &[layer])
+}
+
+/// A linux/amd64 config whose diff IDs are those of the (uncompressed) `layers`.
+fn config_for(layers: &[Vec<u8>]) -> Value {
+    let diff_ids: Vec<String> = layers.iter().map(|l| Digest::of(l).to_string()).collect();
+    serde_json::json!({
         "architecture": "amd64", "os": "linux",
-        "rootfs": {"type": "layers", "diff_ids": [Digest::of(&layer).as_str()]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "config": {}
-    });
-    let config_desc = layout.write_json(&config, MediaType::ImageConfig).unwrap();
+    })
+}
+
+/// Writes an OCI layout at `root` whose image `latest` has `config` (any JSON, well formed
+/// or not) and the uncompressed `layers`.
+fn image_of(root: &Path, config: &Value, layers: &[Vec<u8>]) -> PathBuf {
+    let layout = Layout::create(root).unwrap();
+    let layers = layers
+        .iter()
+        .map(|l| {
+            let (digest, size) = layout.write_blob(l).unwrap();
+            descriptor(MediaType::ImageLayer, &digest, size)
+        })
+        .collect::<Vec<_>>();
+    let config_desc = layout.write_json(config, MediaType::ImageConfig).unwrap();
     let manifest = ImageManifestBuilder::default()
         .schema_version(2u32)
         .media_type(MediaType::ImageManifest)
         .config(config_desc)
-        .layers(vec![descriptor(MediaType::ImageLayer, &ld, ls)])
+        .layers(layers)
         .build()
         .unwrap();
     let mut desc = layout
@@ -523,7 +541,7 @@ fn hostile_base(dir: &Path, name: &[u8], kind: tar::EntryType, link: Option<&[u8
     let mut index = layout.index_or_empty().unwrap();
     index.set_manifests(vec![desc]);
     layout.write_index(&index).unwrap();
-    root
+    root.to_path_buf()
 }
 
 /// An entry name, its kind, its link target and the error expected for it.
@@ -817,4 +835,235 @@ fn path_spelling_and_working_directory_do_not_change_the_digest() {
         assert!(!raw.contains(&dir.path().display().to_string()), "{raw}");
     }
     assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
+}
+
+/// Runs `cmd` and returns its stdout as bytes, failing the test unless it succeeds.
+fn run_bytes(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `tar` cut right after its last member's data: no padding to the block, no end blocks, as
+/// umoci 0.4.7's `insert` writes layers.
+fn cut_after_last_data(tar: &[u8]) -> Vec<u8> {
+    let mut archive = tar::Archive::new(tar);
+    let mut end = 0;
+    for entry in archive.entries().unwrap() {
+        let entry = entry.unwrap();
+        end = entry.raw_file_position() + entry.size();
+    }
+    assert_ne!(end % 512, 0, "the last member must leave its padding out");
+    tar[..end as usize].to_vec()
+}
+
+/// Build, verify and inspect read every layer umoci, skopeo and `docker load` read: GNU tar's
+/// and bsdtar's, and streams that stop right after the last member's data, as umoci 0.4.7's
+/// `insert` writes them (and any `docker save` archive cut the same way).
+#[test]
+fn layers_other_tools_write_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("etc")).unwrap();
+    std::fs::write(tree.join("etc/blob"), vec![7u8; 1000]).unwrap();
+    std::fs::write(tree.join("etc/hello"), "hello\n").unwrap();
+    // Files last, in a known order, so the last member has data to pad.
+    let members = ["etc", "etc/blob", "etc/hello"];
+    let gnu = run_bytes(
+        Command::new("tar")
+            .args(["--format=gnu", "--no-recursion", "-cf", "-", "-C"])
+            .arg(&tree)
+            .args(members),
+    );
+    let mut layers = vec![cut_after_last_data(&gnu), gnu];
+    if Command::new("bsdtar").arg("--version").output().is_ok() {
+        layers.push(run_bytes(
+            Command::new("bsdtar")
+                .args(["-n", "-cf", "-", "-C"])
+                .arg(&tree)
+                .args(members),
+        ));
+    } else {
+        eprintln!("bsdtar is not available; its layer is left out");
+    }
+    let mut bases = vec![image_of(
+        &dir.path().join("tools"),
+        &config_for(&layers),
+        &layers,
+    )];
+    if common::have("umoci", "--version") {
+        let layout = dir.path().join("umoci");
+        let image = format!("{}:latest", layout.display());
+        run(Command::new("umoci")
+            .arg("init")
+            .arg("--layout")
+            .arg(&layout));
+        run(Command::new("umoci").args(["new", "--image", &image]));
+        for (src, dest) in [("etc/hello", "/etc/hello"), ("etc/blob", "/opt/blob")] {
+            run(Command::new("umoci")
+                .args(["insert", "--image", &image])
+                .arg(tree.join(src))
+                .arg(dest));
+        }
+        bases.push(layout);
+    }
+
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    for (i, base) in bases.iter().enumerate() {
+        let from = format!("oci:{}:latest", base.display());
+        for cmd in ["verify", "inspect"] {
+            assert_exit(&gpubake(&[cmd, &from]), 0);
+        }
+        // Unpacked as certify unpacks a bundle's root filesystem.
+        let opened = gpubake::image::build::open(&from.parse().unwrap()).unwrap();
+        let config = gpubake::image::inspect::config_of(&opened).unwrap();
+        let rootfs = dir.path().join(format!("rootfs{i}"));
+        gpubake::image::unpack::unpack(&opened, &config, &rootfs).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(rootfs.join("etc/hello")).unwrap(),
+            "hello\n"
+        );
+        let built = dir.path().join(format!("built{i}"));
+        let out = gpubake(&[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &oci(&built, "x"),
+        ]);
+        assert_exit(&out, 0);
+        assert_exit(&gpubake(&["verify", &oci(&built, "x")]), 0);
+    }
+
+    // A `docker save` archive that stops after its last member's data reads as well.
+    let archive = dir.path().join("image.tar");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &format!("oci:{}:latest", bases[0].display()),
+        "--to",
+        &format!("docker-archive:{}:cut/test:v1", archive.display()),
+    ]);
+    assert_exit(&out, 0);
+    let cut = dir.path().join("cut.tar");
+    std::fs::write(&cut, cut_after_last_data(&std::fs::read(&archive).unwrap())).unwrap();
+    let out = gpubake(&["verify", &format!("docker-archive:{}", cut.display())]);
+    assert_exit(&out, 0);
+}
+
+/// A base config build cannot extend (not a JSON object, no `rootfs.diff_ids`, a diff ID that
+/// is not a string) is bad input naming the base and what is wrong, never a panic.
+#[test]
+fn base_configs_without_diff_ids_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let layer = run_bytes(Command::new("tar").args(["-cf", "-", "-C", "/", "etc/hostname"]));
+    let platform = serde_json::json!({"architecture": "amd64", "os": "linux", "config": {}});
+    let mut no_rootfs_one_layer = platform.clone();
+    no_rootfs_one_layer["history"] = serde_json::json!([]);
+    let cases: [(&str, Value, Vec<Vec<u8>>, &str); 6] = [
+        (
+            "no-rootfs",
+            platform.clone(),
+            vec![],
+            "has no rootfs.diff_ids list",
+        ),
+        (
+            "no-rootfs-layer",
+            no_rootfs_one_layer,
+            vec![layer.clone()],
+            "has no rootfs.diff_ids list",
+        ),
+        (
+            "no-diff-ids",
+            serde_json::json!({"os": "linux", "rootfs": {"type": "layers"}}),
+            vec![],
+            "has no rootfs.diff_ids list",
+        ),
+        (
+            "number-diff-id",
+            serde_json::json!({"os": "linux", "rootfs": {"diff_ids": [7]}}),
+            vec![layer],
+            "rootfs.diff_ids[0] is a number, not a string",
+        ),
+        (
+            "list",
+            serde_json::json!([1, 2]),
+            vec![],
+            "is a list, not a JSON object",
+        ),
+        (
+            "text",
+            serde_json::json!("config"),
+            vec![],
+            "is a string, not a JSON object",
+        ),
+    ];
+    for (name, config, layers, expected) in cases {
+        let base = image_of(&dir.path().join(name), &config, &layers);
+        let from = format!("oci:{}:latest", base.display());
+        let out = gpubake(&[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &oci(&dir.path().join("out"), name),
+        ]);
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&from) && err.contains(expected),
+            "{name}: {err}"
+        );
+    }
+}
+
+/// A layout's blobs, index.json and oci-layout, and a docker archive, are 0644 under umask 022
+/// as umoci and skopeo write them, not tempfile's 0600.
+#[test]
+fn layouts_and_archives_follow_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let layer = run_bytes(Command::new("tar").args(["-cf", "-", "-C", "/", "etc/hostname"]));
+    let base = image_of(
+        &dir.path().join("base"),
+        &config_for(std::slice::from_ref(&layer)),
+        &[layer],
+    );
+    let from = format!("oci:{}:latest", base.display());
+    let out = dir.path().join("out");
+    let archive = dir.path().join("image.tar");
+    for to in [
+        oci(&out, "x"),
+        format!("docker-archive:{}:mode/test:v1", archive.display()),
+    ] {
+        let args = [
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ];
+        assert_exit(&common::gpubake_umask("022", &args), 0);
+    }
+    let mut files = vec![out.join("index.json"), out.join("oci-layout"), archive];
+    for blob in std::fs::read_dir(out.join("blobs/sha256")).unwrap() {
+        files.push(blob.unwrap().path());
+    }
+    assert!(files.len() > 6, "{files:?}");
+    for f in files {
+        assert_eq!(common::mode(&f), 0o644, "{}", f.display());
+    }
 }

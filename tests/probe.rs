@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_exit, gpubake, stdout};
+use common::{assert_exit, gpubake, stderr, stdout};
 
 fn gpu_present() -> bool {
     let present = std::path::Path::new("/dev/nvidia0").exists();
@@ -82,6 +82,26 @@ fn bad_sizes_are_usage_errors() {
     for bad in ["1G:4K", "abc", "0", "4:"] {
         let out = gpubake(&["probe", "--sizes", bad]);
         assert_exit(&out, 2);
+    }
+}
+
+/// Sizes past what a u64 or any GPU holds are usage errors naming the size, never a panic
+/// or an endless ladder.
+#[test]
+fn huge_sizes_are_usage_errors_naming_the_size() {
+    for (sizes, named) in [
+        ("4:4294967296G", "4294967296G"),
+        ("17179869184G", "17179869184G"),
+        ("4,99999999999999999999999", "99999999999999999999999"),
+        ("4:2048G", "2048G"),
+    ] {
+        let out = gpubake(&["probe", "--sizes", sizes]);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains(&format!("`{named}` is too large")),
+            "{sizes}: {}",
+            stderr(&out)
+        );
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::digest::Digest;
 use super::layout::{Layout, REF_NAME, canonical_json, descriptor, digest_of};
+use super::tarstream::Padded;
 use crate::error::{Error, Result};
 use oci_spec::image::{Descriptor, ImageManifest, ImageManifestBuilder, MediaType};
 use serde::{Deserialize, Serialize};
@@ -46,7 +47,9 @@ pub fn read(
 ) -> Result<(Descriptor, ImageManifest)> {
     let what = format!("docker-archive:{}", archive.display());
     let file = File::open(archive).map_err(|e| Error::io(archive, e))?;
-    let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, file));
+    // `docker save` archives are read as leniently as their layers (see `tarstream`).
+    let (reader, end) = Padded::new(BufReader::with_capacity(1 << 20, file));
+    let mut tar = tar::Archive::new(reader);
     let mut members: HashMap<PathBuf, (Digest, u64)> = HashMap::new();
     let mut links: HashMap<PathBuf, PathBuf> = HashMap::new();
     let bad = |m: String| Error::image(&what, m);
@@ -55,6 +58,7 @@ pub fn read(
         .map_err(|e| bad(format!("not a tar archive: {e}")))?
     {
         let mut entry = entry.map_err(|e| bad(format!("damaged tar: {e}")))?;
+        end.saw(&entry);
         let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
         if !safe_member(&path) {
             return Err(bad(format!(
@@ -99,6 +103,7 @@ pub fn read(
             members.insert(normalize(&path).unwrap_or(path), (digest, size));
         }
     }
+    end.check().map_err(|e| bad(format!("damaged tar: {e}")))?;
     let member = |name: &str| -> Result<(Digest, u64)> {
         let mut p = normalize(Path::new(name))
             .ok_or_else(|| bad(format!("`{name}` escapes the archive")))?;
@@ -260,6 +265,7 @@ pub fn write(
     let mut out = tar.into_inner().map_err(io_err)?;
     out.flush().map_err(io_err)?;
     drop(out);
+    crate::fsutil::match_mode(tmp.as_file(), path).map_err(io_err)?;
     tmp.as_file().sync_all().map_err(io_err)?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())

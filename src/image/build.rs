@@ -10,6 +10,7 @@ use super::inspect::strings;
 use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
 use super::layout::{Layout, REF_NAME, digest_of};
 use super::stack;
+use super::tarstream::Padded;
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::LOCK_PATH_IN_IMAGE;
@@ -231,17 +232,8 @@ pub fn build(
             .read_blob(&config_digest, Some(config_desc.size()))?,
     )
     .map_err(|e| Error::image(&base_ref, format!("config {config_digest}: {e}")))?;
-    let base_diff_ids: Vec<String> = strings(&config["rootfs"]["diff_ids"]);
-    if base_diff_ids.len() != base.manifest.layers().len() {
-        return Err(Error::image(
-            &base_ref,
-            format!(
-                "config lists {} diff_ids for {} layers",
-                base_diff_ids.len(),
-                base.manifest.layers().len()
-            ),
-        ));
-    }
+    let base_diff_ids = base_diff_ids(&config, base.manifest.layers().len())
+        .map_err(|m| Error::image(&base_ref, format!("config {config_digest}: {m}")))?;
     import(&base, &store, &base_diff_ids, &base_ref)?;
 
     let specs = layer_specs(loaded, resolved, &opts.probe)?;
@@ -448,7 +440,50 @@ fn rel(path: &str) -> String {
     path.trim_start_matches('/').to_string()
 }
 
-/// Extends the base config: environment, labels, diff IDs, history, creation time.
+/// The diff IDs of a base config that build can extend: the config is a JSON object and
+/// `rootfs.diff_ids` a list of strings, one per layer of the manifest.
+fn base_diff_ids(config: &Value, layers: usize) -> std::result::Result<Vec<String>, String> {
+    if !config.is_object() {
+        return Err(format!("is {}, not a JSON object", json_kind(config)));
+    }
+    let Some(list) = config["rootfs"]["diff_ids"].as_array() else {
+        return Err("has no rootfs.diff_ids list (the layers' uncompressed digests)".into());
+    };
+    let mut diff_ids = Vec::new();
+    for (i, d) in list.iter().enumerate() {
+        match d.as_str() {
+            Some(d) => diff_ids.push(d.to_string()),
+            None => {
+                return Err(format!(
+                    "rootfs.diff_ids[{i}] is {}, not a string",
+                    json_kind(d)
+                ));
+            }
+        }
+    }
+    if diff_ids.len() != layers {
+        return Err(format!(
+            "lists {} diff_ids for {layers} layers",
+            diff_ids.len()
+        ));
+    }
+    Ok(diff_ids)
+}
+
+/// What kind of JSON value `v` is, for messages.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Extends the base config: environment, labels, diff IDs, history, creation time. The config
+/// must have passed [`base_diff_ids`].
 fn edit_config(
     config: &mut Value,
     resolved: &Resolved,
@@ -482,33 +517,23 @@ fn edit_config(
     for (k, v) in &lock.labels {
         config["config"]["Labels"][k] = json!(v);
     }
-    let layers_before = config["rootfs"]["diff_ids"]
-        .as_array()
-        .map(Vec::len)
-        .unwrap_or(0);
-    if !config["history"].is_array() {
-        config["history"] = json!(
-            (0..layers_before)
-                .map(
-                    |i| json!({"created_by": format!("base image {}, layer {}", lock.base, i + 1)})
-                )
-                .collect::<Vec<_>>()
-        );
-    }
+    let mut diff_ids = strings(&config["rootfs"]["diff_ids"]);
+    let mut history: Vec<Value> = match config["history"].as_array() {
+        Some(h) => h.clone(),
+        None => (0..diff_ids.len())
+            .map(|i| json!({"created_by": format!("base image {}, layer {}", lock.base, i + 1)}))
+            .collect(),
+    };
     for (name, created_by, layer) in built {
-        config["rootfs"]["diff_ids"]
-            .as_array_mut()
-            .expect("checked to be a list")
-            .push(json!(layer.diff_id.as_str()));
-        config["history"]
-            .as_array_mut()
-            .expect("made a list above")
-            .push(json!({
-                "created": created,
-                "created_by": created_by,
-                "comment": format!("gpubake {} layer", name),
-            }));
+        diff_ids.push(layer.diff_id.to_string());
+        history.push(json!({
+            "created": created,
+            "created_by": created_by,
+            "comment": format!("gpubake {} layer", name),
+        }));
     }
+    config["rootfs"]["diff_ids"] = json!(diff_ids);
+    config["history"] = Value::Array(history);
     config["created"] = json!(created);
 }
 
@@ -556,11 +581,15 @@ pub fn scan_layer(
         .map_err(|e| e.to_string())?;
     let (reader, tally) =
         HashingReader::new(decompressor(layer.media_type(), raw).map_err(|e| e.to_string())?);
+    // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
+    let (reader, end) = Padded::new(reader);
     let mut tar = tar::Archive::new(reader);
     for entry in tar.entries().map_err(|e| format!("layer {digest}: {e}"))? {
         let entry = entry.map_err(|e| format!("layer {digest}: {e}"))?;
+        end.saw(&entry);
         check_entry(&entry).map_err(|e| format!("layer {digest}: {e}"))?;
     }
+    end.check().map_err(|e| format!("layer {digest}: {e}"))?;
     let mut rest = tar.into_inner();
     std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| format!("layer {digest}: {e}"))?;
     let (got, _) = tally.finish();

@@ -4,6 +4,7 @@
 
 use super::build::{Opened, PRESET_PATH_IN_IMAGE, decompressor, open, scan_layer};
 use super::layout::{Layout, digest_of};
+use super::tarstream::Padded;
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
@@ -31,6 +32,7 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
         let raw = layout.open_blob(&digest, Some(layer.size()))?;
         let reader = decompressor(layer.media_type(), raw)
             .map_err(|e| Error::image(&digest, e.to_string()))?;
+        let (reader, end) = Padded::new(reader);
         let mut tar = tar::Archive::new(reader);
         let bad = |e: std::io::Error| {
             Error::image(
@@ -40,6 +42,7 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
         };
         for entry in tar.entries().map_err(bad)? {
             let mut entry = entry.map_err(bad)?;
+            end.saw(&entry);
             let p = entry.path().map_err(bad)?;
             let p = p.to_string_lossy();
             let p = p.trim_start_matches("./").trim_end_matches('/');
@@ -53,9 +56,11 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
                     .take(MAX_FILE)
                     .read_to_end(&mut out)
                     .map_err(bad)?;
+                end.check().map_err(bad)?;
                 return Ok(Some(out));
             }
         }
+        end.check().map_err(bad)?;
     }
     Ok(None)
 }
@@ -64,7 +69,7 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
 fn each_entry(
     layout: &Layout,
     manifest: &ImageManifest,
-    mut visit: impl FnMut(&str, &mut tar::Entry<'_, Box<dyn Read + '_>>) -> std::io::Result<()>,
+    mut visit: impl FnMut(&str, &mut tar::Entry<'_, Padded<Box<dyn Read + '_>>>) -> std::io::Result<()>,
 ) -> Result<()> {
     for layer in manifest.layers() {
         let digest = digest_of(layer)?;
@@ -77,13 +82,16 @@ fn each_entry(
                 e.to_string(),
             )
         };
+        let (reader, end) = Padded::new(reader);
         let mut tar = tar::Archive::new(reader);
         for entry in tar.entries().map_err(bad)? {
             let mut entry = entry.map_err(bad)?;
+            end.saw(&entry);
             let path = entry.path().map_err(bad)?.to_string_lossy().into_owned();
             let path = path.trim_start_matches("./").trim_end_matches('/');
             visit(path, &mut entry).map_err(bad)?;
         }
+        end.check().map_err(bad)?;
     }
     Ok(())
 }

@@ -294,6 +294,9 @@ impl BlobWriter {
         if self.layout.has_blob(&digest, size) {
             return Ok((digest, size));
         }
+        // Blobs are shared content: 0644 under the usual umask, as umoci and skopeo leave them.
+        crate::fsutil::match_mode(self.tmp.as_file(), &target)
+            .map_err(|e| Error::io(self.tmp.path(), e))?;
         self.tmp
             .persist(&target)
             .map_err(|e| Error::io(&target, e.error))?;

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod layer;
 pub mod layout;
 pub mod stack;
+pub mod tarstream;
 pub mod transport;
 pub mod unpack;
 

@@ -7,6 +7,7 @@ use super::build::{Opened, decompressor};
 use super::digest::HashingReader;
 use super::inspect::strings;
 use super::layout::digest_of;
+use super::tarstream::{End, Padded};
 use crate::error::{Error, Result};
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -38,8 +39,10 @@ pub fn unpack(image: &Opened, config: &serde_json::Value, root: &Path) -> Result
         let raw = image.layout.open_blob(&digest, Some(layer.size()))?;
         let (reader, tally) =
             HashingReader::new(decompressor(layer.media_type(), raw).map_err(|e| what(&e))?);
+        // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
+        let (reader, end) = Padded::new(reader);
         let mut archive = tar::Archive::new(reader);
-        apply(&mut archive, root).map_err(|e| what(&e))?;
+        apply(&mut archive, &end, root).map_err(|e| what(&e))?;
         // Read to the end so the digest and diff id cover the whole blob.
         let mut rest = archive.into_inner();
         std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| what(&e))?;
@@ -53,8 +56,8 @@ pub fn unpack(image: &Opened, config: &serde_json::Value, root: &Path) -> Result
     Ok(())
 }
 
-/// Applies one layer's tar stream to `root`.
-fn apply<R: Read>(archive: &mut tar::Archive<R>, root: &Path) -> std::io::Result<()> {
+/// Applies one layer's tar stream to `root`; `end` is its [`Padded`] reader's.
+fn apply<R: Read>(archive: &mut tar::Archive<R>, end: &End, root: &Path) -> std::io::Result<()> {
     let as_root = unsafe { libc::geteuid() } == 0;
     archive.set_preserve_permissions(true);
     archive.set_preserve_mtime(true);
@@ -63,6 +66,7 @@ fn apply<R: Read>(archive: &mut tar::Archive<R>, root: &Path) -> std::io::Result
     archive.set_unpack_xattrs(false);
     for entry in archive.entries()? {
         let mut entry = entry?;
+        end.saw(&entry);
         let path = entry.path()?.into_owned();
         let inside = within(&path).ok_or_else(|| {
             std::io::Error::other(format!("entry `{}` escapes the root", path.display()))
@@ -102,7 +106,7 @@ fn apply<R: Read>(archive: &mut tar::Archive<R>, root: &Path) -> std::io::Result
         }
         entry.unpack_in(root)?;
     }
-    Ok(())
+    end.check()
 }
 
 /// A relative path without `.` or `..` that stays inside the root; None when it would leave.
@@ -190,7 +194,8 @@ mod tests {
 
     fn apply_all(root: &Path, layers: &[Vec<u8>]) -> std::io::Result<()> {
         for l in layers {
-            apply(&mut tar::Archive::new(l.as_slice()), root)?;
+            let (reader, end) = Padded::new(l.as_slice());
+            apply(&mut tar::Archive::new(reader), &end, root)?;
         }
         Ok(())
     }

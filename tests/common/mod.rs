@@ -26,6 +26,30 @@ pub fn gpubake_in(dir: &Path, args: &[&str]) -> Output {
         .expect("the gpubake binary runs")
 }
 
+/// Runs gpubake with `args` in the repository root under the umask `mask` (octal, as the
+/// shell's `umask` takes it).
+pub fn gpubake_umask(mask: &str, args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {mask} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_gpubake"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("GPUBAKE_PRESET_PATH")
+        .output()
+        .expect("sh runs the gpubake binary")
+}
+
+/// The permission bits of `path`.
+pub fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
 /// Standard output as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
