@@ -3,14 +3,19 @@
 # (the probe's worker: ncclCommInitAll over the GPUs, an all-reduce at 1 MiB and 64 MiB) with
 # INFO logging of INIT, ENV, GRAPH and TUNING to a private file, and the run's result. Writes
 # one JSON line per case to OUTDIR/nccl-truth-raw.jsonl: the case, the exit status, the
-# worker's result, NCCL's log. Changes nothing on the host: no /etc/nccl.conf is read (each
-# run points NCCL_CONF_FILE at an empty private file) and none is written.
+# worker's result, NCCL's log. Changes nothing on the host. Each run points NCCL_CONF_FILE at
+# an empty private file; NCCL still reads /etc/nccl.conf for variables a run leaves unset, so
+# the script stops when that file sets anything, rather than measure a mix of settings.
 # usage: benches/nccl-truth.sh BINARY OUTDIR [CASES]
 set -uo pipefail
 bin=$1
 out=$2
 cases=${3:-$(dirname "$0")/nccl-truth-cases.txt}
 mkdir -p "$out"
+if [ -r /etc/nccl.conf ] && grep -Eq '^[[:space:]]*(export[[:space:]]+)?[A-Z_]+=' /etc/nccl.conf; then
+  echo "/etc/nccl.conf sets NCCL variables that every case would inherit; run where it sets none" >&2
+  exit 1
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 : >"$work/empty-nccl.conf"
