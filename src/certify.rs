@@ -618,7 +618,8 @@ fn in_engine(
     let engine = Engine::connect().map_err(|e| e.to_string())?;
     let short = &opened.desc.digest().to_string()["sha256:".len()..][..12];
     let tag = format!("gpubake-certify:{short}");
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir =
+        crate::interrupt::scratch_dir(None, ".gpubake-certify-").map_err(|e| e.to_string())?;
     let archive = dir.path().join("image.tar");
     crate::image::archive::write(
         &opened.layout,

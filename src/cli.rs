@@ -1010,7 +1010,8 @@ fn engine_build_image(
         offline,
     )?;
     // The context is streamed to the engine from a file: it holds every wheel.
-    let scratch = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let scratch = crate::interrupt::scratch_dir(None, ".gpubake-context-")
+        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let tar_path = scratch.path().join("context.tar");
     let file = std::fs::File::create(&tar_path).map_err(|e| Error::io(&tar_path, e))?;
     let file =

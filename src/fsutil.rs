@@ -18,6 +18,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .prefix(".gpubake-")
         .tempfile_in(dir)
         .map_err(|e| Error::io(dir, e))?;
+    let _scratch = crate::interrupt::Scratch::new(tmp.path());
     tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
     match_mode(tmp.as_file(), path).map_err(|e| Error::io(tmp.path(), e))?;
     tmp.as_file()

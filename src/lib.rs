@@ -19,6 +19,7 @@ pub mod engine;
 pub mod error;
 pub mod fsutil;
 pub mod image;
+pub mod interrupt;
 pub mod lint;
 pub mod lock;
 pub mod nccl;

@@ -178,7 +178,7 @@ fn hybrid_cgroups(root: &Path) -> bool {
 
 /// A bundle on disk: `rootfs/` and `config.json`, removed when dropped.
 pub struct Bundle {
-    dir: tempfile::TempDir,
+    dir: crate::interrupt::ScratchDir,
 }
 
 impl Bundle {
@@ -209,9 +209,7 @@ pub fn bundle(
     let parent = parent
         .map(Path::to_path_buf)
         .unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new()
-        .prefix(".gpubake-bundle-")
-        .tempdir_in(&parent)
+    let dir = crate::interrupt::scratch_dir(Some(&parent), ".gpubake-bundle-")
         .map_err(|e| Error::io(&parent, e))?;
     let rootfs = dir.path().join("rootfs");
     crate::image::unpack::unpack(image, config, &rootfs)?;

@@ -1067,3 +1067,67 @@ fn layouts_and_archives_follow_the_umask() {
         assert_eq!(common::mode(&f), 0o644, "{}", f.display());
     }
 }
+
+/// SIGINT during a build removes what the build had staged (the base unpacked from a docker
+/// archive) and the layout it had begun, and exits 130; nothing `.gpubake-*` is left.
+#[test]
+fn an_interrupted_build_leaves_nothing_behind() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("base.tar");
+    let copied = std::process::Command::new("skopeo")
+        .arg("copy")
+        .arg(format!("oci:{}:latest", common::base().display()))
+        .arg(format!("docker-archive:{}:base:latest", archive.display()))
+        .output()
+        .unwrap();
+    assert!(copied.status.success(), "{copied:?}");
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let tmp = dir.path().join("tmp");
+    for attempt in 0..5 {
+        std::fs::create_dir_all(&tmp).unwrap();
+        let out = dir.path().join(format!("out{attempt}"));
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["build", "--without-python", &recipe, "--from"])
+            .arg(format!("docker-archive:{}", archive.display()))
+            .arg("--to")
+            .arg(&out)
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the build has staged something, then interrupt it.
+        let staged = |p: &Path| std::fs::read_dir(p).map(|d| d.count() > 0).unwrap_or(false);
+        let started = std::time::Instant::now();
+        while !staged(&tmp) && started.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if child.try_wait().unwrap().is_some() {
+            continue; // finished before the signal: try again
+        }
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let result = child.wait_with_output().unwrap();
+        if result.status.code() == Some(0) {
+            continue; // the signal came after the work was done
+        }
+        assert_eq!(
+            result.status.code(),
+            Some(130),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert!(String::from_utf8_lossy(&result.stderr).contains("interrupted"));
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(!out.exists(), "the new layout is removed");
+        return;
+    }
+    panic!("the build always finished before it could be interrupted");
+}

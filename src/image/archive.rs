@@ -196,6 +196,7 @@ pub fn write(
         .prefix(".gpubake-")
         .tempfile_in(dir)
         .map_err(|e| Error::io(dir, e))?;
+    let _scratch = crate::interrupt::Scratch::new(tmp.path());
     let file = tmp
         .as_file()
         .try_clone()

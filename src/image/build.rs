@@ -130,7 +130,7 @@ pub struct Opened {
     /// Its manifest.
     pub manifest: ImageManifest,
     /// Keeps a staging directory alive while the image is used.
-    pub _staging: Option<tempfile::TempDir>,
+    pub _staging: Option<crate::interrupt::ScratchDir>,
 }
 
 /// Opens an image for reading.
@@ -148,7 +148,8 @@ pub fn open(image: &Transport) -> Result<Opened> {
             })
         }
         Transport::DockerArchive { path, reference } => {
-            let staging = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            let staging = crate::interrupt::scratch_dir(None, ".gpubake-open-")
+                .map_err(|e| Error::io(std::env::temp_dir(), e))?;
             let layout = Layout::create(staging.path())?;
             let (desc, manifest) = archive::read(&path, reference.as_deref(), &layout)?;
             Ok(Opened {
@@ -159,7 +160,8 @@ pub fn open(image: &Transport) -> Result<Opened> {
             })
         }
         Transport::DockerDaemon(name) => {
-            let staging = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            let staging = crate::interrupt::scratch_dir(None, ".gpubake-open-")
+                .map_err(|e| Error::io(std::env::temp_dir(), e))?;
             let tar = staging.path().join("export.tar");
             crate::engine::Engine::connect()?.export(&name, &tar)?;
             let layout = Layout::create(&staging.path().join("layout"))?;
@@ -199,6 +201,12 @@ pub fn build(
     };
     // Destinations other than a layout build in the cache's own layout, so their layers are
     // cached between builds as a layout destination's are.
+    // A layout this build creates is its own until the index is written: an interrupted
+    // build removes it rather than leave blobs without an index.json.
+    let mut new_layout = match &dest {
+        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Scratch::new(dir)),
+        _ => None,
+    };
     let store = match &dest {
         Transport::Oci { dir, .. } => Layout::create(dir)?,
         Transport::DockerDaemon(_) | Transport::DockerArchive { .. } => {
@@ -318,6 +326,7 @@ pub fn build(
             manifests.push(tagged);
             index.set_manifests(manifests);
             store.write_index(&index)?;
+            new_layout.take();
         }
         Transport::DockerArchive { path, reference } => {
             let reference = reference
@@ -331,9 +340,7 @@ pub fn build(
             } else {
                 format!("{reference}:latest")
             };
-            let scratch = tempfile::Builder::new()
-                .prefix(".gpubake-load-")
-                .tempdir_in(&opts.cache_dir)
+            let scratch = crate::interrupt::scratch_dir(Some(&opts.cache_dir), ".gpubake-load-")
                 .map_err(|e| Error::io(&opts.cache_dir, e))?;
             let tar = scratch.path().join("load.tar");
             archive::write(&store, &manifest_desc, &manifest, &tar, &reference)?;

@@ -159,6 +159,7 @@ impl Layout {
             .map_err(|e| Error::io(tmp.path(), e))?;
         let (writer, tally) = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
         Ok(BlobWriter {
+            _scratch: crate::interrupt::Scratch::new(tmp.path()),
             tmp,
             writer: Some(writer),
             tally,
@@ -267,6 +268,7 @@ impl Layout {
 /// [`BlobWriter::commit`], deleted if dropped uncommitted.
 pub struct BlobWriter {
     tmp: tempfile::NamedTempFile,
+    _scratch: crate::interrupt::Scratch,
     writer: Option<HashingWriter<BufWriter<File>>>,
     tally: Tally,
     layout: Layout,
