@@ -8,8 +8,52 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
+/// Where an output named `path` is really written: a symlink is written through (the link
+/// stays, its target is replaced, as `cp` and a shell's `>` do), and anything that is not a
+/// regular file (a device, a FIFO, a directory) is refused, since the atomic rename would
+/// replace the node itself.
+pub fn output_target(path: &Path) -> Result<std::path::PathBuf> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    if meta.file_type().is_symlink() {
+        let link = std::fs::read_link(path).map_err(|e| Error::io(path, e))?;
+        let target = match path.parent() {
+            Some(dir) if link.is_relative() => dir.join(link),
+            _ => link,
+        };
+        // A chain of links is followed link by link; a loop ends in the OS's own error.
+        return match std::fs::canonicalize(&target) {
+            Ok(real) => output_target(&real),
+            Err(_) => output_target(&target),
+        };
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(path.to_path_buf());
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else {
+        "a special file"
+    };
+    Err(Error::Usage(format!(
+        "{}: is {what}, not a file; outputs are written by replacing a file, which would \
+         replace {what} here",
+        path.display()
+    )))
+}
+
 /// Replaces `path` with `bytes` atomically, keeping its mode (see [`match_mode`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let target = output_target(path)?;
+    let path = target.as_path();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -56,6 +100,28 @@ fn umask() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_are_written_through_and_devices_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, "old").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink("real.json", &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        let err = output_target(Path::new("/dev/null"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a device"), "{err}");
+        assert!(output_target(dir.path()).is_err());
+    }
 
     #[test]
     fn replaces_the_whole_file_and_leaves_no_temporaries() {

@@ -1131,3 +1131,58 @@ fn an_interrupted_build_leaves_nothing_behind() {
     }
     panic!("the build always finished before it could be interrupted");
 }
+
+/// `--to docker-archive:PATH` writes through a symlink (the link stays, its target gets the
+/// archive) and refuses a device instead of replacing it with a file.
+#[test]
+fn docker_archive_outputs_write_through_links_and_never_replace_devices() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "r.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let base = format!("oci:{}:latest", common::base().display());
+    let real = dir.path().join("real.tar");
+    let link = dir.path().join("link.tar");
+    std::os::unix::fs::symlink("real.tar", &link).unwrap();
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &format!("docker-archive:{}", link.display()),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(std::fs::metadata(&real).unwrap().len() > 0);
+
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        "docker-archive:/dev/null",
+    ]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("is a device"), "{}", stderr(&out));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+}

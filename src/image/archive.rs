@@ -188,6 +188,8 @@ pub fn write(
     path: &Path,
     reference: &str,
 ) -> Result<()> {
+    let target = crate::fsutil::output_target(path)?;
+    let path = target.as_path();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -194,6 +194,11 @@ pub fn build(
         })?,
     };
     let dest = opts.to.clone().supported()?;
+    // An archive that could never be written (a device, a directory) is refused before any
+    // work, not after the layers.
+    if let Transport::DockerArchive { path, .. } = &dest {
+        crate::fsutil::output_target(path)?;
+    }
     // Fail before any work when an engine is the destination and none answers.
     let engine = match &dest {
         Transport::DockerDaemon(_) => Some(crate::engine::Engine::connect()?),
