@@ -383,6 +383,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let opts = Options {
                 driver,
                 preset_dirs: preset_dir,
+                ..Options::default()
             };
             let mut resolved = match resolve::resolve_recipe(&loaded, &opts) {
                 Ok(r) => r,
@@ -458,8 +459,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             let opts = LintOptions {
                 nccl,
                 resolve: Options {
-                    driver: None,
                     preset_dirs: preset_dir,
+                    ..Options::default()
                 },
             };
             let reports: Vec<_> = files.iter().map(|f| lint::lint_file(f, &opts)).collect();
@@ -512,6 +513,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             let opts = Options {
                 driver,
                 preset_dirs: preset_dir,
+                ..Options::default()
             };
             let resolved = resolve::resolve_recipe(&loaded, &opts)?;
             let plan = render::ContextPlan::for_recipe(&loaded, !without_python)?;
@@ -557,18 +559,37 @@ pub fn run(cli: Cli) -> Result<i32> {
             json,
         } => {
             let loaded = load_recipe(recipe.as_deref())?;
+            let to: crate::image::Transport = to.parse()?;
+            let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
+            // The base given is the one whose glibc counts, not the recipe's `base:` text.
+            let base_glibc = match &from {
+                Some(base) if !engine_build => {
+                    let opened = crate::image::build::open(base)?;
+                    let found =
+                        crate::image::inspect::base_glibc(&opened.layout, &opened.manifest)?;
+                    if let Some((v, what)) = &found {
+                        eprintln!(
+                            "note: checking the wheels against {what} {v}, read from {base}, \
+                             not against the recipe's base `{}`",
+                            loaded.recipe.base
+                        );
+                    }
+                    // The lock says what was read, never where: host paths stay out of images.
+                    found.map(|(v, what)| (v, format!("{what}, read from the base image")))
+                }
+                _ => None,
+            };
             let resolved = resolve::resolve_recipe(
                 &loaded,
                 &Options {
                     driver,
                     preset_dirs: preset_dir,
+                    base_glibc,
                 },
             )?;
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
             }
-            let to: crate::image::Transport = to.parse()?;
-            let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
             if engine_build {
                 return engine_build_image(
                     &loaded,

@@ -136,9 +136,13 @@ pub struct Platform {
     pub glibc: Version,
     /// C++11 ABI of libtorch (matters for C++/CUDA extensions).
     pub cxx11_abi: bool,
-    /// glibc of the base image, when known from its name.
+    /// glibc of the base image, when known from its name or read from the base itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_glibc: Option<Version>,
+    /// Where `base_glibc` comes from: the distribution named by the recipe's `base`, or the
+    /// base image's own libc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_glibc_from: Option<String>,
 }
 
 /// A target GPU.

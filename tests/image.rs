@@ -1186,3 +1186,48 @@ fn docker_archive_outputs_write_through_links_and_never_replace_devices() {
             .is_char_device()
     );
 }
+
+/// The glibc that counts is the base's own, read from its libc, not the recipe's `base:`
+/// text: a recipe naming Ubuntu 18.04 (glibc 2.27, too old for torch 2.9) builds on a base
+/// whose libc is newer, and the lock says where its glibc came from, without host paths.
+#[test]
+fn the_real_base_glibc_is_checked_and_named() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "old.yaml",
+        "name: old\nbase: ubuntu:18.04\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let refused = gpubake(&["resolve", &recipe, "--no-closure"]);
+    assert_exit(&refused, 2);
+    assert!(stderr(&refused).contains("glibc"), "{}", stderr(&refused));
+
+    let out_dir = dir.path().join("out");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &format!("oci:{}:latest", common::base().display()),
+        "--to",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("checking the wheels against glibc"),
+        "{}",
+        stderr(&out)
+    );
+    let layout = Layout::open(&out_dir).unwrap();
+    let (_, manifest) = layout.manifest(&layout.find(None).unwrap()).unwrap();
+    let lock = gpubake::image::inspect::read_file(&layout, &manifest, "/etc/gpubake/lock.yaml")
+        .unwrap()
+        .unwrap();
+    let lock = String::from_utf8(lock).unwrap();
+    assert!(lock.contains("base_glibc_from:"), "{lock}");
+    assert!(lock.contains("read from the base image"), "{lock}");
+    assert!(!lock.contains(&dir.path().display().to_string()), "{lock}");
+}

@@ -65,6 +65,76 @@ pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Resul
     Ok(None)
 }
 
+/// Where glibc's `libc.so.6` lives in the distributions gpubake meets.
+const LIBC_PATHS: [&str; 5] = [
+    "lib/x86_64-linux-gnu/libc.so.6",
+    "usr/lib/x86_64-linux-gnu/libc.so.6",
+    "lib64/libc.so.6",
+    "usr/lib64/libc.so.6",
+    "lib/libc.so.6",
+];
+
+/// The glibc of an image, read from its own files: the version in `libc.so.6` ("release
+/// version 2.36", or the `libc-2.31.so` a link names on older releases), with the
+/// distribution's name from /etc/os-release. None when the image has no glibc.
+pub fn base_glibc(
+    layout: &Layout,
+    manifest: &ImageManifest,
+) -> Result<Option<(crate::version::Version, String)>> {
+    let mut found: Option<String> = None;
+    let mut os: Option<String> = None;
+    each_entry(layout, manifest, |path, entry| {
+        if LIBC_PATHS.contains(&path) {
+            let kind = entry.header().entry_type();
+            if kind.is_symlink() {
+                let target = entry.link_name()?.unwrap_or_default();
+                let name = target.file_name().map(|n| n.to_string_lossy().into_owned());
+                if let Some(v) = name
+                    .as_deref()
+                    .and_then(|n| n.strip_prefix("libc-"))
+                    .and_then(|n| n.strip_suffix(".so"))
+                {
+                    found = Some(v.to_string());
+                }
+            } else if kind.is_file() {
+                let mut bytes = Vec::new();
+                entry.by_ref().take(MAX_FILE).read_to_end(&mut bytes)?;
+                if let Some(v) = release_version(&bytes) {
+                    found = Some(v);
+                }
+            }
+        } else if path == "etc/os-release" || path == "usr/lib/os-release" {
+            let mut text = String::new();
+            entry.by_ref().take(1 << 16).read_to_string(&mut text)?;
+            os = text
+                .lines()
+                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+                .map(|v| v.trim_matches('"').to_string());
+        }
+        Ok(())
+    })?;
+    Ok(found.and_then(|v| v.parse().ok()).map(|v| {
+        let what = match os {
+            Some(os) => format!("glibc of {os}"),
+            None => "glibc".to_string(),
+        };
+        (v, what)
+    }))
+}
+
+/// The `X.Y` after glibc's "release version " in libc.so.6.
+fn release_version(bytes: &[u8]) -> Option<String> {
+    let at = memchr::memmem::find(bytes, b"release version ")? + "release version ".len();
+    let digits: String = bytes[at..]
+        .iter()
+        .take(16)
+        .map(|&b| b as char)
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let version = digits.trim_end_matches('.');
+    version.contains('.').then(|| version.to_string())
+}
+
 /// Visits every entry of every layer, base first, with its path (no `./`, no trailing `/`).
 fn each_entry(
     layout: &Layout,
@@ -612,5 +682,17 @@ fn nccl_version(reader: &mut impl Read) -> std::io::Result<Option<String>> {
         let carry = NEEDLE.len().min(filled);
         buf.copy_within(filled - carry..filled, 0);
         keep = carry;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_release_versions_are_read_from_libc() {
+        let text = b"xx GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.\n";
+        assert_eq!(release_version(text).as_deref(), Some("2.36"));
+        assert_eq!(release_version(b"nothing here"), None);
     }
 }

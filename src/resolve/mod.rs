@@ -25,6 +25,9 @@ pub struct Options {
     pub driver: Option<Version>,
     /// Directories searched for presets before the built-in ones.
     pub preset_dirs: Vec<PathBuf>,
+    /// The glibc of the base image actually used, with what it was read from; replaces the
+    /// guess from the recipe's `base:` text.
+    pub base_glibc: Option<(Version, String)>,
 }
 
 /// A build of PyTorch: one CUDA variant of one release.
@@ -199,7 +202,7 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
         )),
         (None, None) => None,
     };
-    let base_glibc = base_glibc(&recipe.base);
+    let base_glibc = opts.base_glibc.clone().or_else(|| base_glibc(&recipe.base));
     let mut nccl = Vec::new();
     if let Some(c) = &recipe.nccl {
         nccl.push((c.clone(), "recipe".to_string()));
@@ -732,6 +735,7 @@ fn build_lock(
         platform: Platform {
             glibc: release.glibc.clone(),
             cxx11_abi: release.cxx11_abi,
+            base_glibc_from: base_glibc.as_ref().map(|(_, from)| from.clone()),
             base_glibc: base_glibc.map(|(v, _)| v),
         },
         gpus: gpu_pins,
