@@ -296,7 +296,17 @@ enum Command {
     /// (such as --devices naming a GPU the node does not have), 3 when no GPU is visible,
     /// with what to do about it.
     ///
+    /// With --world, every rank of a multi-node run probes its node, then joins a rendezvous
+    /// that rank 0 runs on MASTER_PORT + 1 (--world-port to choose): rank 0 prints one verdict
+    /// for the world, naming each rank that is missing, died or was slow (exit 3 only when
+    /// no rank has a GPU); the other ranks print their own report. The rank and rank 0's
+    /// address come from the launcher: torchrun --no-python, srun, mpirun (with MASTER_ADDR),
+    /// a PyTorchJob, or an Indexed Job or JobSet (with WORLD_SIZE and MASTER_ADDR in the
+    /// manifest). See examples/world/.
+    ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
+    ///
+    /// Example: srun --ntasks-per-node=1 --kill-on-bad-exit=0 gpubake probe --world
     Probe {
         /// Print the report as JSON.
         #[arg(long)]
@@ -308,7 +318,7 @@ enum Command {
         #[arg(long)]
         quick: bool,
         /// Also print the all-reduce table: the bundled kernel beside NCCL and a plain copy.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "world")]
         bench: bool,
         /// Only these GPU indices, comma-separated.
         #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -319,6 +329,22 @@ enum Command {
         /// Expected floors per GPU model (YAML like data/policy.yaml) instead of the built-in ones.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// Probe every rank of a multi-node run; rank 0 gives the verdict for all.
+        #[arg(long)]
+        world: bool,
+        /// The port rank 0 listens on for the other ranks (default: MASTER_PORT + 1, or 29501).
+        #[arg(long, value_name = "PORT", requires = "world")]
+        world_port: Option<u16>,
+        /// Seconds each step may take: reaching rank 0, every rank's hello, every report.
+        /// Allow for the slowest node's local probe; at most a day.
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 300,
+            requires = "world",
+            value_parser = clap::value_parser!(u64).range(1..=86_400)
+        )]
+        world_timeout: u64,
     },
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
@@ -745,6 +771,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             devices,
             sizes,
             policy,
+            world,
+            world_port,
+            world_timeout,
         } => {
             let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
             let policy = match policy {
@@ -756,12 +785,23 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
                 None => None,
             };
-            let report = crate::probe::run(&crate::probe::ProbeOptions {
+            let opts = crate::probe::ProbeOptions {
                 devices,
                 quick,
                 sizes,
                 policy,
-            })?;
+            };
+            let report = if world {
+                crate::probe::world::run(
+                    &opts,
+                    &crate::probe::world::WorldOptions {
+                        port: world_port,
+                        timeout: std::time::Duration::from_secs(world_timeout),
+                    },
+                )?
+            } else {
+                crate::probe::run(&opts)?
+            };
             if let Some(path) = junit {
                 crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())?;
             }

@@ -16,6 +16,7 @@ pub mod report;
 pub mod require;
 pub mod schedule;
 pub mod worker;
+pub mod world;
 
 use crate::error::Error;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};

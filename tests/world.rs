@@ -1,0 +1,327 @@
+//! `gpubake probe --world` as torchrun would start it, with every rank a process on
+//! 127.0.0.1: rank 0's verdict must name every rank, and name a rank that never comes as
+//! missing, one that dies after its hello as dead and one that reports too late as slow,
+//! each within seconds. Without a GPU every local probe exits 3, and the world still
+//! aggregates. On a GPU node these tests step aside: three full local probes take minutes.
+
+mod common;
+
+use common::{assert_exit, stderr, stdout};
+use serde_json::Value;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn gpu_present() -> bool {
+    let present = std::path::Path::new("/dev/nvidia0").exists();
+    if present {
+        eprintln!("skipped: a GPU is present; the local probes would take minutes");
+    }
+    present
+}
+
+/// A port nothing listens on now; rank 0 will take it.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts rank `rank` of `world` as torchrun --no-python would, with `extra` arguments and
+/// test-only variables.
+fn rank(rank: u32, world: u32, port: u16, extra: &[&str], vars: &[(&str, &str)]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["probe", "--world", "--world-port", &port.to_string()])
+        .args(extra)
+        .env("TORCHELASTIC_RUN_ID", "test-run")
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", (port - 1).to_string())
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gpubake binary runs")
+}
+
+/// Waits for `child`, killing it and failing the test past `within`.
+fn finish(child: Child, within: Duration) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(within) {
+        Ok(out) => out.expect("waiting for gpubake"),
+        Err(_) => {
+            // SAFETY: kill(2) on a child of this test, which has not been reaped.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("gpubake pid {pid} did not finish within {within:?}");
+        }
+    }
+}
+
+/// Rank 0's JSON verdict and its `world` checks by name.
+fn verdict(out: &Output) -> (Value, Vec<(String, String, String)>) {
+    let json: Value = serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", stdout(out), stderr(out)));
+    let checks = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["phase"], "world", "{c}");
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+                c["detail"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (json, checks)
+}
+
+fn check<'a>(checks: &'a [(String, String, String)], name: &str) -> (&'a str, &'a str) {
+    let c = checks
+        .iter()
+        .find(|c| c.0 == name)
+        .unwrap_or_else(|| panic!("no check {name}: {checks:?}"));
+    (&c.1, &c.2)
+}
+
+const SOON: Duration = Duration::from_secs(20);
+
+#[test]
+fn rank_zero_aggregates_every_rank() {
+    if gpu_present() {
+        return;
+    }
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("world.xml");
+    // The followers start first: they must wait for rank 0 to listen.
+    let followers: Vec<Child> = (1..3).map(|r| rank(r, 3, port, &[], &[])).collect();
+    let pids: Vec<u32> = followers.iter().map(Child::id).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let leader = rank(
+        0,
+        3,
+        port,
+        &["--json", "--junit", junit.to_str().unwrap()],
+        &[],
+    );
+    let leader_pid = leader.id();
+    let out = finish(leader, SOON);
+    assert_exit(&out, 3);
+    let (json, checks) = verdict(&out);
+    for (r, pid) in [(0, leader_pid), (1, pids[0]), (2, pids[1])] {
+        let (status, detail) = check(&checks, &format!("rank {r}"));
+        assert_eq!(status, "FAIL", "{detail}");
+        assert!(
+            detail.contains(&format!("pid {pid}: no GPU (local exit 3)")),
+            "{detail}"
+        );
+        let local = &json["facts"]["world"]["ranks"][r as usize];
+        assert_eq!(local["state"], "reported");
+        assert_eq!(local["exit_code"], 3);
+        assert_eq!(local["report"]["no_gpu"], true);
+    }
+    assert_eq!(check(&checks, "broadcast").0, "PASS");
+    assert_eq!(check(&checks, "NCCL across ranks").0, "SKIP");
+    let (_, summary) = check(&checks, "world");
+    assert!(
+        summary.starts_with("3 of 3 ranks reported") && summary.contains("no GPU: 0, 1, 2"),
+        "{summary}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<testsuite name=\"world\""), "{xml}");
+
+    for follower in followers {
+        let out = finish(follower, SOON);
+        assert_exit(&out, 3);
+        let text = stdout(&out);
+        assert!(text.contains("# nvml"), "{text}");
+        assert!(
+            text.contains("PASS  rendezvous")
+                && text.contains(&format!("rank 0 at 127.0.0.1:{port} counted")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn the_default_port_is_one_above_master_port() {
+    if gpu_present() {
+        return;
+    }
+    // Only one rank: rank 0 listens, needs nobody, and says where it listened.
+    let port = free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["probe", "--world"])
+        .env("TORCHELASTIC_RUN_ID", "solo")
+        .env("RANK", "0")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", (port - 1).to_string())
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    assert!(
+        stdout(&out).contains("1 of 1 ranks reported (launched by torchrun; rank 0 on"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("port {port})")),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_rank_that_never_comes_is_missing_at_the_deadline() {
+    if gpu_present() {
+        return;
+    }
+    let port = free_port();
+    let started = Instant::now();
+    let follower = rank(1, 3, port, &[], &[]);
+    let leader = rank(0, 3, port, &["--json", "--world-timeout", "2"], &[]);
+    let out = finish(leader, SOON);
+    let took = started.elapsed();
+    assert_exit(&out, 1);
+    let (_, checks) = verdict(&out);
+    assert_eq!(
+        check(&checks, "rank 2"),
+        ("FAIL", "missing: no hello within 2 s")
+    );
+    assert!(check(&checks, "rank 1").1.contains("no GPU"));
+    assert!(
+        check(&checks, "world").1.contains("2 of 3 ranks reported")
+            && check(&checks, "world").1.contains("missing: 2"),
+        "{checks:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    // The rank that came was counted, and keeps its own exit code.
+    let out = finish(follower, SOON);
+    assert_exit(&out, 3);
+    assert!(
+        stdout(&out).contains("PASS  rendezvous"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_rank_killed_after_its_hello_is_dead_without_waiting_for_the_deadline() {
+    if gpu_present() {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let port = free_port();
+    let started = Instant::now();
+    let doomed = rank(
+        2,
+        3,
+        port,
+        &[],
+        &[("GPUBAKE_WORLD_TEST_DIE_BEFORE_REPORT", "1")],
+    );
+    let doomed_pid = doomed.id();
+    let follower = rank(1, 3, port, &[], &[]);
+    // A long deadline: a dead rank is known as soon as its connection closes.
+    let leader = rank(0, 3, port, &["--json", "--world-timeout", "60"], &[]);
+    let out = finish(leader, SOON);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_exit(&out, 1);
+    let (_, checks) = verdict(&out);
+    let (status, detail) = check(&checks, "rank 2");
+    assert_eq!(status, "FAIL");
+    assert!(
+        detail.starts_with("dead: ") && detail.contains(&format!("pid {doomed_pid} said hello")),
+        "{detail}"
+    );
+    assert!(check(&checks, "world").1.contains("dead: 2"), "{checks:?}");
+    assert_eq!(finish(doomed, SOON).status.signal(), Some(libc::SIGKILL));
+    assert_exit(&finish(follower, SOON), 3);
+}
+
+#[test]
+fn a_rank_that_reports_past_the_deadline_is_slow() {
+    if gpu_present() {
+        return;
+    }
+    let port = free_port();
+    let started = Instant::now();
+    let mut dawdler = rank(
+        2,
+        3,
+        port,
+        &["--world-timeout", "2"],
+        &[("GPUBAKE_WORLD_TEST_REPORT_DELAY_S", "30")],
+    );
+    let follower = rank(1, 3, port, &[], &[]);
+    let leader = rank(0, 3, port, &["--json", "--world-timeout", "2"], &[]);
+    let out = finish(leader, SOON);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_exit(&out, 1);
+    let (_, checks) = verdict(&out);
+    let (status, detail) = check(&checks, "rank 2");
+    assert_eq!(status, "FAIL");
+    assert!(
+        detail.starts_with("slow: ") && detail.contains("no report within 2 s of the broadcast"),
+        "{detail}"
+    );
+    assert!(check(&checks, "world").1.contains("slow: 2"), "{checks:?}");
+    assert_exit(&finish(follower, SOON), 3);
+    dawdler.kill().unwrap();
+    dawdler.wait().unwrap();
+}
+
+#[test]
+fn launcher_variables_that_do_not_add_up_are_exit_2_naming_them() {
+    let run = |vars: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["probe", "--world"])
+            .env_clear()
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("RANK, SLURM_PROCID"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(&[
+        ("SLURM_PROCID", "4"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_NODELIST", "gpu[01-04]"),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("SLURM_PROCID, SLURM_NTASKS: rank 4 is not below the world size 4"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(&[("RANK", "1"), ("WORLD_SIZE", "2")]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("MASTER_ADDR"), "{}", stderr(&out));
+
+    // --world-port without --world is a usage error from clap.
+    assert_exit(&common::gpubake(&["probe", "--world-port", "4000"]), 2);
+}
