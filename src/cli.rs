@@ -590,9 +590,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
-                    let opened = crate::image::build::open(base)?;
-                    let found =
-                        crate::image::inspect::base_glibc(&opened.layout, &opened.manifest)?;
+                    // A base that cannot be read is reported by the build itself, after the
+                    // recipe's other inputs (the closure) have been checked.
+                    let found = crate::image::build::open(base).ok().and_then(|opened| {
+                        crate::image::inspect::base_glibc(&opened.layout, &opened.manifest)
+                            .ok()
+                            .flatten()
+                    });
                     if let Some((v, what)) = &found {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \

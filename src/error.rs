@@ -128,13 +128,11 @@ fn help_suffix(help: &Option<String>) -> String {
 }
 
 fn unknown_preset(name: &str, at: &Location, known: &[String], searched: &[String]) -> String {
-    let mut text = format!(
-        "{at}: no preset named `{name}` (looked in {})",
-        searched.join(", ")
-    );
+    let mut text = format!("{at}: no preset named `{name}`");
     if let Some(best) = crate::nccl::suggest::closest(name, known.iter().map(String::as_str)) {
         text.push_str(&format!(" (did you mean `{best}`?)"));
     }
+    text.push_str(&format!("\n  looked in {}", searched.join(", ")));
     text.push_str(&format!("\n  known presets: {}", known.join(", ")));
     text
 }
