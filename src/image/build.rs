@@ -185,13 +185,23 @@ pub fn build(
 ) -> Result<BuildReport> {
     let base_ref = match &opts.from {
         Some(t) => t.clone(),
-        None => loaded.recipe.base.parse::<Transport>().map_err(|_| {
-            Error::Unsupported(format!(
-                "the recipe's base `{}` is a registry image, and registries are not supported yet; \
-                 pass --from oci:DIR[:TAG] or --from docker-archive:FILE",
-                loaded.recipe.base
-            ))
-        })?,
+        // The recipe's `base:` is an image reference (`nvidia/cuda:12.8.1-…`), read as a
+        // transport only when it names one: a plain reference is a registry image, never a
+        // directory.
+        None => Some(&loaded.recipe.base)
+            .filter(|b| {
+                ["oci:", "docker-archive:", "docker-daemon:"]
+                    .iter()
+                    .any(|t| b.starts_with(t))
+            })
+            .and_then(|b| b.parse::<Transport>().ok())
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "the recipe's base `{}` is a registry image, and registries are not \
+                     supported yet; pass --from oci:DIR[:TAG] or --from docker-archive:FILE",
+                    loaded.recipe.base
+                ))
+            })?,
     };
     let dest = opts.to.clone().supported()?;
     // An archive that could never be written (a device, a directory) is refused before any
