@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 /// The annotation that names a tag in `index.json`.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
-/// JSON blobs larger than this are refused when read into memory.
-const MAX_JSON_BYTES: u64 = 16 << 20;
+/// Manifests and configs larger than this are refused: 4 MiB is where registries,
+/// containerd and skopeo (containers/image's limits) stop, so an image gpubake accepts is one
+/// they accept too.
+const MAX_JSON_BYTES: u64 = 4 << 20;
 
 /// Serialises `value` with sorted keys, so equal content gives equal bytes (oci-spec keeps
 /// labels and annotations in hash maps).
@@ -123,7 +125,11 @@ impl Layout {
         if size.is_some_and(|s| s > MAX_JSON_BYTES) {
             return Err(Error::image(
                 self.describe(),
-                format!("blob {digest} is too large for metadata"),
+                format!(
+                    "blob {digest} is {} bytes, more than the {} a manifest or config may have",
+                    size.unwrap_or(0),
+                    MAX_JSON_BYTES
+                ),
             ));
         }
         let mut out = Vec::new();
@@ -328,4 +334,22 @@ pub fn digest_of(desc: &Descriptor) -> Result<Digest> {
         .to_string()
         .parse()
         .map_err(|e: String| Error::image("descriptor", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_over_4_mib_is_refused_as_registries_refuse_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::create(dir.path()).unwrap();
+        let fits = vec![b' '; 4 << 20];
+        let (d, n) = layout.write_blob(&fits).unwrap();
+        assert!(layout.read_blob(&d, Some(n)).is_ok());
+        let over = vec![b' '; (4 << 20) + 1];
+        let (d, n) = layout.write_blob(&over).unwrap();
+        let err = layout.read_blob(&d, Some(n)).unwrap_err().to_string();
+        assert!(err.contains("more than the 4194304"), "{err}");
+    }
 }
