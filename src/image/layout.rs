@@ -85,7 +85,41 @@ impl Layout {
             );
             file.lock().map_err(|e| Error::io(&path, e))?;
         }
+        self.sweep_leftovers();
         Ok(LayoutLock { _file: file })
+    }
+
+    /// Removes what killed writers left: blob files being written (`blobs/sha256/.tmp-*`) and
+    /// replacements of `index.json` (`.gpubake-XXXXXX`), once they are a minute old. Blobs and
+    /// the index are written under the lock, but a layout's first `oci-layout` is written
+    /// before it, so a fresh temporary file may be another process's: age tells them apart.
+    fn sweep_leftovers(&self) {
+        let old = |entry: &std::fs::DirEntry| {
+            entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60))
+        };
+        let stale = |dir: &Path, is_temp: &dyn Fn(&str) -> bool| {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if is_temp(&name) && entry.file_type().is_ok_and(|t| t.is_file()) && old(&entry) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        };
+        stale(&self.root.join("blobs/sha256"), &|n| n.starts_with(".tmp-"));
+        // tempfile's names: the prefix and six random characters (never `.gpubake-lock`).
+        stale(&self.root, &|n| {
+            n.strip_prefix(".gpubake-").is_some_and(|rest| {
+                rest.len() == 6 && rest != "lock" && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+            })
+        });
     }
 
     /// Where a blob lives.
@@ -339,6 +373,36 @@ pub fn digest_of(desc: &Descriptor) -> Result<Digest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lock_holder_sweeps_what_killed_writers_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::create(dir.path()).unwrap();
+        let blobs = dir.path().join("blobs/sha256");
+        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for (path, text) in [
+            (blobs.join(".tmp-abc123"), "half a blob"),
+            (dir.path().join(".gpubake-Xy12Zq"), "half an index"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(an_hour_ago)
+                .unwrap();
+        }
+        // A temporary file of this moment may be another writer's: it stays.
+        std::fs::write(blobs.join(".tmp-justnw"), "being written").unwrap();
+        let (kept, _) = layout.write_blob(b"{}").unwrap();
+        let lock = layout.lock().unwrap();
+        assert!(!blobs.join(".tmp-abc123").exists());
+        assert!(!dir.path().join(".gpubake-Xy12Zq").exists());
+        assert!(blobs.join(".tmp-justnw").exists());
+        assert!(dir.path().join(".gpubake-lock").exists());
+        assert!(layout.blob_path(&kept).exists());
+        drop(lock);
+    }
 
     #[test]
     fn metadata_over_4_mib_is_refused_as_registries_refuse_it() {
