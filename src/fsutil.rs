@@ -58,11 +58,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".gpubake-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))?;
-    let _scratch = crate::interrupt::Scratch::new(tmp.path());
+    let (mut tmp, _scratch) = crate::interrupt::guarded(
+        || {
+            tempfile::Builder::new()
+                .prefix(".gpubake-")
+                .tempfile_in(dir)
+        },
+        |t| t.path(),
+    )
+    .map_err(|e| Error::io(dir, e))?;
     tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
     match_mode(tmp.as_file(), path).map_err(|e| Error::io(tmp.path(), e))?;
     tmp.as_file()

@@ -27,20 +27,31 @@ pub fn install() {
     });
 }
 
-/// Removes every registered path; returns how many there were.
+/// Removes every registered path; returns how many there were. The register stays locked
+/// from here to the process's exit, so nothing registers after the sweep.
 fn remove_all() -> usize {
-    let paths = std::mem::take(&mut *SCRATCH.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut list = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let paths = std::mem::take(&mut *list);
     remove(&paths);
+    std::mem::forget(list);
     paths.len()
 }
 
 fn remove(paths: &[PathBuf]) {
     for p in paths {
-        let _ = if p.is_dir() {
-            std::fs::remove_dir_all(p)
-        } else {
-            std::fs::remove_file(p)
-        };
+        // The interrupted thread may still add an entry to a directory being removed (until
+        // it blocks on the register): a few tries outlast it.
+        for _ in 0..5 {
+            let done = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            if done.is_ok() || !p.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 
@@ -126,6 +137,20 @@ impl ScratchDir {
     }
 }
 
+/// Creates something temporary with `create` and registers the path `path` gives, holding
+/// the register while both happen: a signal arriving between the creation and the
+/// registration would otherwise leave it behind.
+pub fn guarded<T>(
+    create: impl FnOnce() -> std::io::Result<T>,
+    path: impl Fn(&T) -> &Path,
+) -> std::io::Result<(T, Scratch)> {
+    let mut list = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let made = create()?;
+    let p = path(&made).to_path_buf();
+    list.push(p.clone());
+    Ok((made, Scratch { path: p }))
+}
+
 /// A new scratch directory named `PREFIX…` under `parent` (the system's temporary directory
 /// when None).
 pub fn scratch_dir(parent: Option<&Path>, prefix: &str) -> std::io::Result<ScratchDir> {
@@ -134,12 +159,12 @@ pub fn scratch_dir(parent: Option<&Path>, prefix: &str) -> std::io::Result<Scrat
         b.prefix(prefix);
         b
     };
-    let dir = match parent {
-        Some(p) => builder.tempdir_in(p)?,
-        None => builder.tempdir()?,
-    };
-    Ok(ScratchDir {
-        _guard: Scratch::new(dir.path()),
-        dir,
-    })
+    let (dir, guard) = guarded(
+        || match parent {
+            Some(p) => builder.tempdir_in(p),
+            None => builder.tempdir(),
+        },
+        |d| d.path(),
+    )?;
+    Ok(ScratchDir { _guard: guard, dir })
 }

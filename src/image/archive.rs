@@ -194,11 +194,15 @@ pub fn write(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let tmp = tempfile::Builder::new()
-        .prefix(".gpubake-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))?;
-    let _scratch = crate::interrupt::Scratch::new(tmp.path());
+    let (tmp, _scratch) = crate::interrupt::guarded(
+        || {
+            tempfile::Builder::new()
+                .prefix(".gpubake-")
+                .tempfile_in(dir)
+        },
+        |t| t.path(),
+    )
+    .map_err(|e| Error::io(dir, e))?;
     let file = tmp
         .as_file()
         .try_clone()

@@ -189,17 +189,18 @@ impl Layout {
     /// A writer for a new blob whose digest is known only at the end.
     pub fn blob_writer(&self) -> Result<BlobWriter> {
         let dir = self.root.join("blobs/sha256");
-        let tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .tempfile_in(&dir)
-            .map_err(|e| Error::io(&dir, e))?;
+        let (tmp, scratch) = crate::interrupt::guarded(
+            || tempfile::Builder::new().prefix(".tmp-").tempfile_in(&dir),
+            |t| t.path(),
+        )
+        .map_err(|e| Error::io(&dir, e))?;
         let file = tmp
             .as_file()
             .try_clone()
             .map_err(|e| Error::io(tmp.path(), e))?;
         let (writer, tally) = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
         Ok(BlobWriter {
-            _scratch: crate::interrupt::Scratch::new(tmp.path()),
+            _scratch: scratch,
             tmp,
             writer: Some(writer),
             tally,
