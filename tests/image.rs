@@ -1231,3 +1231,57 @@ fn the_real_base_glibc_is_checked_and_named() {
     assert!(lock.contains("read from the base image"), "{lock}");
     assert!(!lock.contains(&dir.path().display().to_string()), "{lock}");
 }
+
+/// A base whose layer has a media type that names no layer is refused by build for that
+/// reason, as verify refuses it, not with a tar reader's complaint about its bytes.
+#[test]
+fn a_layer_with_a_media_type_that_is_no_layer_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
+    let tar = run_bytes(Command::new("tar").args(["-cf", "-", "-C", "/", "etc/hostname"]));
+    let root = dir.path().join("base");
+    let layout = Layout::create(&root).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).unwrap();
+    let (digest, size) = layout.write_blob(&gz.finish().unwrap()).unwrap();
+    let diff_id = Digest::of(&tar);
+    let config = serde_json::json!({"architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id.to_string()]}});
+    let config_desc = layout.write_json(&config, MediaType::ImageConfig).unwrap();
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(config_desc)
+        .layers(vec![descriptor(
+            MediaType::Other("application/x-not-a-layer".into()),
+            &digest,
+            size,
+        )])
+        .build()
+        .unwrap();
+    let mut desc = layout
+        .write_json(&manifest, MediaType::ImageManifest)
+        .unwrap();
+    desc.set_annotations(Some(HashMap::from([(
+        REF_NAME.to_string(),
+        "latest".to_string(),
+    )])));
+    let mut index = layout.index_or_empty().unwrap();
+    index.set_manifests(vec![desc]);
+    layout.write_index(&index).unwrap();
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &format!("oci:{}:latest", root.display()),
+        "--to",
+        &oci(&dir.path().join("out"), "x"),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("media type application/x-not-a-layer is not a layer"),
+        "{}",
+        stderr(&out)
+    );
+}

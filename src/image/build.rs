@@ -598,6 +598,15 @@ pub fn scan_layer(
     diff_id: &str,
 ) -> std::result::Result<(), String> {
     let digest = digest_of(layer).map_err(|e| e.to_string())?;
+    // A blob whose media type names no layer is not read as one: its bytes could be anything,
+    // and a tar reader's complaint about them would hide the real problem.
+    let media = layer.media_type().to_string();
+    if !["tar", "tar+gzip", "tar+zstd"]
+        .iter()
+        .any(|s| media.ends_with(s))
+    {
+        return Err(format!("layer {digest}: media type {media} is not a layer"));
+    }
     let raw = layout
         .open_blob(&digest, Some(layer.size()))
         .map_err(|e| e.to_string())?;
