@@ -553,7 +553,7 @@ fn judge_run(outcome: &RunOutcome, wait: Duration, image: &Transport) -> (ProbeR
             ProbeRun::Failed(format!(
                 "`gpubake probe` ran past {} s and was killed; its last words: {}",
                 wait.as_secs(),
-                child_error(&outcome.stderr)
+                crate::child::last_words(&outcome.stderr)
             )),
             None,
         );
@@ -563,7 +563,7 @@ fn judge_run(outcome: &RunOutcome, wait: Duration, image: &Transport) -> (ProbeR
             ProbeRun::Failed(format!(
                 "{image}: `gpubake probe` ended (exit {}) without a report: {}",
                 outcome.exit_code,
-                child_error(&outcome.stderr)
+                crate::child::last_words(&outcome.stderr)
             )),
             None,
         ),
@@ -581,30 +581,6 @@ fn judge_run(outcome: &RunOutcome, wait: Duration, image: &Transport) -> (ProbeR
         }
         Some(p) => (ProbeRun::Reported, Some(p)),
     }
-}
-
-/// The line of a child's standard error that says what went wrong: a Rust panic's message
-/// (not the backtrace hint printed after it), else the last line that is not a hint.
-fn child_error(stderr: &str) -> String {
-    let lines: Vec<&str> = stderr
-        .lines()
-        .map(str::trim_end)
-        .filter(|l| !l.is_empty())
-        .collect();
-    if let Some(i) = lines.iter().position(|l| l.contains("panicked at")) {
-        let message = lines
-            .get(i + 1)
-            .filter(|l| !l.starts_with("note:") && !l.starts_with("stack backtrace"))
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default();
-        return format!("{}{message}", lines[i].trim_end_matches(':'));
-    }
-    lines
-        .iter()
-        .rev()
-        .find(|l| !l.starts_with("note:"))
-        .map(|l| l.to_string())
-        .unwrap_or_else(|| "no output".into())
 }
 
 /// The probe in a Docker Engine container. Err: what the environment lacks.
@@ -725,12 +701,12 @@ mod tests {
 
     #[test]
     fn a_panic_is_reported_by_its_message_not_the_backtrace_hint() {
-        let why = child_error(PANIC);
+        let why = crate::child::last_words(PANIC);
         assert!(why.contains("src/probe/nvml.rs:80:14"), "{why}");
         assert!(why.contains("index out of bounds"), "{why}");
         assert!(!why.contains("RUST_BACKTRACE"), "{why}");
-        assert_eq!(child_error(""), "no output");
-        assert_eq!(child_error("one\nlast words\n"), "last words");
+        assert_eq!(crate::child::last_words(""), "no output");
+        assert_eq!(crate::child::last_words("one\nlast words\n"), "last words");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod cdi;
 pub mod certify;
+pub mod child;
 pub mod cli;
 pub mod closure;
 pub mod compat;

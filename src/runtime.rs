@@ -12,11 +12,10 @@ use oci_spec::runtime::{
     Hook, Hooks, LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxNamespaceType, Mount,
     PosixRlimitBuilder, PosixRlimitType, Spec,
 };
-use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An OCI runtime's program.
 #[derive(Clone, Debug)]
@@ -100,52 +99,17 @@ impl Runtime {
             .map_err(|e| {
                 Error::Environment(format!("cannot start {}: {e}", self.program.display()))
             })?;
-        let drain = |pipe: Option<Box<dyn Read + Send>>| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                if let Some(mut p) = pipe {
-                    let _ = p.read_to_end(&mut bytes);
-                }
-                String::from_utf8_lossy(&bytes).into_owned()
-            })
-        };
-        let out = drain(
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        );
-        let err = drain(
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        );
-        let started = Instant::now();
-        let mut timed_out = false;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if started.elapsed() > timeout => {
-                    timed_out = true;
-                    let _ = runtime(&["kill", &id, "KILL"]).output();
-                    let _ = child.kill();
-                    break child.wait().ok();
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => {
-                    return Err(Error::Environment(format!(
-                        "waiting for {}: {e}",
-                        self.program.display()
-                    )));
-                }
-            }
-        };
+        let done = crate::child::wait(&mut child, timeout, || {
+            let _ = runtime(&["kill", &id, "KILL"]).output();
+        })
+        .map_err(|e| Error::Environment(format!("waiting for {}: {e}", self.program.display())))?;
         let _ = runtime(&["delete", "--force", &id]).output();
-        let (stdout, stderr) = (
-            out.join().unwrap_or_default(),
-            err.join().unwrap_or_default(),
-        );
+        let crate::child::Finished {
+            status,
+            stdout,
+            stderr,
+            timed_out,
+        } = done;
         let exit_code = status.and_then(|s| s.code()).unwrap_or(-1) as i64;
         if exit_code != 0 && !timed_out && !pid_file.exists() && !exec_failed(&stderr) {
             return Err(Error::Environment(format!(

@@ -263,56 +263,21 @@ fn run_worker(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the worker: {e}"))?;
-    // Drain both pipes so a chatty child never blocks on a full one.
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() > budget => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "no result within {} s: killed (a hung kernel or driver call)",
-                    budget.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(e.to_string()),
-        }
+    let done = crate::child::wait(&mut child, budget, || {}).map_err(|e| e.to_string())?;
+    if done.timed_out {
+        return Err(format!(
+            "no result within {} s: killed (a hung kernel or driver call)",
+            budget.as_secs()
+        ));
     }
-    let logs = format!(
-        "{}{}",
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default()
-    );
     let value: serde_json::Value = std::fs::read(&result)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| {
+            // NCCL writes to standard output; the worker's own failure is on standard error.
             format!(
                 "the worker failed: {}",
-                logs.lines().last().unwrap_or("no output")
+                crate::child::last_words(&format!("{}{}", done.stdout, done.stderr))
             )
         })?;
     match value.get("error") {

@@ -504,6 +504,14 @@ pub fn parse_ranges(text: &str) -> Option<Vec<u32>> {
 mod tests {
     use super::*;
 
+    /// Each link as (from GPU, to GPU, transport, channel ranges).
+    fn link_summary(log: &NcclLog) -> Vec<(u32, u32, &str, String)> {
+        log.links
+            .iter()
+            .map(|l| (l.from_gpu, l.to_gpu, l.via.as_str(), ranges(&l.channels)))
+            .collect()
+    }
+
     const CUMEM: &str = include_str!("../../tests/fixtures/nccl-logs/p2p-cumem-2.28.log");
     const SHM: &str = include_str!("../../tests/fixtures/nccl-logs/shm-hidden-affinity-2.28.log");
     const SOCKET: &str = include_str!("../../tests/fixtures/nccl-logs/net-socket-2.28.log");
@@ -543,13 +551,8 @@ mod tests {
     #[test]
     fn p2p_channels_are_grouped_per_pair_and_transport() {
         let log = NcclLog::parse(CUMEM);
-        let summary: Vec<(u32, u32, &str, String)> = log
-            .links
-            .iter()
-            .map(|l| (l.from_gpu, l.to_gpu, l.via.as_str(), ranges(&l.channels)))
-            .collect();
         assert_eq!(
-            summary,
+            link_summary(&log),
             vec![
                 (0, 1, "P2P/CUMEM/read", "0-3".to_string()),
                 (1, 0, "P2P/CUMEM/read", "0-3".to_string()),
@@ -685,13 +688,8 @@ mod tests {
             ]
         );
         assert!(log.rejected.is_empty() && log.warnings.is_empty());
-        let summary: Vec<(u32, u32, &str, String)> = log
-            .links
-            .iter()
-            .map(|l| (l.from_gpu, l.to_gpu, l.via.as_str(), ranges(&l.channels)))
-            .collect();
         assert_eq!(
-            summary,
+            link_summary(&log),
             vec![
                 (0, 1, "P2P/direct pointer", "0-23".to_string()),
                 (1, 0, "P2P/direct pointer", "0-23".to_string()),
