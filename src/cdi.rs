@@ -157,9 +157,19 @@ pub fn load(dirs: &[PathBuf]) -> Result<Vec<Spec>> {
     Ok(by_kind.into_values().collect())
 }
 
+/// Specs generated for the largest nodes are tens of kilobytes; a cap keeps a stray file in
+/// /etc/cdi from being read whole into memory.
+const MAX_SPEC_BYTES: u64 = 4 << 20;
+
 /// Reads one spec file (YAML, or JSON which YAML reads too).
 pub fn parse(file: &Path) -> Result<Spec> {
-    let text = std::fs::read_to_string(file).map_err(|e| Error::io(file, e))?;
+    let bytes = crate::fsutil::read_capped(file, MAX_SPEC_BYTES).map_err(|e| Error::io(file, e))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        Error::Usage(format!(
+            "{}: not a CDI spec: not UTF-8 text",
+            file.display()
+        ))
+    })?;
     let mut spec: Spec = serde_yaml::from_str(&text).map_err(|e| {
         Error::Usage(format!(
             "{}{}: not a CDI spec: {e}",
@@ -415,6 +425,20 @@ containerEdits:
         let file = dir.join(name);
         std::fs::write(&file, text).unwrap();
         file
+    }
+
+    #[test]
+    fn a_spec_file_over_the_cap_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("huge.yaml");
+        let mut text = SPEC.to_string();
+        text.push_str(&"#".repeat(MAX_SPEC_BYTES as usize));
+        std::fs::write(&file, text).unwrap();
+        let err = parse(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("huge.yaml") && err.contains("larger than"),
+            "{err}"
+        );
     }
 
     #[test]

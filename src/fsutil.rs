@@ -50,6 +50,21 @@ pub fn output_target(path: &Path) -> Result<std::path::PathBuf> {
     )))
 }
 
+/// Reads a whole file that should be small, refusing it unread past `max` bytes: a spec or a
+/// passwd file of gigabytes is a mistake or an attack, and reading it whole would exhaust memory.
+pub fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than the {max} bytes gpubake reads of such a file"),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Replaces `path` with `bytes` atomically, keeping its mode (see [`match_mode`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let target = output_target(path)?;
@@ -104,6 +119,17 @@ fn umask() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_files_are_read_and_large_ones_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("passwd");
+        std::fs::write(&file, vec![b'x'; 64]).unwrap();
+        assert_eq!(read_capped(&file, 64).unwrap().len(), 64);
+        let err = read_capped(&file, 63).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(err.to_string().contains("63 bytes"), "{err}");
+    }
 
     #[test]
     fn links_are_written_through_and_devices_refused() {

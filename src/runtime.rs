@@ -409,7 +409,9 @@ fn user_of(user: &str, rootfs: &Path) -> Result<(u32, u32)> {
         None => (user, None),
     };
     let lookup = |file: &str, key: &str| -> Option<(u32, Option<u32>)> {
-        let text = std::fs::read_to_string(rootfs.join(file)).ok()?;
+        // The image's own files: a passwd of gigabytes is refused rather than read whole.
+        let bytes = crate::fsutil::read_capped(&rootfs.join(file), 1 << 20).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
         text.lines().find_map(|line| {
             let fields: Vec<&str> = line.split(':').collect();
             (fields.first() == Some(&key)).then(|| {
