@@ -467,6 +467,33 @@ fn a_broken_preset_file_is_named_and_the_rest_are_listed() {
     assert!(err.contains("the built-in presets"), "{err}");
 }
 
+/// A reader that stops early closes the pipe: gpubake ends as `cat` would, by SIGPIPE,
+/// with no panic on standard error (`gpubake resolve --json | head -3` printed one).
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // One writes through the lock's writer, one prints a table.
+    for args in [&["resolve", "--no-closure", "--json"][..], &["compat"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?}: {err}",
+            out.status
+        );
+    }
+}
+
 /// The repository's own `env-presets/` are the built-in presets: resolving from its root (as
 /// the README's examples do) hides nothing, so nothing is announced. A copy with one byte
 /// changed is announced.
