@@ -11,6 +11,13 @@
 //! copies of `recipes/`, `env-presets/` and `examples/`, with this build's binary first on
 //! PATH. Those that need an image share one Debian base (`scripts/make-debian-base`, made
 //! once per target directory) and the test wheel cache.
+//!
+//! To document a new command: add its example to the README or its help, then an entry to
+//! [`EXAMPLES`] with the stage it needs (a new kind of environment, say a registry for
+//! `docker://`, is a new [`Stage`] with its own test that starts it), the exit code the
+//! documentation gives, and `How::AsWritten` where it can run here. Files the example reads
+//! are best shown in the documentation with `$ cat FILE`, which defines them here too. The
+//! command lines of the launcher and CI files under examples/ are parsed, not run.
 
 mod common;
 
@@ -522,17 +529,81 @@ fn every_documented_example_is_accounted_for() {
     }
 }
 
-/// Each `gpubake` command of each example is accepted by the parser as written.
+/// The `gpubake` command lines of the launcher and CI files under examples/ (GitHub Actions,
+/// GitLab CI, Slurm, torchrun, Kubernetes): they run on machines this test has not, so they
+/// are parsed, not run. A YAML `command: [...]` list is read as its words; CI variables
+/// (`${{ github.sha }}`, `$IMAGE_TAR`) stand for one word.
+fn example_file_commands() -> Vec<Documented> {
+    let root = common::root();
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(root.join("examples")).sort_by_file_name() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !entry.file_type().is_file()
+            || !["yml", "yaml", "sh", "sbatch"]
+                .iter()
+                .any(|ext| name.ends_with(&format!(".{ext}")))
+        {
+            continue;
+        }
+        let rel = entry
+            .path()
+            .strip_prefix(&root)
+            .unwrap()
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.replace("${{ github.sha }}", "X");
+            let command = match line.split_once("command: [") {
+                Some((_, list)) => {
+                    let list = format!("[{}", list.split_once(']').map_or(list, |(l, _)| l));
+                    let words: Vec<String> = serde_json::from_str(&format!("{list}]")).unwrap();
+                    words.join(" ")
+                }
+                None => line
+                    .trim()
+                    .trim_start_matches("- ")
+                    .trim_start_matches("run: ")
+                    .to_string(),
+            };
+            if words(&command).iter().any(|w| w == "gpubake") {
+                out.push(Documented {
+                    place: format!("{rel}:{}", i + 1),
+                    command,
+                    output: Vec::new(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Each `gpubake` command of each example, and of the files under examples/, is accepted by
+/// the parser as written.
 #[test]
 fn every_documented_command_line_is_accepted_as_written() {
     let mut refused = Vec::new();
     let mut parsed = 0;
-    for d in documented() {
+    let subcommands: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let from_files = example_file_commands();
+    assert!(from_files.len() >= 10, "{from_files:?}");
+    for d in documented().into_iter().chain(from_files) {
         for part in d.command.split("&&").flat_map(|p| p.split(';')) {
             let words = words(part);
+            // `gpubake` as the command, not in prose (`Install gpubake (vendored …)`).
             let Some(at) = words.iter().position(|w| w == "gpubake") else {
                 continue;
             };
+            let Some(next) = words.get(at + 1) else {
+                continue;
+            };
+            if !next.starts_with('-') && !subcommands.contains(next) {
+                continue;
+            }
             parsed += 1;
             if let Err(e) = Cli::try_parse_from(&words[at..]) {
                 refused.push(format!(
