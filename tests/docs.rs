@@ -435,7 +435,8 @@ const EXAMPLES: &[Example] = &[
         exit: &[0],
         how: How::Elsewhere {
             by: "tests/probe.rs (reports_are_written_even_without_a_gpu) runs `gpubake probe \
-                 --junit`; benches/h200.sh ran it on H200s (docs/results-h200.md)",
+                 --junit`; on one H200, without the container, it exited 0 and wrote the \
+                 JUnit file (benches/results/probe-help-example-h200-2026-11-30.txt)",
             why: "it needs a GPU and an engine with the NVIDIA runtime",
         },
     },
