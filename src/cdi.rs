@@ -13,6 +13,14 @@ use std::path::{Path, PathBuf};
 /// boot) overrides one of the same kind in `/etc/cdi`.
 pub const DEFAULT_SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
 
+/// The directories searched, for messages: the ones given, which need not be the defaults.
+fn joined(dirs: &[PathBuf], sep: &str) -> String {
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// One spec file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -193,7 +201,7 @@ pub fn parse(file: &Path) -> Result<Spec> {
 /// The edits for fully-qualified device names (`nvidia.com/gpu=all`, `nvidia.com/gpu=0`):
 /// each spec's common edits once, then each device's. An unknown name is an environment
 /// problem naming what the node does offer: the node, not the command, lacks the device.
-pub fn edits_for(specs: &[Spec], names: &[String]) -> Result<Vec<Edits>> {
+pub fn edits_for(specs: &[Spec], searched: &[PathBuf], names: &[String]) -> Result<Vec<Edits>> {
     let mut out = Vec::new();
     let mut used_specs: Vec<&str> = Vec::new();
     for name in names {
@@ -207,7 +215,7 @@ pub fn edits_for(specs: &[Spec], names: &[String]) -> Result<Vec<Edits>> {
                 format!(
                     "--device {name}: no CDI spec on this node (looked in {}); \
                      `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` writes one",
-                    DEFAULT_SPEC_DIRS.join(", ")
+                    joined(searched, ", ")
                 )
             } else {
                 format!(
@@ -289,6 +297,7 @@ fn library_driver_version(file: &str) -> Option<&str> {
 /// find libcuda). `exists` and `driver` are injected so the checks run anywhere.
 pub fn preflight(
     specs: &[Spec],
+    searched: &[PathBuf],
     driver: Option<&str>,
     exists: &dyn Fn(&str) -> bool,
 ) -> Vec<Finding> {
@@ -313,7 +322,7 @@ pub fn preflight(
             ),
             None => format!(
                 "no spec of kind nvidia.com/gpu in {}; `nvidia-ctk cdi generate` writes one",
-                DEFAULT_SPEC_DIRS.join(" or ")
+                joined(searched, " or ")
             ),
         },
     }];
@@ -446,19 +455,19 @@ containerEdits:
         let dir = tempfile::tempdir().unwrap();
         spec_in(dir.path(), "nvidia.yaml", SPEC);
         let specs = load(&[dir.path().to_path_buf()]).unwrap();
-        let edits = edits_for(&specs, &["nvidia.com/gpu=all".into()]).unwrap();
+        let edits = edits_for(&specs, &[], &["nvidia.com/gpu=all".into()]).unwrap();
         assert_eq!(edits.len(), 2);
         assert_eq!(edits[0].env, ["NVIDIA_VISIBLE_DEVICES=void"]);
         assert_eq!(edits[1].device_nodes.len(), 2);
-        let err = edits_for(&specs, &["nvidia.com/gpu=7".into()]).unwrap_err();
+        let err = edits_for(&specs, &[], &["nvidia.com/gpu=7".into()]).unwrap_err();
         assert!(err.to_string().contains("no device `7`"), "{err}");
         assert!(err.to_string().contains("0, all"), "{err}");
         assert!(matches!(
-            edits_for(&[], &["nvidia.com/gpu=all".into()]),
+            edits_for(&[], &[], &["nvidia.com/gpu=all".into()]),
             Err(Error::Environment(_))
         ));
         assert!(matches!(
-            edits_for(&specs, &["gpu0".into()]),
+            edits_for(&specs, &[], &["gpu0".into()]),
             Err(Error::Usage(_))
         ));
     }
@@ -499,10 +508,10 @@ containerEdits:
         spec_in(dir.path(), "nvidia.yaml", SPEC);
         let specs = load(&[dir.path().to_path_buf()]).unwrap();
         let everything = |_: &str| true;
-        let found = preflight(&specs, Some("580.95.05"), &everything);
+        let found = preflight(&specs, &[], Some("580.95.05"), &everything);
         assert!(found.iter().all(|f| f.ok), "{found:?}");
 
-        let upgraded = preflight(&specs, Some("580.105.08"), &everything);
+        let upgraded = preflight(&specs, &[], Some("580.105.08"), &everything);
         let libs = upgraded
             .iter()
             .find(|f| f.name == "CDI driver libraries")
@@ -516,14 +525,16 @@ containerEdits:
         assert!(libs.detail.contains("580.105.08"), "{}", libs.detail);
 
         let no_gpu1 = |p: &str| p != "/dev/nvidia1";
-        let nodes = preflight(&specs, Some("580.95.05"), &no_gpu1);
+        let nodes = preflight(&specs, &[], Some("580.95.05"), &no_gpu1);
         let nodes = nodes.iter().find(|f| f.name == "CDI device nodes").unwrap();
         assert!(!nodes.ok);
         assert!(nodes.detail.contains("/dev/nvidia1"), "{}", nodes.detail);
 
-        let none = preflight(&[], None, &everything);
+        let none = preflight(&[], &[dir.path().to_path_buf()], None, &everything);
         assert_eq!(none.len(), 1);
         assert!(!none[0].ok);
+        let searched = dir.path().display().to_string();
+        assert!(none[0].detail.contains(&searched), "{}", none[0].detail);
     }
 
     #[test]

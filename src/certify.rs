@@ -650,7 +650,7 @@ fn in_runtime(
         .ok()
         .and_then(|t| crate::cdi::driver_version(&t));
     let exists = |p: &str| std::path::Path::new(p).exists();
-    for f in crate::cdi::preflight(&specs, driver.as_deref(), &exists) {
+    for f in crate::cdi::preflight(&specs, spec_dirs, driver.as_deref(), &exists) {
         report.push(
             "cdi",
             f.name,
@@ -659,7 +659,7 @@ fn in_runtime(
         );
     }
     let names = cdi_names(&opts.gpus, devices);
-    let edits = match crate::cdi::edits_for(&specs, &names) {
+    let edits = match crate::cdi::edits_for(&specs, spec_dirs, &names) {
         Ok(e) => e,
         Err(Error::Environment(m)) => return Err(m),
         Err(e) => return Err(e.to_string()),

@@ -84,12 +84,14 @@ pub struct Preset {
 }
 
 impl Preset {
-    /// Read from a file that hides a built-in preset of the same name.
+    /// Read from a file that hides a different built-in preset of the same name. A copy of
+    /// the built-in one (the repository's own `env-presets/`, seen from its root) hides
+    /// nothing and is not worth a warning.
     pub fn shadows_builtin(&self) -> bool {
         !self.doc.name().starts_with("builtin:")
             && BUILTIN_PRESETS
                 .get_file(format!("{}.yaml", self.name))
-                .is_some()
+                .is_some_and(|builtin| builtin.contents() != self.doc.text().as_bytes())
     }
 
     /// Parses and checks a document as a preset named `name`.

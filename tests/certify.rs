@@ -642,6 +642,9 @@ fn under_an_oci_runtime_without_a_cdi_spec_certify_exits_3_naming_the_spec() {
     let text = stdout(&out);
     assert!(text.contains("FAIL  CDI spec"), "{text}");
     assert!(text.contains("nvidia-ctk cdi generate"), "{text}");
+    // The directory searched is the one given, not the default ones.
+    assert!(text.contains(empty.to_str().unwrap()), "{text}");
+    assert!(!text.contains("/etc/cdi"), "{text}");
 }
 
 /// A probe that cannot start in the container (here: the CDI spec's PATH hides it) gives no

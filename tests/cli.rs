@@ -467,6 +467,59 @@ fn a_broken_preset_file_is_named_and_the_rest_are_listed() {
     assert!(err.contains("the built-in presets"), "{err}");
 }
 
+/// A reader that stops early closes the pipe: gpubake ends as `cat` would, by SIGPIPE,
+/// with no panic on standard error (`gpubake resolve --json | head -3` printed one).
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // One writes through the lock's writer, one prints a table.
+    for args in [&["resolve", "--no-closure", "--json"][..], &["compat"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?}: {err}",
+            out.status
+        );
+    }
+}
+
+/// The repository's own `env-presets/` are the built-in presets: resolving from its root (as
+/// the README's examples do) hides nothing, so nothing is announced. A copy with one byte
+/// changed is announced.
+#[test]
+fn a_local_copy_of_a_builtin_preset_is_not_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let presets = dir.path().join("env-presets");
+    std::fs::create_dir_all(&presets).unwrap();
+    let shipped = std::fs::read_to_string(common::root().join("env-presets/base.yaml")).unwrap();
+    std::fs::write(presets.join("base.yaml"), &shipped).unwrap();
+    common::write(
+        dir.path(),
+        "r.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let out = common::gpubake_in(dir.path(), &["resolve", "r.yaml", "--no-closure"]);
+    assert_exit(&out, 0);
+    let err = common::stderr(&out);
+    assert!(!err.contains("takes the place"), "{err}");
+
+    std::fs::write(presets.join("base.yaml"), format!("{shipped}\n")).unwrap();
+    let out = common::gpubake_in(dir.path(), &["resolve", "r.yaml", "--no-closure"]);
+    let err = common::stderr(&out);
+    assert!(err.contains("takes the place"), "{err}");
+}
+
 /// A `./env-presets/base.yaml` takes the place of the built-in `base`: resolve says so.
 #[test]
 fn a_local_preset_that_shadows_a_builtin_is_announced() {

@@ -659,7 +659,7 @@ fn cdi_preflight(disc: &Discovery, report: &mut Report) {
         .ok()
         .and_then(|t| crate::cdi::driver_version(&t));
     let exists = |p: &str| disc.at(p).exists();
-    for f in crate::cdi::preflight(&specs, driver.as_deref(), &exists) {
+    for f in crate::cdi::preflight(&specs, &dirs, driver.as_deref(), &exists) {
         report.push(
             PHASE,
             f.name,
