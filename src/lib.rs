@@ -30,6 +30,7 @@ pub mod recipe;
 pub mod render;
 pub mod resolve;
 pub mod runtime;
+pub mod sbom;
 pub mod version;
 pub mod wheel;
 

@@ -1,0 +1,759 @@
+//! The software bill of materials of a built image, as SPDX 2.3 JSON or CycloneDX 1.6 JSON:
+//! the image itself, the base it was built on (by the digest really used), every wheel of the
+//! Python closure with its sha256 and download URL, and the lock's pins.
+//!
+//! The document is made from plain facts: the lock, the closure's wheels, the two manifest
+//! digests and the build's timestamp. Nothing in it is random or read from the clock, so the
+//! same lock and base give the same bytes; the SPDX namespace and the CycloneDX serial number
+//! are derived from the image's digest.
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::wheel::cache::WheelRef;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// The two document formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// SPDX 2.3, JSON (conventionally `*.spdx.json`).
+    Spdx,
+    /// CycloneDX 1.6, JSON (conventionally `*.cdx.json`).
+    Cyclonedx,
+}
+
+/// What an SBOM is made from.
+#[derive(Clone, Debug)]
+pub struct Subject<'a> {
+    /// The lock the image was built from.
+    pub lock: &'a Lock,
+    /// The wheels the image installs; empty for an image without the Python stack.
+    pub wheels: &'a [WheelRef],
+    /// The digest of the base image's manifest (`sha256:…`).
+    pub base_digest: &'a str,
+    /// The digest of the built image's manifest (`sha256:…`).
+    pub image_digest: &'a str,
+    /// The build's timestamp (`SOURCE_DATE_EPOCH`), which the document is dated by.
+    pub epoch: u64,
+}
+
+/// The name that tools write in `creators` and `metadata.tools`.
+const TOOL: &str = "gpubake";
+
+impl Subject<'_> {
+    /// The document in `format`, as the bytes written to a file.
+    pub fn render(&self, format: Format) -> Result<Vec<u8>> {
+        let doc = match format {
+            Format::Spdx => self.spdx()?,
+            Format::Cyclonedx => self.cyclonedx()?,
+        };
+        let mut bytes = serde_json::to_vec_pretty(&doc).expect("JSON values serialize");
+        bytes.push(b'\n');
+        Ok(bytes)
+    }
+
+    /// The SPDX 2.3 document: the image DESCENDANT_OF its base and CONTAINS every wheel; the
+    /// pins are annotations of the image.
+    pub fn spdx(&self) -> Result<Value> {
+        let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
+        let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
+        let created = crate::image::build::rfc3339(self.epoch);
+        let creator = format!("Tool: {TOOL}-{}", env!("CARGO_PKG_VERSION"));
+        let lock = self.lock;
+        let base = ImageName::parse(&lock.base);
+
+        let annotations: Vec<Value> = self
+            .pins()
+            .into_iter()
+            .map(|(name, value)| {
+                json!({
+                    "annotationDate": created,
+                    "annotationType": "OTHER",
+                    "annotator": creator,
+                    "comment": format!("{name}={value}"),
+                })
+            })
+            .collect();
+        let mut packages = vec![
+            json!({
+                "SPDXID": "SPDXRef-Image",
+                "name": lock.recipe.name,
+                "versionInfo": self.image_digest,
+                "downloadLocation": "NOASSERTION",
+                "filesAnalyzed": false,
+                "primaryPackagePurpose": "CONTAINER",
+                "checksums": [{"algorithm": "SHA256", "checksumValue": image_hex}],
+                "externalRefs": [purl_ref(&oci_purl(&lock.recipe.name, None, None, self.image_digest))],
+                "licenseConcluded": "NOASSERTION",
+                "licenseDeclared": "NOASSERTION",
+                "copyrightText": "NOASSERTION",
+                "comment": format!(
+                    "the image of recipe `{}` built by gpubake; the checksum is its manifest's",
+                    lock.recipe.name
+                ),
+                "annotations": annotations,
+            }),
+            json!({
+                "SPDXID": "SPDXRef-Base",
+                "name": base.name,
+                "versionInfo": self.base_digest,
+                "downloadLocation": "NOASSERTION",
+                "filesAnalyzed": false,
+                "primaryPackagePurpose": "CONTAINER",
+                "checksums": [{"algorithm": "SHA256", "checksumValue": base_hex}],
+                "externalRefs": [purl_ref(&base.purl(self.base_digest))],
+                "licenseConcluded": "NOASSERTION",
+                "licenseDeclared": "NOASSERTION",
+                "copyrightText": "NOASSERTION",
+                "comment": format!(
+                    "the base image, `{}` in the recipe; the checksum is its manifest's",
+                    lock.base
+                ),
+            }),
+        ];
+        let mut relationships = vec![
+            relationship("SPDXRef-DOCUMENT", "DESCRIBES", "SPDXRef-Image"),
+            relationship("SPDXRef-Image", "DESCENDANT_OF", "SPDXRef-Base"),
+        ];
+        let mut taken = HashSet::new();
+        for wheel in self.wheels {
+            let id = unique_spdx_id(&mut taken, &wheel.name);
+            packages.push(json!({
+                "SPDXID": id,
+                "name": wheel.name,
+                "versionInfo": wheel.version,
+                "packageFileName": wheel.file_name(),
+                "downloadLocation": wheel.url,
+                "filesAnalyzed": false,
+                "primaryPackagePurpose": "LIBRARY",
+                "checksums": [{"algorithm": "SHA256", "checksumValue": wheel.sha256}],
+                "externalRefs": [purl_ref(&pypi_purl(wheel))],
+                "licenseConcluded": "NOASSERTION",
+                "licenseDeclared": "NOASSERTION",
+                "copyrightText": "NOASSERTION",
+            }));
+            relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
+        }
+        Ok(json!({
+            "spdxVersion": "SPDX-2.3",
+            "dataLicense": "CC0-1.0",
+            "SPDXID": "SPDXRef-DOCUMENT",
+            "name": format!("{}@{}", lock.recipe.name, self.image_digest),
+            "documentNamespace": format!(
+                "urn:uuid:{}",
+                name_uuid(&format!("spdx {}", self.image_digest))
+            ),
+            "creationInfo": {"created": created, "creators": [creator]},
+            "documentDescribes": ["SPDXRef-Image"],
+            "packages": packages,
+            "relationships": relationships,
+        }))
+    }
+
+    /// The CycloneDX 1.6 document: the image is the BOM's subject, with its base as a
+    /// pedigree ancestor; the base and every wheel are components, the image depends on each;
+    /// the pins are properties of the image.
+    pub fn cyclonedx(&self) -> Result<Value> {
+        let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
+        let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
+        let lock = self.lock;
+        let base = ImageName::parse(&lock.base);
+        let base_purl = base.purl(self.base_digest);
+        let image_purl = oci_purl(&lock.recipe.name, None, None, self.image_digest);
+
+        let base_component = |bom_ref: bool| {
+            let mut c = json!({
+                "type": "container",
+                "name": base.name,
+                "version": self.base_digest,
+                "purl": base_purl,
+                "hashes": [{"alg": "SHA-256", "content": base_hex}],
+                "properties": [{"name": "gpubake:base:reference", "value": lock.base}],
+            });
+            if bom_ref {
+                c["bom-ref"] = json!(base_purl);
+            }
+            c
+        };
+        let mut components = vec![base_component(true)];
+        let mut depends_on = vec![json!(base_purl)];
+        for wheel in self.wheels {
+            let purl = pypi_purl(wheel);
+            let mut properties =
+                vec![json!({"name": "gpubake:wheel:file", "value": wheel.file_name()})];
+            if let Some(size) = wheel.size {
+                properties.push(json!({"name": "gpubake:wheel:size", "value": size.to_string()}));
+            }
+            components.push(json!({
+                "type": "library",
+                "bom-ref": purl,
+                "name": wheel.name,
+                "version": wheel.version,
+                "purl": purl,
+                "hashes": [{"alg": "SHA-256", "content": wheel.sha256}],
+                "externalReferences": [{
+                    "type": "distribution",
+                    "url": wheel.url,
+                    "hashes": [{"alg": "SHA-256", "content": wheel.sha256}],
+                }],
+                "properties": properties,
+            }));
+            depends_on.push(json!(purl));
+        }
+        let properties: Vec<Value> = self
+            .pins()
+            .into_iter()
+            .map(|(name, value)| json!({"name": name, "value": value}))
+            .collect();
+        let mut dependencies = vec![json!({"ref": image_purl, "dependsOn": depends_on})];
+        // Every component appears in the graph, with what it depends on unknown to the lock.
+        dependencies.extend(
+            components
+                .iter()
+                .map(|c| json!({"ref": c["bom-ref"], "dependsOn": []})),
+        );
+        Ok(json!({
+            "bomFormat": "CycloneDX",
+            "specVersion": "1.6",
+            "serialNumber": format!(
+                "urn:uuid:{}",
+                name_uuid(&format!("cyclonedx {}", self.image_digest))
+            ),
+            "version": 1,
+            "metadata": {
+                "timestamp": crate::image::build::rfc3339(self.epoch),
+                "tools": {"components": [{
+                    "type": "application",
+                    "name": TOOL,
+                    "version": env!("CARGO_PKG_VERSION"),
+                }]},
+                "component": {
+                    "type": "container",
+                    "bom-ref": image_purl,
+                    "name": lock.recipe.name,
+                    "version": self.image_digest,
+                    "purl": image_purl,
+                    "hashes": [{"alg": "SHA-256", "content": image_hex}],
+                    "pedigree": {"ancestors": [base_component(false)]},
+                    "properties": properties,
+                },
+            },
+            "components": components,
+            "dependencies": dependencies,
+        }))
+    }
+
+    /// The lock's pins, as `gpubake:pin:NAME` and a value, the same in both formats.
+    fn pins(&self) -> Vec<(String, String)> {
+        let lock = self.lock;
+        let known = |v: &Option<crate::version::Version>| {
+            v.as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_else(|| "unknown".into())
+        };
+        let mut pins = vec![
+            ("torch", lock.torch.version.to_string()),
+            ("torch-build", lock.torch.variant.clone()),
+            ("cuda", lock.cuda.version.to_string()),
+            ("cudnn", known(&lock.cudnn.version)),
+            ("nccl", known(&lock.nccl.version)),
+            ("python", known(&lock.python.version)),
+            ("driver-min", lock.driver.min.to_string()),
+        ];
+        if let Some(v) = &lock.driver.recommended {
+            pins.push(("driver-recommended", v.to_string()));
+        }
+        if let Some(v) = &lock.driver.fleet {
+            pins.push(("driver-fleet", v.to_string()));
+        }
+        let mut out: Vec<(String, String)> = pins
+            .into_iter()
+            .map(|(k, v)| (format!("gpubake:pin:{k}"), v))
+            .collect();
+        out.push(("gpubake:recipe".into(), lock.recipe.name.clone()));
+        out.push(("gpubake:recipe:sha256".into(), lock.recipe.sha256.clone()));
+        out.push((
+            "gpubake:python-stack".into(),
+            if self.wheels.is_empty() {
+                "none".into()
+            } else {
+                format!("{} wheels", self.wheels.len())
+            },
+        ));
+        out
+    }
+}
+
+/// Writes the SBOM of `subject` to `path` atomically, keeping the mode of a file it replaces.
+pub fn write(path: &Path, format: Format, subject: &Subject) -> Result<()> {
+    crate::fsutil::write_atomic(path, &subject.render(format)?)
+}
+
+/// The hex of a `sha256:` digest; the digests come from gpubake's own build, so another form
+/// is a fault worth naming rather than writing into a document.
+fn sha256_hex<'a>(digest: &'a str, what: &str) -> Result<&'a str> {
+    digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| Error::Usage(format!("{what} `{digest}` is not a sha256 digest")))
+}
+
+fn relationship(from: &str, kind: &str, to: &str) -> Value {
+    json!({
+        "spdxElementId": from,
+        "relationshipType": kind,
+        "relatedSpdxElement": to,
+    })
+}
+
+fn purl_ref(purl: &str) -> Value {
+    json!({
+        "referenceCategory": "PACKAGE-MANAGER",
+        "referenceType": "purl",
+        "referenceLocator": purl,
+    })
+}
+
+/// An SPDX identifier for a wheel (`SPDXRef-Wheel-NAME`, letters, digits, `.` and `-` only),
+/// made unique with a number should two names collapse to one.
+fn unique_spdx_id(taken: &mut HashSet<String>, name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let mut id = format!("SPDXRef-Wheel-{clean}");
+    let mut n = 2;
+    while !taken.insert(id.clone()) {
+        id = format!("SPDXRef-Wheel-{clean}-{n}");
+        n += 1;
+    }
+    id
+}
+
+/// A name-based UUID (RFC 9562 version 8, from SHA-256, as its appendix B.2 shows): the same
+/// name always gives the same UUID, so the document's identity follows the image's.
+fn name_uuid(name: &str) -> String {
+    let hash = Sha256::digest(format!("gpubake sbom\n{name}").as_bytes());
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&hash[..16]);
+    b[6] = (b[6] & 0x0f) | 0x80;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Percent-encodes a purl component: everything but letters, digits, `.-_~` and `:` (which the
+/// purl specification leaves unencoded everywhere), plus `/` where `keep_slash`.
+fn purl_encode(text: &str, keep_slash: bool) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'.' | b'-' | b'_' | b'~' | b':')
+            || (keep_slash && b == b'/')
+        {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `pkg:pypi/NAME@VERSION?file_name=FILE`: the name normalized as PyPI's purl type asks
+/// (lower case, `_` as `-`), the wheel's file named by the qualifier the type defines.
+pub fn pypi_purl(wheel: &WheelRef) -> String {
+    format!(
+        "pkg:pypi/{}@{}?file_name={}",
+        purl_encode(&crate::closure::normalize(&wheel.name), false),
+        purl_encode(&wheel.version, false),
+        purl_encode(&wheel.file_name(), false)
+    )
+}
+
+/// `pkg:oci/NAME@sha256:HEX[?repository_url=…&tag=…]`; the qualifiers sorted by key.
+fn oci_purl(name: &str, repository: Option<&str>, tag: Option<&str>, digest: &str) -> String {
+    let mut purl = format!(
+        "pkg:oci/{}@{}",
+        purl_encode(&name.to_ascii_lowercase(), false),
+        purl_encode(digest, false)
+    );
+    let mut pairs = Vec::new();
+    if let Some(repository) = repository {
+        pairs.push(format!("repository_url={}", purl_encode(repository, true)));
+    }
+    if let Some(tag) = tag {
+        pairs.push(format!("tag={}", purl_encode(tag, false)));
+    }
+    if !pairs.is_empty() {
+        purl.push('?');
+        purl.push_str(&pairs.join("&"));
+    }
+    purl
+}
+
+/// A base image as the recipe names it: a registry reference (`nvidia/cuda:12.8.1-…`,
+/// `nvcr.io/nvidia/pytorch:25.01-py3`) or a local transport (`oci:./base:latest`).
+#[derive(Debug, PartialEq)]
+struct ImageName {
+    /// The last path segment, lower case: the purl's name.
+    name: String,
+    /// `registry/repository` for a registry image, with Docker Hub's defaults filled in.
+    repository: Option<String>,
+    /// The tag, if named.
+    tag: Option<String>,
+}
+
+impl ImageName {
+    fn parse(text: &str) -> ImageName {
+        let text = text.trim();
+        for local in ["oci:", "docker-archive:", "oci-archive:"] {
+            if let Some(rest) = text.strip_prefix(local) {
+                // PATH[:TAG]; a colon followed by a slash belongs to the path.
+                let (path, tag) = match rest.rsplit_once(':') {
+                    Some((p, t)) if !t.contains('/') && !t.is_empty() => (p, Some(t)),
+                    _ => (rest, None),
+                };
+                let stem = Path::new(path)
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().to_ascii_lowercase())
+                    .filter(|s| !s.is_empty() && s != "." && s != "..")
+                    .unwrap_or_else(|| "base".into());
+                return ImageName {
+                    name: stem,
+                    repository: None,
+                    tag: tag.map(str::to_string),
+                };
+            }
+        }
+        let reference = ["docker://", "docker-daemon:"]
+            .iter()
+            .find_map(|p| text.strip_prefix(p))
+            .unwrap_or(text);
+        // A digest in the reference is dropped: the document names the one really used.
+        let reference = reference.split('@').next().unwrap_or_default();
+        let last_slash = reference.rfind('/').map_or(0, |i| i + 1);
+        let (repo, tag) = match reference[last_slash..].rfind(':') {
+            Some(i) => (
+                &reference[..last_slash + i],
+                Some(&reference[last_slash + i + 1..]),
+            ),
+            None => (reference, None),
+        };
+        let first = repo.split('/').next().unwrap_or_default();
+        let has_registry = repo.contains('/')
+            && (first.contains('.') || first.contains(':') || first == "localhost");
+        let repository = if has_registry {
+            repo.to_string()
+        } else if repo.contains('/') {
+            format!("docker.io/{repo}")
+        } else {
+            format!("docker.io/library/{repo}")
+        };
+        let name = repo
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        ImageName {
+            name: if name.is_empty() { "base".into() } else { name },
+            repository: (!repo.is_empty()).then_some(repository.to_ascii_lowercase()),
+            tag: tag.filter(|t| !t.is_empty()).map(str::to_string),
+        }
+    }
+
+    fn purl(&self, digest: &str) -> String {
+        oci_purl(
+            &self.name,
+            self.repository.as_deref(),
+            self.tag.as_deref(),
+            digest,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IMAGE: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const BASE: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn lock() -> Lock {
+        crate::resolve::resolve_recipe(
+            &crate::recipe::LoadedRecipe::builtin_default(),
+            &crate::resolve::Options::default(),
+        )
+        .unwrap()
+        .lock
+    }
+
+    fn small_wheels() -> Vec<WheelRef> {
+        let text = include_str!("../tests/fixtures/pylock.small.toml");
+        crate::closure::parse(Path::new("pylock.small.toml"), text)
+            .unwrap()
+            .wheels
+    }
+
+    fn subject<'a>(lock: &'a Lock, wheels: &'a [WheelRef], image: &'a str) -> Subject<'a> {
+        Subject {
+            lock,
+            wheels,
+            base_digest: BASE,
+            image_digest: image,
+            epoch: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn the_same_lock_and_base_give_the_same_bytes() {
+        let lock = lock();
+        let wheels = small_wheels();
+        for format in [Format::Spdx, Format::Cyclonedx] {
+            let one = subject(&lock, &wheels, IMAGE).render(format).unwrap();
+            let two = subject(&lock, &wheels, IMAGE).render(format).unwrap();
+            assert_eq!(one, two, "{format:?}");
+            // The document's identity follows the image: another image, another identity.
+            let other = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+            let three = subject(&lock, &wheels, other).render(format).unwrap();
+            assert_ne!(one, three, "{format:?}");
+            let text = String::from_utf8(one).unwrap();
+            assert!(text.contains("2023-11-14T22:13:20Z"), "dated by the epoch");
+        }
+        let spdx = subject(&lock, &wheels, IMAGE).spdx().unwrap();
+        let cdx = subject(&lock, &wheels, IMAGE).cyclonedx().unwrap();
+        let namespace = spdx["documentNamespace"].as_str().unwrap();
+        let serial = cdx["serialNumber"].as_str().unwrap();
+        assert!(namespace.starts_with("urn:uuid:"), "{namespace}");
+        assert_ne!(namespace, serial, "each document has its own identity");
+        assert_eq!(spdx["creationInfo"]["created"], "2023-11-14T22:13:20Z");
+        assert_eq!(cdx["metadata"]["timestamp"], "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn every_wheel_is_listed_with_its_hash_url_and_purl() {
+        let lock = lock();
+        let wheels = small_wheels();
+        assert_eq!(wheels.len(), 6);
+        let spdx = subject(&lock, &wheels, IMAGE).spdx().unwrap();
+        let cdx = subject(&lock, &wheels, IMAGE).cyclonedx().unwrap();
+        let packages = spdx["packages"].as_array().unwrap();
+        let relationships = spdx["relationships"].as_array().unwrap();
+        let components = cdx["components"].as_array().unwrap();
+        let depends_on = cdx["dependencies"][0]["dependsOn"].as_array().unwrap();
+        for w in &wheels {
+            let p = packages
+                .iter()
+                .find(|p| p["name"] == w.name.as_str())
+                .unwrap_or_else(|| panic!("{} is not an SPDX package", w.name));
+            assert_eq!(p["versionInfo"], w.version.as_str());
+            assert_eq!(p["downloadLocation"], w.url.as_str());
+            assert_eq!(p["checksums"][0]["algorithm"], "SHA256");
+            assert_eq!(p["checksums"][0]["checksumValue"], w.sha256.as_str());
+            assert_eq!(p["packageFileName"], w.file_name().as_str());
+            let purl = p["externalRefs"][0]["referenceLocator"].as_str().unwrap();
+            assert!(
+                purl.starts_with(&format!("pkg:pypi/{}@{}?file_name=", w.name, w.version)),
+                "{purl}"
+            );
+            assert!(
+                relationships
+                    .iter()
+                    .any(|r| r["spdxElementId"] == "SPDXRef-Image"
+                        && r["relationshipType"] == "CONTAINS"
+                        && r["relatedSpdxElement"] == p["SPDXID"]),
+                "the image CONTAINS {}",
+                w.name
+            );
+            let c = components
+                .iter()
+                .find(|c| c["name"] == w.name.as_str())
+                .unwrap_or_else(|| panic!("{} is not a CycloneDX component", w.name));
+            assert_eq!(c["hashes"][0]["alg"], "SHA-256");
+            assert_eq!(c["hashes"][0]["content"], w.sha256.as_str());
+            assert_eq!(c["externalReferences"][0]["url"], w.url.as_str());
+            assert_eq!(c["purl"].as_str().unwrap(), purl);
+            assert!(
+                depends_on.contains(&c["bom-ref"]),
+                "the image depends on {}",
+                w.name
+            );
+        }
+        // The image and the base, then one package per wheel.
+        assert_eq!(packages.len(), 2 + wheels.len());
+        assert_eq!(components.len(), 1 + wheels.len());
+    }
+
+    #[test]
+    fn a_lock_without_a_closure_lists_the_base_and_the_pins() {
+        let lock = lock();
+        let spdx = subject(&lock, &[], IMAGE).spdx().unwrap();
+        let cdx = subject(&lock, &[], IMAGE).cyclonedx().unwrap();
+        let packages = spdx["packages"].as_array().unwrap();
+        assert_eq!(packages.len(), 2, "the image and its base");
+        let base = &packages[1];
+        assert_eq!(base["versionInfo"], BASE);
+        assert_eq!(base["checksums"][0]["checksumValue"], &BASE[7..]);
+        assert_eq!(
+            base["externalRefs"][0]["referenceLocator"],
+            format!(
+                "pkg:oci/cuda@{BASE}?repository_url=docker.io/nvidia/cuda\
+                 &tag=12.8.1-cudnn-runtime-ubuntu24.04"
+            )
+        );
+        assert!(spdx["relationships"].as_array().unwrap().iter().any(|r| {
+            r["relationshipType"] == "DESCENDANT_OF" && r["relatedSpdxElement"] == "SPDXRef-Base"
+        }));
+        let comments: Vec<&str> = packages[0]["annotations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["comment"].as_str().unwrap())
+            .collect();
+        let properties = cdx["metadata"]["component"]["properties"]
+            .as_array()
+            .unwrap();
+        for (name, value) in [
+            ("gpubake:pin:torch", lock.torch.version.to_string()),
+            ("gpubake:pin:cuda", lock.cuda.version.to_string()),
+            (
+                "gpubake:pin:cudnn",
+                lock.cudnn.version.as_ref().unwrap().to_string(),
+            ),
+            (
+                "gpubake:pin:nccl",
+                lock.nccl.version.as_ref().unwrap().to_string(),
+            ),
+            (
+                "gpubake:pin:python",
+                lock.python.version.as_ref().unwrap().to_string(),
+            ),
+            ("gpubake:pin:driver-min", lock.driver.min.to_string()),
+            ("gpubake:python-stack", "none".to_string()),
+        ] {
+            assert!(
+                comments.contains(&format!("{name}={value}").as_str()),
+                "SPDX annotation {name}={value} in {comments:?}"
+            );
+            assert!(
+                properties.contains(&json!({"name": name, "value": value})),
+                "CycloneDX property {name}={value}"
+            );
+        }
+        assert_eq!(cdx["components"].as_array().unwrap().len(), 1, "the base");
+        assert_eq!(
+            cdx["metadata"]["component"]["pedigree"]["ancestors"][0]["version"],
+            BASE
+        );
+    }
+
+    #[test]
+    fn a_digest_that_is_no_sha256_is_an_error_not_a_document() {
+        let lock = lock();
+        let mut s = subject(&lock, &[], "sha256:abc");
+        let err = s.render(Format::Spdx).unwrap_err().to_string();
+        assert!(err.contains("`sha256:abc` is not a sha256 digest"), "{err}");
+        s.image_digest = IMAGE;
+        s.base_digest = "md5:00";
+        assert!(s.render(Format::Cyclonedx).is_err());
+    }
+
+    #[test]
+    fn base_references_become_oci_purls() {
+        let cases = [
+            (
+                "ubuntu:24.04",
+                "ubuntu",
+                Some("docker.io/library/ubuntu"),
+                Some("24.04"),
+            ),
+            (
+                "nvcr.io/nvidia/pytorch:25.01-py3",
+                "pytorch",
+                Some("nvcr.io/nvidia/pytorch"),
+                Some("25.01-py3"),
+            ),
+            (
+                "localhost:5000/team/Base@sha256:00",
+                "base",
+                Some("localhost:5000/team/base"),
+                None,
+            ),
+            (
+                "docker-daemon:train:v1",
+                "train",
+                Some("docker.io/library/train"),
+                Some("v1"),
+            ),
+            (
+                "oci:./images/bookworm:latest",
+                "bookworm",
+                None,
+                Some("latest"),
+            ),
+            ("docker-archive:/tmp/base.tar", "base", None, None),
+        ];
+        for (text, name, repository, tag) in cases {
+            let parsed = ImageName::parse(text);
+            assert_eq!(
+                parsed,
+                ImageName {
+                    name: name.into(),
+                    repository: repository.map(str::to_string),
+                    tag: tag.map(str::to_string),
+                },
+                "{text}"
+            );
+        }
+        assert_eq!(
+            ImageName::parse("oci:./b:v1").purl(BASE),
+            format!("pkg:oci/b@{BASE}?tag=v1")
+        );
+    }
+
+    #[test]
+    fn pypi_purls_normalize_the_name_and_encode_the_local_version() {
+        let wheel = WheelRef {
+            name: "Nvidia_NCCL.cu12".into(),
+            version: "2.9.1+cu128".into(),
+            url: "https://download.pytorch.org/whl/cu128/torch-2.9.1%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl".into(),
+            size: None,
+            sha256: "0".repeat(64),
+        };
+        assert_eq!(
+            pypi_purl(&wheel),
+            "pkg:pypi/nvidia-nccl-cu12@2.9.1%2Bcu128?file_name=torch-2.9.1%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl"
+        );
+    }
+
+    #[test]
+    fn name_based_uuids_are_stable_version_8() {
+        let a = name_uuid("spdx sha256:00");
+        assert_eq!(a, name_uuid("spdx sha256:00"));
+        assert_ne!(a, name_uuid("spdx sha256:01"));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "8", "{a}");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");
+    }
+
+    #[test]
+    fn spdx_ids_stay_unique_and_clean() {
+        let mut taken = HashSet::new();
+        assert_eq!(unique_spdx_id(&mut taken, "a_b"), "SPDXRef-Wheel-a-b");
+        assert_eq!(unique_spdx_id(&mut taken, "a-b"), "SPDXRef-Wheel-a-b-2");
+    }
+}
