@@ -192,6 +192,20 @@ enum Command {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write the image's SBOM here (atomically), after the image: the base by its
+        /// digest, every wheel with its sha256 and URL, the lock's pins. Not with
+        /// --engine-build, whose engine keeps no manifest of the image's own.
+        #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
+        sbom: Option<PathBuf>,
+        /// The SBOM's format: SPDX 2.3 JSON or CycloneDX 1.6 JSON.
+        #[arg(
+            long,
+            value_enum,
+            value_name = "FORMAT",
+            default_value = "spdx",
+            requires = "sbom"
+        )]
+        sbom_format: crate::sbom::Format,
     },
     /// Install a Python closure into a filesystem, as `build` installs it into layers.
     ///
@@ -583,8 +597,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             driver,
             preset_dir,
             json,
+            sbom,
+            sbom_format,
         } => {
             let loaded = load_recipe(recipe.as_deref())?;
+            // An SBOM path that could never be written is refused before the build, not after.
+            if let Some(path) = &sbom {
+                crate::fsutil::output_target(path)?;
+            }
             let to: crate::image::Transport = to.parse()?;
             let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
@@ -661,6 +681,17 @@ pub fn run(cli: Cli) -> Result<i32> {
             };
             let start = std::time::Instant::now();
             let report = crate::image::build(&loaded, &resolved, &opts)?;
+            if let Some(path) = &sbom {
+                let subject = crate::sbom::Subject {
+                    lock: &resolved.lock,
+                    wheels: opts.closure.as_ref().map_or(&[], |c| c.wheels.as_slice()),
+                    base_digest: &report.base_manifest,
+                    image_digest: &report.manifest,
+                    epoch: opts.epoch,
+                };
+                crate::sbom::write(path, sbom_format, &subject)?;
+                eprintln!("wrote the SBOM to {}", path.display());
+            }
             if json {
                 println!(
                     "{}",

@@ -83,6 +83,9 @@ pub struct BuildReport {
     pub manifest: String,
     /// The config's digest.
     pub config: String,
+    /// The digest of the base image's manifest, as the manifest's
+    /// `org.opencontainers.image.base.digest` annotation records it.
+    pub base_manifest: String,
     /// Every layer, base first.
     pub layers: Vec<LayerLine>,
 }
@@ -385,6 +388,7 @@ pub fn build(
         image: dest.to_string(),
         manifest: manifest_desc.digest().to_string(),
         config: new_config.digest().to_string(),
+        base_manifest: base.desc.digest().to_string(),
         layers: lines,
     })
 }

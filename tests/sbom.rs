@@ -1,0 +1,315 @@
+//! `build --sbom` on real images, each document checked by an independent validator: SPDX by
+//! spdx-tools (`pyspdxtools -i`), CycloneDX by cyclonedx-python-lib's strict JSON schema
+//! validator, both installed by scripts/test. A preflight image (busybox base, no Python) is
+//! built through the command line; an image with the small real wheels of
+//! tests/fixtures/pylock.small.toml over a Debian base is built through the library.
+
+mod common;
+
+use common::{assert_exit, gpubake, have, stdout, write};
+use gpubake::image::{BuildOptions, Compression};
+use gpubake::sbom::{Format, Subject};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// cyclonedx-python-lib's validator for CycloneDX 1.6 JSON: exit 1 with the schema's
+/// complaint when the file is not a valid document.
+const CYCLONEDX_VALIDATE: &str = "
+import sys
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(open(sys.argv[1]).read())
+if error is not None:
+    print(error)
+    sys.exit(1)
+";
+
+/// True when both validators run; in CI their absence fails the test.
+fn validators() -> bool {
+    if !have("pyspdxtools", "--help") {
+        return false;
+    }
+    let cyclonedx = Command::new("python3")
+        .args([
+            "-c",
+            "import cyclonedx.validation.json, jsonschema, referencing",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !cyclonedx {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs cyclonedx-python-lib[json-validation]; it must import"
+        );
+        eprintln!("skipped: cyclonedx-python-lib's JSON validator is not installed");
+    }
+    cyclonedx
+}
+
+/// Runs the independent validator of `format` on `path`: Ok, or Err with what it said.
+fn validate(format: Format, path: &Path) -> Result<(), String> {
+    let out = match format {
+        Format::Spdx => Command::new("pyspdxtools").arg("-i").arg(path).output(),
+        Format::Cyclonedx => Command::new("python3")
+            .args(["-c", CYCLONEDX_VALIDATE])
+            .arg(path)
+            .output(),
+    }
+    .expect("the validator runs");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Validates `path` as `format`, then a copy broken by `breaking`, which must be refused: a
+/// validator that accepts anything proves nothing.
+fn assert_valid(format: Format, path: &Path, breaking: impl Fn(&mut Value)) {
+    if let Err(e) = validate(format, path) {
+        panic!("{} is not valid {format:?}:\n{e}", path.display());
+    }
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    breaking(&mut doc);
+    let broken = path.with_extension("broken.json");
+    std::fs::write(&broken, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    assert!(
+        validate(format, &broken).is_err(),
+        "the {format:?} validator accepted a broken document"
+    );
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The digest of the manifest tagged `tag` in the layout at `dir`.
+fn layout_digest(dir: &Path, tag: &str) -> String {
+    let index = read_json(&dir.join("index.json"));
+    index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap_or_else(|| panic!("no manifest tagged {tag} in {}", dir.display()))["digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_preflight_image_gets_a_valid_sbom_in_either_format() {
+    if !common::tools() || !validators() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "recipe.yaml",
+        "name: sbomtest\nbase: ubuntu:24.04\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let base = common::base();
+    let from = format!("oci:{}:latest", base.display());
+    let build = |to: &Path, sbom: &Path, format: &str| -> Value {
+        let to = format!("oci:{}:v1", to.display());
+        let sbom = sbom.display().to_string();
+        let out = gpubake(&[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--json",
+            "--sbom",
+            &sbom,
+            "--sbom-format",
+            format,
+        ]);
+        assert_exit(&out, 0);
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+
+    let spdx_path = dir.path().join("image.spdx.json");
+    // A file being replaced keeps its mode, as every output of gpubake does.
+    std::fs::write(&spdx_path, "old").unwrap();
+    std::fs::set_permissions(
+        &spdx_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let report = build(&dir.path().join("a"), &spdx_path, "spdx");
+    assert_eq!(common::mode(&spdx_path), 0o600);
+    let manifest = report["manifest"].as_str().unwrap();
+    let base_digest = layout_digest(&base, "latest");
+    assert_eq!(report["base_manifest"], base_digest.as_str());
+
+    let spdx = read_json(&spdx_path);
+    let packages = spdx["packages"].as_array().unwrap();
+    assert_eq!(packages.len(), 2, "the image and its base, no wheels");
+    assert_eq!(packages[0]["versionInfo"], manifest);
+    assert_eq!(packages[1]["versionInfo"], base_digest.as_str());
+    let pins: Vec<&str> = packages[0]["annotations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["comment"].as_str().unwrap())
+        .collect();
+    for pin in ["torch", "cuda", "cudnn", "nccl", "python", "driver-min"] {
+        let key = format!("gpubake:pin:{pin}=");
+        assert!(
+            pins.iter().any(|p| p.starts_with(&key)),
+            "{key} in {pins:?}"
+        );
+    }
+    assert_valid(Format::Spdx, &spdx_path, |doc| {
+        // A relationship to a package the document does not have.
+        doc["relationships"][1]["relatedSpdxElement"] = "SPDXRef-Nowhere".into();
+    });
+
+    let cdx_path = dir.path().join("image.cdx.json");
+    build(&dir.path().join("a"), &cdx_path, "cyclonedx");
+    assert_eq!(
+        common::mode(&cdx_path) & 0o644,
+        0o644,
+        "a new file follows the umask"
+    );
+    let cdx = read_json(&cdx_path);
+    assert_eq!(cdx["metadata"]["component"]["version"], manifest);
+    assert_eq!(cdx["components"][0]["version"], base_digest.as_str());
+    assert_valid(Format::Cyclonedx, &cdx_path, |doc| {
+        doc["components"][0]["hashes"][0]["content"] = "not hex".into();
+    });
+
+    // The same recipe and base into another layout: the same image, the same bytes.
+    let again = dir.path().join("again.spdx.json");
+    build(&dir.path().join("b"), &again, "spdx");
+    assert_eq!(
+        std::fs::read(&spdx_path).unwrap(),
+        std::fs::read(&again).unwrap(),
+        "two builds of one recipe and base give one SBOM"
+    );
+}
+
+#[test]
+fn an_sbom_path_that_cannot_be_written_is_refused_before_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        "--to",
+        &to,
+        "--sbom",
+        &dir.path().display().to_string(),
+    ]);
+    assert_exit(&out, 2);
+    assert!(common::stderr(&out).contains("is a directory"));
+    assert!(!dir.path().join("out").exists(), "nothing was built");
+    let out = gpubake(&["build", "--to", &to, "--sbom-format", "cyclonedx"]);
+    assert_exit(&out, 2);
+}
+
+/// The wheel cache the stack tests share, kept across runs so PyPI is asked once.
+fn wheel_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("test-wheel-cache")
+}
+
+#[test]
+fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
+    if !validators() {
+        return;
+    }
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let text = "name: sbom-stack\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+                presets: [base]\n";
+    let path = dir.path().join("recipe.yaml");
+    std::fs::write(&path, text).unwrap();
+    let loaded = gpubake::recipe::LoadedRecipe::parse(gpubake::document::Document::from_text(
+        path.display().to_string(),
+        text.to_string(),
+    ))
+    .unwrap();
+    let resolved =
+        gpubake::resolve::resolve_recipe(&loaded, &gpubake::resolve::Options::default()).unwrap();
+    let closure = gpubake::closure::parse(
+        Path::new("pylock.small.toml"),
+        include_str!("fixtures/pylock.small.toml"),
+    )
+    .unwrap();
+    let wheels = closure.wheels.clone();
+    let report = gpubake::image::build(
+        &loaded,
+        &resolved,
+        &BuildOptions {
+            to: format!("oci:{}:v1", dir.path().join("out").display())
+                .parse()
+                .unwrap(),
+            from: Some(format!("oci:{}:bookworm", base.display()).parse().unwrap()),
+            compression: Compression::Gzip,
+            epoch: 0,
+            no_cache: false,
+            closure: Some(closure),
+            offline: false,
+            cache_dir: wheel_cache(),
+            stack_layers: 60,
+            probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
+        },
+    )
+    .unwrap();
+    let subject = Subject {
+        lock: &resolved.lock,
+        wheels: &wheels,
+        base_digest: &report.base_manifest,
+        image_digest: &report.manifest,
+        epoch: 0,
+    };
+
+    let spdx_path = dir.path().join("stack.spdx.json");
+    gpubake::sbom::write(&spdx_path, Format::Spdx, &subject).unwrap();
+    let spdx = read_json(&spdx_path);
+    let packages = spdx["packages"].as_array().unwrap();
+    for w in &wheels {
+        assert!(
+            packages.iter().any(|p| p["name"] == w.name.as_str()
+                && p["checksums"][0]["checksumValue"] == w.sha256.as_str()
+                && p["downloadLocation"] == w.url.as_str()),
+            "{} with its sha256 and URL",
+            w.name
+        );
+    }
+    assert_valid(Format::Spdx, &spdx_path, |doc| {
+        // SPDX checksums of SHA256 are 64 hex digits.
+        doc["packages"][2]["checksums"][0]["checksumValue"] = "abc".into();
+    });
+
+    let cdx_path = dir.path().join("stack.cdx.json");
+    gpubake::sbom::write(&cdx_path, Format::Cyclonedx, &subject).unwrap();
+    let cdx = read_json(&cdx_path);
+    let components = cdx["components"].as_array().unwrap();
+    for w in &wheels {
+        assert!(
+            components
+                .iter()
+                .any(|c| c["name"] == w.name.as_str()
+                    && c["hashes"][0]["content"] == w.sha256.as_str()),
+            "{} with its sha256",
+            w.name
+        );
+    }
+    assert_valid(Format::Cyclonedx, &cdx_path, |doc| {
+        doc["components"][1]["type"] = "wheel".into();
+    });
+}
