@@ -392,6 +392,28 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
+        command: "gpubake build examples/debian-pytorch2.9.yaml --from oci:./base:bookworm \
+                  --to oci:./out:v1 --sbom out.spdx.json",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::StandIn {
+            replace: &[(" --from ", " --without-python --from ")],
+            shows: Shows::All,
+            why: PREFLIGHT_WHY,
+        },
+    },
+    Example {
+        command: "gpubake build examples/debian-pytorch2.9.yaml --from oci:./base:bookworm \
+                  --to oci:./out:v1 --sbom out.cdx.json --sbom-format cyclonedx",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::StandIn {
+            replace: &[(" --from ", " --without-python --from ")],
+            shows: Shows::All,
+            why: PREFLIGHT_WHY,
+        },
+    },
+    Example {
         command: "gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --offline",
         stage: Stage::Image,
         exit: &[0],
@@ -774,7 +796,7 @@ fn run_stage(stage: Stage, ws: &Workspace) -> Vec<String> {
         // Files the command says it writes exist afterwards.
         let words = words(&line);
         for pair in words.windows(2) {
-            if ["-o", "--out", "--junit"].contains(&pair[0].as_str())
+            if ["-o", "--out", "--junit", "--sbom"].contains(&pair[0].as_str())
                 && !ws.path().join(&pair[1]).exists()
             {
                 problems.push(format!("{} {} was not written", pair[0], pair[1]));
