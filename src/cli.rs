@@ -345,6 +345,10 @@ enum Command {
             value_parser = clap::value_parser!(u64).range(1..=86_400)
         )]
         world_timeout: u64,
+        /// Also keep NCCL's INFO log of the run across ranks in this directory, one file per
+        /// rank (`nccl-rank3.HOST.PID.log`), as NCCL wrote it.
+        #[arg(long, value_name = "DIR", requires = "world")]
+        world_nccl_log: Option<PathBuf>,
     },
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
@@ -778,6 +782,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             world,
             world_port,
             world_timeout,
+            world_nccl_log,
         } => {
             let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
             let policy = match policy {
@@ -801,6 +806,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     &crate::probe::world::WorldOptions {
                         port: world_port,
                         timeout: std::time::Duration::from_secs(world_timeout),
+                        nccl_log: world_nccl_log,
                     },
                 )?
             } else {

@@ -4,20 +4,27 @@
 //! a port of its own (never the launcher's `MASTER_PORT`); rank 0 gathers every report and
 //! gives one verdict, naming each rank that is missing, died or was too slow.
 //!
-//! For now the world checks that the ranks reach each other and agree; NCCL across the
-//! nodes, with its unique id carried by the broadcast, comes later.
+//! Ranks with a GPU then meet in NCCL: rank 0's NCCL worker makes the unique id, the
+//! rendezvous broadcasts it with each rank's seat, and every seated rank's worker joins the
+//! communicator, measures, and reads the transport to each peer from NCCL's log; the
+//! verdict judges them all together.
 
+pub mod collectives;
 pub mod hostlist;
+pub mod judge;
 mod launchers;
+pub mod nccl;
 pub mod place;
 pub mod rendezvous;
 pub mod verdict;
 pub mod wire;
 
+use super::env::Discovery;
 use super::report::{Report, Status};
 use crate::error::Error;
 use place::Place;
-use rendezvous::{Contribution, Outcome, Peer, Rehearsal};
+use rendezvous::{Broadcast, Contribution, Outcome, Peer, Rehearsal};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,12 +34,14 @@ use std::time::{Duration, Instant};
 pub struct WorldOptions {
     /// The port rank 0 listens on, instead of `MASTER_PORT` + 1.
     pub port: Option<u16>,
-    /// The deadline of each step: reaching rank 0, every hello, every report.
+    /// The deadline of each step: reaching rank 0, every hello, NCCL, every report.
     pub timeout: Duration,
+    /// Where to keep NCCL's log of the run across ranks.
+    pub nccl_log: Option<std::path::PathBuf>,
 }
 
-/// The bytes rank 0 broadcasts: as long as NCCL's unique id, which they will carry later.
-const BLOB_BYTES: usize = 128;
+/// The bytes rank 0 broadcasts without a communicator: as long as NCCL's unique id.
+const BLOB_BYTES: usize = collectives::ID_BYTES;
 
 /// Probes this node, then joins the world. Rank 0 returns the world's verdict; every other
 /// rank its own report with one more check saying whether rank 0 counted it.
@@ -59,17 +68,40 @@ pub fn run(opts: &super::ProbeOptions, world: &WorldOptions) -> crate::Result<Re
     let exit_code = local_error
         .as_ref()
         .map_or_else(|| local.exit_code(), Error::exit_code);
+    let disc = Discovery::system();
+    let gpu = nccl::gpu_for(&local, place.local_rank, !disc.nccl_candidates().is_empty());
+    let joining = Joining {
+        disc: &disc,
+        gpu: &gpu,
+        quick: opts.quick,
+        budget: world.timeout,
+        keep_log: world
+            .nccl_log
+            .as_ref()
+            .map(|dir| dir.join(format!("nccl-rank{}", place.rank))),
+    };
 
     if place.rank == 0 {
-        let mut report = lead(&place, port, world.timeout, local, exit_code);
+        let mut report = lead(&place, port, world.timeout, local, exit_code, &joining);
         report.seconds = start.elapsed().as_secs_f64();
         return Ok(report);
     }
-    let mine = Contribution {
-        exit_code,
-        report: serde_json::to_value(&local).unwrap_or_default(),
+    let contribute = |id: &[u8], seat: Option<nccl::Seat>| {
+        local.fact(nccl::FACT, joining.follow(id, seat));
+        Contribution {
+            exit_code,
+            report: serde_json::to_value(&local).unwrap_or_default(),
+        }
     };
-    match rendezvous::follow(&place, port, world.timeout, mine, rehearsal(&env)) {
+    let outcome = rendezvous::follow(
+        &place,
+        port,
+        world.timeout,
+        gpu.is_ok(),
+        contribute,
+        rehearsal(&env),
+    );
+    match outcome {
         Ok(counted) => local.push(verdict::PHASE, "rendezvous", Status::Pass, counted),
         Err(why) => local.push(verdict::PHASE, "rendezvous", Status::Fail, why),
     }
@@ -80,17 +112,129 @@ pub fn run(opts: &super::ProbeOptions, world: &WorldOptions) -> crate::Result<Re
     }
 }
 
+/// What a rank needs to join NCCL across ranks.
+struct Joining<'a> {
+    disc: &'a Discovery,
+    /// This rank's GPU by PCI address, or why it brings none.
+    gpu: &'a Result<String, String>,
+    quick: bool,
+    /// The deadline of NCCL's step, as of every other step.
+    budget: Duration,
+    /// Where NCCL's log is kept: a directory and this rank's file prefix.
+    keep_log: Option<std::path::PathBuf>,
+}
+
+impl Joining<'_> {
+    /// A rank other than 0: runs its seat, or says why it has none.
+    fn follow(&self, id: &[u8], seat: Option<nccl::Seat>) -> serde_json::Value {
+        match (seat, self.gpu) {
+            (Some(seat), Ok(gpu)) => {
+                match nccl::start(self.disc, seat, gpu, Some(id), self.quick) {
+                    Ok(running) => running.finish(self.keep_log.as_deref()),
+                    Err(e) => json!({"seat": seat, "error": e}),
+                }
+            }
+            (Some(seat), Err(why)) => json!({"seat": seat, "error": why}),
+            (None, Err(why)) => nccl::skipped(why),
+            (None, Ok(_)) => nccl::skipped(
+                "rank 0 gave this rank no seat: rank 0 has no GPU, or no other rank has one",
+            ),
+        }
+    }
+
+    /// Rank 0: seats the ranks with a GPU and starts its own worker, which makes NCCL's
+    /// unique id. Returns what to broadcast, the seating, and its running worker or why
+    /// there is none.
+    fn lead(
+        &self,
+        others_with_gpu: &[u32],
+    ) -> (
+        Broadcast,
+        Vec<u32>,
+        Result<nccl::Running, serde_json::Value>,
+    ) {
+        let plain = Broadcast {
+            blob: blob(),
+            ..Broadcast::default()
+        };
+        let seated = nccl::seating(self.gpu.is_ok(), others_with_gpu);
+        let gpu = match (self.gpu, seated.is_empty()) {
+            (Err(why), _) => return (plain, seated, Err(nccl::skipped(why))),
+            (Ok(_), true) => {
+                let why = "no other rank brings a GPU";
+                return (plain, seated, Err(nccl::skipped(why)));
+            }
+            (Ok(gpu), false) => gpu,
+        };
+        let seats: std::collections::BTreeMap<u32, nccl::Seat> = (0..)
+            .zip(&seated)
+            .map(|(seat, rank)| {
+                let seat = nccl::Seat {
+                    seat,
+                    seats: seated.len() as u32,
+                    budget_s: self.budget.as_secs(),
+                };
+                (*rank, seat)
+            })
+            .collect();
+        let mine = seats[&0];
+        let started =
+            nccl::start(self.disc, mine, gpu, None, self.quick).and_then(|mut running| {
+                let id = running.published_id(Duration::from_secs(60).min(self.budget))?;
+                Ok((running, id))
+            });
+        match started {
+            Ok((running, id)) => (
+                Broadcast {
+                    blob: id,
+                    seats,
+                    // Not more than `timeout`: followers wait twice it for their receipt.
+                    extra: self.budget,
+                },
+                seated,
+                Ok(running),
+            ),
+            // The others get no seat (they would wait for a root that is not there) and
+            // the verdict names rank 0's failure.
+            Err(e) => (plain, seated, Err(json!({"seat": mine, "error": e}))),
+        }
+    }
+}
+
 /// Rank 0: runs the rendezvous and judges what it gathered, its own report among them.
-fn lead(place: &Place, port: u16, timeout: Duration, local: Report, exit_code: i32) -> Report {
-    let blob = blob();
-    let blob_sha256 = digest(&blob);
+fn lead(
+    place: &Place,
+    port: u16,
+    timeout: Duration,
+    mut local: Report,
+    exit_code: i32,
+    joining: &Joining,
+) -> Report {
+    let mut seated = Vec::new();
+    let mut mine = Err(nccl::skipped("the rendezvous did not run"));
+    let mut blob_sha256 = String::new();
+    let gathered = rendezvous::lead(place, port, timeout, |others_with_gpu| {
+        let (broadcast, seating, worker) = joining.lead(others_with_gpu);
+        blob_sha256 = digest(&broadcast.blob);
+        seated = seating;
+        mine = worker;
+        broadcast
+    });
+    local.fact(
+        nccl::FACT,
+        match mine {
+            Ok(running) => running.finish(joining.keep_log.as_deref()),
+            Err(fact) => fact,
+        },
+    );
     let setting = verdict::Setting {
         place,
         port,
         timeout,
         blob_sha256: &blob_sha256,
+        seated: &seated,
     };
-    let mut gathered = match rendezvous::lead(place, port, timeout, &blob) {
+    let mut gathered = match gathered {
         Ok(gathered) => gathered,
         Err(why) => {
             let mut report = Report {
@@ -108,6 +252,7 @@ fn lead(place: &Place, port: u16, timeout: Duration, local: Report, exit_code: i
             peer: Peer {
                 host: place.node.clone(),
                 pid: std::process::id(),
+                address: place.master_addr.clone(),
             },
             exit_code,
             blob_sha256: blob_sha256.clone(),
