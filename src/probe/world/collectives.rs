@@ -165,6 +165,7 @@ struct Comm {
 impl Comm {
     /// Waits until NCCL finished the last call on this communicator, or the deadline passed.
     fn settle(&mut self, call: &str, deadline: Instant) -> R<()> {
+        let asked_at = Instant::now();
         loop {
             let mut state = nccl::ncclResult_t::ncclSuccess;
             let asked = unsafe { nccl::ncclCommGetAsyncError(self.raw, &mut state) };
@@ -175,7 +176,14 @@ impl Comm {
             match state {
                 nccl::ncclResult_t::ncclSuccess => return Ok(()),
                 nccl::ncclResult_t::ncclInProgress if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5));
+                    // A non-blocking communicator answers every collective "in progress"
+                    // and settles in microseconds: sleeping here would time the sleep (a
+                    // 5 ms nap made every size take 5 ms). Only a long wait (init) naps.
+                    if asked_at.elapsed() < Duration::from_millis(50) {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                 }
                 nccl::ncclResult_t::ncclInProgress => {
                     self.healthy = false;
