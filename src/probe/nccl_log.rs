@@ -681,6 +681,42 @@ mod tests {
     }
 
     #[test]
+    fn links_keep_their_ranks_and_the_network_and_graphs_are_read() {
+        let log = NcclLog::parse(SOCKET);
+        let ranks: Vec<(u32, u32)> = log.links.iter().map(|l| (l.from_rank, l.to_rank)).collect();
+        assert_eq!(ranks, vec![(0, 1), (1, 0)]);
+        assert_eq!(log.network.as_deref(), Some("Socket"));
+        // Two processes, one GPU each, ranks 2 and 5 of a communicator: the GPU index alone
+        // would merge them; the rank keeps them apart.
+        let log = NcclLog::parse(concat!(
+            "a:1:1 [0] NCCL INFO Channel 00/0 : 2[0] -> 5[0] [send] via NET/IB/0\n",
+            "a:1:1 [0] NCCL INFO Channel 01/0 : 2[0] -> 5[0] [send] via NET/IB/0\n",
+            "b:2:2 [0] NCCL INFO Channel 00/0 : 5[0] -> 2[0] [send] via NET/IB/0\n",
+            "a:1:1 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 20.000000/20.000000, type LOC/PHB, sameChannels 1\n",
+            "a:1:1 [0] NCCL INFO Pattern 3, crossNic 0, nChannels 24, bw 40.0/40.0, type NVL/PIX, sameChannels 1\n",
+            "a:1:1 [0] NCCL INFO Pattern x, nonsense\n",
+        ));
+        let links: Vec<(u32, u32, &str, String)> = log
+            .links
+            .iter()
+            .map(|l| (l.from_rank, l.to_rank, l.via.as_str(), ranges(&l.channels)))
+            .collect();
+        assert_eq!(
+            links,
+            vec![
+                (2, 5, "NET/IB/0", "0-1".to_string()),
+                (5, 2, "NET/IB/0", "0".to_string())
+            ]
+        );
+        let graphs: Vec<(u32, u32, &str, &str)> = log
+            .graphs
+            .iter()
+            .map(|g| (g.pattern, g.channels, g.intra.as_str(), g.inter.as_str()))
+            .collect();
+        assert_eq!(graphs, vec![(4, 2, "LOC", "PHB"), (3, 24, "NVL", "PIX")]);
+    }
+
+    #[test]
     fn network_channels_count_once_from_sender_and_receiver() {
         let log = NcclLog::parse(SOCKET);
         assert_eq!(

@@ -438,10 +438,16 @@ mod tests {
             .unwrap_or_else(|| panic!("no {name}: {}", report.to_text()))
     }
 
-    const SOCKET: &str = include_str!("../../../tests/fixtures/nccl-logs/net-socket-2.28.log");
-    const SOCKET_1: &str = "";
+    // Recorded on two H200s by benches/h200-world.sh: one rank per GPU, as one node and as
+    // two (NCCL_HOSTID differing), NCCL 2.28.9 from PyTorch's wheel.
+    const SOCKET: &str =
+        include_str!("../../../tests/fixtures/nccl-logs/world-h200x2-two-nodes-rank0-2.28.9.log");
+    const SOCKET_1: &str =
+        include_str!("../../../tests/fixtures/nccl-logs/world-h200x2-two-nodes-rank1-2.28.9.log");
     const NVLINK: &str =
-        include_str!("../../../tests/fixtures/nccl-logs/h200x2-comm-init-all-2.28.9.log");
+        include_str!("../../../tests/fixtures/nccl-logs/world-h200x2-one-node-rank0-2.28.9.log");
+    const NVLINK_1: &str =
+        include_str!("../../../tests/fixtures/nccl-logs/world-h200x2-one-node-rank1-2.28.9.log");
 
     #[test]
     fn two_nodes_over_sockets_name_the_transport_both_ways() {
@@ -460,9 +466,10 @@ mod tests {
         assert_eq!(t.status, Status::Pass, "{}", t.detail);
         assert!(
             t.detail
-                .contains("rank 0 (h200) -> rank 1 (h200) via NET/Socket/0")
+                .contains("rank 0 (h200) -> rank 1 (h200) via NET/Socket/0 (channels 0-1)")
                 && t.detail
-                    .contains("rank 1 (h200) -> rank 0 (h200) via NET/Socket/0"),
+                    .contains("rank 1 (h200) -> rank 0 (h200) via NET/Socket/0 (channels 0-1)")
+                && !t.detail.contains("P2P"),
             "{}",
             t.detail
         );
@@ -504,12 +511,19 @@ mod tests {
     fn one_node_over_nvlink_says_so() {
         let report = judge(&[
             rank_report(0, None, Some("IB"), NVLINK),
-            rank_report(1, None, None, ""),
+            rank_report(1, None, None, NVLINK_1),
         ]);
         let t = check(&report, "transport rank 0 - rank 1");
         // P2P within a node is no network: NCCL_NET does not apply to it.
         assert_eq!(t.status, Status::Pass, "{}", t.detail);
-        assert!(t.detail.contains("via P2P/"), "{}", t.detail);
+        assert!(
+            t.detail
+                .contains("rank 0 (h200) -> rank 1 (h200) via P2P/CUMEM over NVLink")
+                && t.detail
+                    .contains("rank 1 (h200) -> rank 0 (h200) via P2P/CUMEM over NVLink"),
+            "{}",
+            t.detail
+        );
         assert!(
             check(&report, "NCCL across ranks")
                 .detail
@@ -593,6 +607,47 @@ mod tests {
                 .starts_with("rank 1 (h200) -> rank 0 (h200): 2.0 GB/s"),
             "{}",
             c.detail
+        );
+    }
+
+    #[test]
+    fn nvlink_expected_within_a_node_and_sockets_found_fails() {
+        let mut r0 = rank_report(0, None, None, SOCKET);
+        r0["facts"][FACT]["expects_nvlink"] = json!("NCCL_P2P_LEVEL=NVL");
+        // No NCCL_HOSTID: both ranks on host h200, one node, yet NCCL went through sockets.
+        let report = judge(&[r0, rank_report(1, None, None, SOCKET_1)]);
+        let t = check(&report, "transport rank 0 - rank 1");
+        assert_eq!(t.status, Status::Fail);
+        assert!(
+            t.detail.starts_with(
+                "rank 0 -> rank 1: NCCL_P2P_LEVEL=NVL expects NVLink P2P within a node, yet NCCL used NET/Socket/0"
+            ),
+            "{}",
+            t.detail
+        );
+        // Across nodes the same sockets are no breach of an NVLink expectation.
+        let mut r0 = rank_report(0, Some("a"), None, SOCKET);
+        r0["facts"][FACT]["expects_nvlink"] = json!("NCCL_P2P_LEVEL=NVL");
+        let report = judge(&[r0, rank_report(1, Some("b"), None, SOCKET_1)]);
+        assert_eq!(
+            check(&report, "transport rank 0 - rank 1").status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn a_peer_that_never_joined_leaves_no_link_in_the_log() {
+        let log = NcclLog::parse(include_str!(
+            "../../../tests/fixtures/nccl-logs/world-h200x2-dead-rank-rank0-2.28.9.log"
+        ));
+        assert!(log.links.is_empty());
+        assert_eq!(log.network.as_deref(), Some("Socket"));
+        assert!(
+            log.warnings
+                .iter()
+                .any(|w| w.contains("ncclAsyncJobComplete")),
+            "{:?}",
+            log.warnings
         );
     }
 
