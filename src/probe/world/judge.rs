@@ -121,6 +121,13 @@ pub fn checks(seated: &[u32], entries: &[Entry], report: &mut Report) {
     transports(seated, &by_rank, report);
     let (status, detail) = slowest_pair(seated, &by_rank, &joined, problems.is_empty());
     report.push(PHASE, NAMES[3], status, detail);
+    report.push(
+        PHASE,
+        "preset vs NCCL defaults across ranks",
+        Status::Skip,
+        "not measured across ranks by this version: each rank's own probe compares the preset \
+         with NCCL's defaults on its node's GPUs",
+    );
 }
 
 /// The checks' names, in order (transports come between all-gather and the slowest pair).
@@ -551,6 +558,10 @@ mod tests {
             Status::Skip
         );
         assert_eq!(check(&report, "slowest pair").status, Status::Skip);
+        assert_eq!(
+            check(&report, "preset vs NCCL defaults across ranks").status,
+            Status::Skip
+        );
 
         // A seated rank that never reported is named too.
         let entries = [Entry {
