@@ -70,6 +70,9 @@ pub enum Task {
         /// Seconds from start until the communicator is aborted.
         #[arg(long)]
         deadline_s: f64,
+        /// Join only once this file exists (after the id is made), or fail at the deadline.
+        #[arg(long, value_name = "FILE")]
+        hold: Option<std::path::PathBuf>,
     },
 }
 
@@ -227,6 +230,7 @@ fn world(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
         sizes,
         iters,
         deadline_s,
+        hold,
     } = task
     else {
         unreachable!("called for the world task only");
@@ -250,6 +254,15 @@ fn world(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
         }
         (None, None) => return Err("neither --id nor --publish-id".into()),
     };
+    let deadline = started + std::time::Duration::from_secs_f64(*deadline_s);
+    if let Some(go) = hold {
+        while !go.exists() {
+            if std::time::Instant::now() >= deadline {
+                return Err("held until the deadline: the run before this one did not end".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     let cuda_ids = cuda::pci_bus_ids()?;
     let ordinal = cuda::ordinals_for(std::slice::from_ref(address), &cuda_ids)?[0];
     let plan = collectives::Plan {
@@ -258,7 +271,7 @@ fn world(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
         ordinal,
         sizes: sizes.clone(),
         iters: *iters,
-        deadline: started + std::time::Duration::from_secs_f64(*deadline_s),
+        deadline,
     };
     let measured = collectives::run(&plan, &id)?;
     let mut out = serde_json::to_value(measured).map_err(|e| e.to_string())?;

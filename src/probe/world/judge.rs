@@ -3,7 +3,7 @@
 //! bandwidth of all-reduce and all-gather, the transport between each pair of ranks as NCCL
 //! logged it, checked against what each rank's preset asks for, and the slowest pair.
 
-use super::nccl::FACT;
+use super::nccl::{FACT, FACT_DEFAULTS};
 use crate::probe::nccl_log::ranges;
 use crate::probe::report::{Report, Status};
 use serde_json::Value;
@@ -121,13 +121,122 @@ pub fn checks(seated: &[u32], entries: &[Entry], report: &mut Report) {
     transports(seated, &by_rank, report);
     let (status, detail) = slowest_pair(seated, &by_rank, &joined, problems.is_empty());
     report.push(PHASE, NAMES[3], status, detail);
+    let (status, detail) = preset_ab(seated, &by_rank, &joined);
     report.push(
         PHASE,
         "preset vs NCCL defaults across ranks",
-        Status::Skip,
-        "not measured across ranks by this version: each rank's own probe compares the preset \
-         with NCCL's defaults on its node's GPUs",
+        status,
+        detail,
     );
+}
+
+/// The all-reduce at the largest size under the preset against a second communicator with
+/// every preset variable set empty (NCCL's defaults), as the single-node probe compares them.
+fn preset_ab(
+    seated: &[u32],
+    by_rank: &BTreeMap<u32, &Entry>,
+    joined: &[(&Entry, &Value)],
+) -> (Status, String) {
+    let defaults: Vec<(&Entry, &Value)> = seated
+        .iter()
+        .filter_map(|r| by_rank.get(r))
+        .filter_map(|e| e.report["facts"].get(FACT_DEFAULTS).map(|f| (*e, f)))
+        .collect();
+    if let Some(why) = defaults
+        .iter()
+        .find(|(e, _)| e.rank == 0)
+        .and_then(|(_, f)| f["skipped"].as_str())
+    {
+        return (Status::Skip, why.to_string());
+    }
+    if joined.len() < seated.len() {
+        return (
+            Status::Skip,
+            "not measured: the communicator under the preset did not complete".into(),
+        );
+    }
+    let failed: Vec<String> = defaults
+        .iter()
+        .filter_map(|(e, f)| {
+            f.get("error")
+                .or_else(|| f.get("skipped"))
+                .map(|why| format!("{}: {}", e.name(), why.as_str().unwrap_or("failed")))
+        })
+        .collect();
+    if !failed.is_empty() || defaults.len() < seated.len() {
+        return (
+            Status::Fail,
+            format!(
+                "the run under NCCL's defaults did not complete: {}",
+                if failed.is_empty() {
+                    "not every seated rank ran it".to_string()
+                } else {
+                    failed.join("; ")
+                }
+            ),
+        );
+    }
+    let with: Vec<(&Entry, &Value)> = joined.to_vec();
+    let without: Vec<(&Entry, &Value)> =
+        defaults.iter().map(|(e, f)| (*e, &f["measured"])).collect();
+    let (Some((bytes, a)), Some((_, b))) = (largest(&with), largest(&without)) else {
+        return (
+            Status::Fail,
+            "not measured: no all-reduce time in one of the runs".into(),
+        );
+    };
+    let names: Vec<&str> = joined[0]
+        .0
+        .fact()
+        .map_or(&[][..], |f| {
+            f["variables"].as_array().map_or(&[][..], Vec::as_slice)
+        })
+        .iter()
+        .filter_map(|kv| kv[0].as_str())
+        .filter(|k| *k != "NCCL_NVLS_ENABLE" && *k != "NCCL_HOSTID")
+        .collect();
+    let ratio = a / b;
+    let verdict = if ratio >= 1.05 {
+        "helps"
+    } else if ratio >= 0.95 {
+        "is neutral"
+    } else {
+        "hurts"
+    };
+    (
+        if ratio >= 0.95 {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        format!(
+            "all-reduce busbw at {}: {a:.1} GB/s with the preset ({}), {b:.1} with NCCL's \
+             defaults: the preset {verdict} ({:+.0}%)",
+            size(bytes),
+            names.join(" "),
+            (ratio - 1.0) * 100.0
+        ),
+    )
+}
+
+/// The all-reduce bus bandwidth at the largest size, from the slowest rank's time.
+fn largest(measured: &[(&Entry, &Value)]) -> Option<(u64, f64)> {
+    let mut worst: Option<(u64, f64, f64)> = None;
+    for (_, m) in measured {
+        let row = m["all_reduce"]
+            .as_array()?
+            .iter()
+            .max_by_key(|r| r["bytes"].as_u64())?;
+        let (bytes, us, busbw) = (
+            row["bytes"].as_u64()?,
+            row["time_us"].as_f64()?,
+            row["busbw"].as_f64()?,
+        );
+        if worst.is_none_or(|(_, t, _)| us > t) {
+            worst = Some((bytes, us, busbw));
+        }
+    }
+    worst.map(|(bytes, _, busbw)| (bytes, busbw))
 }
 
 /// The checks' names, in order (transports come between all-gather and the slowest pair).
@@ -418,8 +527,19 @@ mod tests {
                 "all_gather": [{"bytes": 1048576, "time_us": 90.0, "algbw": 1.0, "busbw": 5.0}],
                 "pairs": pairs,
             },
+                        "variables": [["NCCL_SOCKET_NTHREADS", "4"], ["NCCL_NVLS_ENABLE", "0"]],
             "log": NcclLog::parse(log),
-        }}})
+        },
+        FACT_DEFAULTS: {"skipped": "the image sets no NCCL variable to compare"}}})
+    }
+
+    /// `report` with a run under NCCL's defaults whose all-reduce took `us` microseconds
+    /// for `busbw` GB/s.
+    fn with_defaults(mut report: Value, us: f64, busbw: f64) -> Value {
+        report["facts"][FACT_DEFAULTS] = json!({"measured": {
+            "all_reduce": [{"bytes": 1048576, "time_us": us, "algbw": 1.0, "busbw": busbw}],
+        }});
+        report
     }
 
     fn judge(reports: &[Value]) -> Report {
@@ -659,6 +779,62 @@ mod tests {
                 .any(|w| w.contains("ncclAsyncJobComplete")),
             "{:?}",
             log.warnings
+        );
+    }
+
+    #[test]
+    fn the_preset_is_compared_with_nccl_defaults_across_ranks() {
+        let name = "preset vs NCCL defaults across ranks";
+        // Without preset variables rank 0 ran no second communicator, and says so.
+        let report = judge(&[
+            rank_report(0, Some("a"), None, SOCKET),
+            rank_report(1, Some("b"), None, SOCKET_1),
+        ]);
+        let c = check(&report, name);
+        assert_eq!(
+            (c.status, c.detail.as_str()),
+            (Status::Skip, "the image sets no NCCL variable to compare")
+        );
+
+        // Under the preset the slowest rank gave 9 GB/s; under the defaults 6: it helps.
+        let report = judge(&[
+            with_defaults(rank_report(0, Some("a"), None, SOCKET), 150.0, 6.5),
+            with_defaults(rank_report(1, Some("b"), None, SOCKET_1), 160.0, 6.0),
+        ]);
+        let c = check(&report, name);
+        assert_eq!(c.status, Status::Pass, "{}", c.detail);
+        assert_eq!(
+            c.detail,
+            "all-reduce busbw at 1 MiB: 9.0 GB/s with the preset (NCCL_SOCKET_NTHREADS), 6.0 with \
+             NCCL's defaults: the preset helps (+50%)"
+        );
+
+        // The preset slower than NCCL's defaults warns.
+        let report = judge(&[
+            with_defaults(rank_report(0, Some("a"), None, SOCKET), 50.0, 20.0),
+            with_defaults(rank_report(1, Some("b"), None, SOCKET_1), 50.0, 20.0),
+        ]);
+        let c = check(&report, name);
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+        assert!(
+            c.detail.ends_with("the preset hurts (-55%)"),
+            "{}",
+            c.detail
+        );
+
+        // A rank whose second run failed is named.
+        let mut broken = rank_report(1, Some("b"), None, SOCKET_1);
+        broken["facts"][FACT_DEFAULTS] = json!({"error": "held until the deadline"});
+        let report = judge(&[
+            with_defaults(rank_report(0, Some("a"), None, SOCKET), 50.0, 20.0),
+            broken,
+        ]);
+        let c = check(&report, name);
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.detail.contains("rank 1 (h200): held until the deadline"),
+            "{}",
+            c.detail
         );
     }
 

@@ -27,6 +27,7 @@ use rendezvous::{Broadcast, Contribution, Outcome, Peer, Rehearsal};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How to run the rendezvous.
@@ -86,8 +87,10 @@ pub fn run(opts: &super::ProbeOptions, world: &WorldOptions) -> crate::Result<Re
         report.seconds = start.elapsed().as_secs_f64();
         return Ok(report);
     }
-    let contribute = |id: &[u8], seat: Option<nccl::Seat>| {
-        local.fact(nccl::FACT, joining.follow(id, seat));
+    let contribute = |welcomed: &rendezvous::Welcomed| {
+        let (first, second) = joining.follow(welcomed);
+        local.fact(nccl::FACT, first);
+        local.fact(nccl::FACT_DEFAULTS, second);
         Contribution {
             exit_code,
             report: serde_json::to_value(&local).unwrap_or_default(),
@@ -124,45 +127,84 @@ struct Joining<'a> {
     keep_log: Option<std::path::PathBuf>,
 }
 
+/// This rank's two facts: NCCL under the preset, and under NCCL's defaults.
+type Facts = (serde_json::Value, serde_json::Value);
+
 impl Joining<'_> {
-    /// A rank other than 0: runs its seat, or says why it has none.
-    fn follow(&self, id: &[u8], seat: Option<nccl::Seat>) -> serde_json::Value {
-        match (seat, self.gpu) {
-            (Some(seat), Ok(gpu)) => {
-                match nccl::start(self.disc, seat, gpu, Some(id), self.quick) {
-                    Ok(running) => running.finish(self.keep_log.as_deref()),
-                    Err(e) => json!({"seat": seat, "error": e}),
-                }
-            }
-            (Some(seat), Err(why)) => json!({"seat": seat, "error": why}),
-            (None, Err(why)) => nccl::skipped(why),
-            (None, Ok(_)) => nccl::skipped(
-                "rank 0 gave this rank no seat: rank 0 has no GPU, or no other rank has one",
-            ),
+    /// Runs one seat: the worker, waited for. Err says why it did not start.
+    fn run(&self, seat: nccl::Seat, gpu: &str, id: &[u8], phase: nccl::Phase) -> serde_json::Value {
+        match nccl::start(self.disc, seat, gpu, Some(id), self.quick, phase, false) {
+            Ok(running) => running.finish(self.keep_log(phase).as_deref()),
+            Err(e) => json!({"seat": seat, "error": e}),
         }
     }
 
-    /// Rank 0: seats the ranks with a GPU and starts its own worker, which makes NCCL's
-    /// unique id. Returns what to broadcast, the seating, and its running worker or why
-    /// there is none.
-    fn lead(
-        &self,
-        others_with_gpu: &[u32],
-    ) -> (
-        Broadcast,
-        Vec<u32>,
-        Result<nccl::Running, serde_json::Value>,
-    ) {
+    /// Where this run's NCCL log is kept: `nccl-rank3` and `nccl-defaults-rank3`.
+    fn keep_log(&self, phase: nccl::Phase) -> Option<std::path::PathBuf> {
+        let prefix = self.keep_log.as_ref()?;
+        match phase {
+            nccl::Phase::Preset => Some(prefix.clone()),
+            nccl::Phase::Defaults => {
+                let name =
+                    prefix
+                        .file_name()?
+                        .to_string_lossy()
+                        .replacen("nccl-", "nccl-defaults-", 1);
+                Some(prefix.with_file_name(name))
+            }
+        }
+    }
+
+    /// A rank other than 0: runs its seat (and the run under NCCL's defaults after it, when
+    /// rank 0 sent a second id), or says why it has none.
+    fn follow(&self, welcomed: &rendezvous::Welcomed) -> Facts {
+        let no_second =
+            || nccl::skipped("rank 0 sent no second id: the preset sets no NCCL variable");
+        match (welcomed.seat, self.gpu) {
+            (Some(seat), Ok(gpu)) => {
+                let first = self.run(seat, gpu, &welcomed.blob, nccl::Phase::Preset);
+                let second = match &welcomed.second {
+                    Some(id) => self.run(seat, gpu, id, nccl::Phase::Defaults),
+                    None => no_second(),
+                };
+                (first, second)
+            }
+            (Some(seat), Err(why)) => (json!({"seat": seat, "error": why}), no_second()),
+            (None, Err(why)) => (nccl::skipped(why), nccl::skipped(why)),
+            (None, Ok(_)) => {
+                let why =
+                    "rank 0 gave this rank no seat: rank 0 has no GPU, or no other rank has one";
+                (nccl::skipped(why), nccl::skipped(why))
+            }
+        }
+    }
+
+    /// Rank 0: seats the ranks with a GPU and starts its own workers, which make NCCL's
+    /// unique ids: the run under the preset, and (when the preset sets variables) a second
+    /// run under NCCL's defaults that joins once the first has ended. Returns what to
+    /// broadcast, the seating, and a thread that waits for both workers.
+    fn lead(&self, others_with_gpu: &[u32]) -> (Broadcast, Vec<u32>, JoinHandle<Facts>) {
         let plain = Broadcast {
             blob: blob(),
             ..Broadcast::default()
         };
+        let done = |facts: Facts| std::thread::spawn(move || facts);
         let seated = nccl::seating(self.gpu.is_ok(), others_with_gpu);
         let gpu = match (self.gpu, seated.is_empty()) {
-            (Err(why), _) => return (plain, seated, Err(nccl::skipped(why))),
+            (Err(why), _) => {
+                return (
+                    plain,
+                    seated,
+                    done((nccl::skipped(why), nccl::skipped(why))),
+                );
+            }
             (Ok(_), true) => {
                 let why = "no other rank brings a GPU";
-                return (plain, seated, Err(nccl::skipped(why)));
+                return (
+                    plain,
+                    seated,
+                    done((nccl::skipped(why), nccl::skipped(why))),
+                );
             }
             (Ok(gpu), false) => gpu,
         };
@@ -178,26 +220,71 @@ impl Joining<'_> {
             })
             .collect();
         let mine = seats[&0];
-        let started =
-            nccl::start(self.disc, mine, gpu, None, self.quick).and_then(|mut running| {
-                let id = running.published_id(Duration::from_secs(60).min(self.budget))?;
-                Ok((running, id))
-            });
-        match started {
-            Ok((running, id)) => (
-                Broadcast {
-                    blob: id,
-                    seats,
-                    // Not more than `timeout`: followers wait twice it for their receipt.
-                    extra: self.budget,
+        let compare = !nccl::compared(&crate::probe::image_preset(self.disc)).is_empty();
+        let within = Duration::from_secs(60).min(self.budget);
+        let start = |phase, hold| {
+            nccl::start(self.disc, mine, gpu, None, self.quick, phase, hold).and_then(
+                |mut running| {
+                    let id = running.published_id(within)?;
+                    Ok((running, id))
                 },
-                seated,
-                Ok(running),
-            ),
+            )
+        };
+        let first = match start(nccl::Phase::Preset, false) {
+            Ok(first) => first,
             // The others get no seat (they would wait for a root that is not there) and
             // the verdict names rank 0's failure.
-            Err(e) => (plain, seated, Err(json!({"seat": mine, "error": e}))),
-        }
+            Err(e) => {
+                let why = nccl::skipped("the run under the preset did not start");
+                return (
+                    plain,
+                    seated,
+                    done((json!({"seat": mine, "error": e}), why)),
+                );
+            }
+        };
+        let second = if compare {
+            Some(start(nccl::Phase::Defaults, true))
+        } else {
+            None
+        };
+        let (second_id, second_run, second_fact) = match second {
+            Some(Ok((running, id))) => (Some(id), Some(running), None),
+            Some(Err(e)) => (None, None, Some(json!({"seat": mine, "error": e}))),
+            None => (
+                None,
+                None,
+                Some(nccl::skipped("the image sets no NCCL variable to compare")),
+            ),
+        };
+        let (first_run, first_id) = first;
+        let preset_log = self.keep_log(nccl::Phase::Preset);
+        let defaults_log = self.keep_log(nccl::Phase::Defaults);
+        // The rendezvous gathers the others' reports meanwhile; they report only after
+        // both runs, and the second starts only once this rank's first has ended.
+        let waiting = std::thread::spawn(move || {
+            let first = first_run.finish(preset_log.as_deref());
+            let second = match (second_run, second_fact) {
+                (Some(running), _) => {
+                    running.release();
+                    running.finish(defaults_log.as_deref())
+                }
+                (None, fact) => fact.unwrap_or_default(),
+            };
+            (first, second)
+        });
+        let extra = if second_id.is_some() {
+            2 * self.budget
+        } else {
+            self.budget
+        };
+        let broadcast = Broadcast {
+            blob: first_id,
+            seats,
+            second: second_id,
+            extra,
+        };
+        (broadcast, seated, waiting)
     }
 }
 
@@ -211,22 +298,28 @@ fn lead(
     joining: &Joining,
 ) -> Report {
     let mut seated = Vec::new();
-    let mut mine = Err(nccl::skipped("the rendezvous did not run"));
+    let mut mine = None;
     let mut blob_sha256 = String::new();
     let gathered = rendezvous::lead(place, port, timeout, |others_with_gpu| {
-        let (broadcast, seating, worker) = joining.lead(others_with_gpu);
+        let (broadcast, seating, waiting) = joining.lead(others_with_gpu);
         blob_sha256 = digest(&broadcast.blob);
         seated = seating;
-        mine = worker;
+        mine = Some(waiting);
         broadcast
     });
-    local.fact(
-        nccl::FACT,
-        match mine {
-            Ok(running) => running.finish(joining.keep_log.as_deref()),
-            Err(fact) => fact,
-        },
-    );
+    let (first, second) = match mine.map(JoinHandle::join) {
+        Some(Ok(facts)) => facts,
+        Some(Err(_)) => {
+            let why = json!({"error": "the thread waiting for NCCL's workers panicked"});
+            (why.clone(), why)
+        }
+        None => {
+            let why = nccl::skipped("the rendezvous did not run");
+            (why.clone(), why)
+        }
+    };
+    local.fact(nccl::FACT, first);
+    local.fact(nccl::FACT_DEFAULTS, second);
     let setting = verdict::Setting {
         place,
         port,

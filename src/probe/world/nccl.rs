@@ -14,6 +14,31 @@ use std::time::{Duration, Instant};
 /// The fact each rank adds to its report: its part of NCCL across ranks.
 pub const FACT: &str = "world_nccl";
 
+/// The same, run again with every variable of the preset set empty (NCCL's defaults).
+pub const FACT_DEFAULTS: &str = "world_nccl_defaults";
+
+/// Which run of the communicator: under the image's preset, or NCCL's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The image's NCCL variables as they are.
+    Preset,
+    /// Every variable that `compared` lists set empty, which NCCL treats as unset and which
+    /// keeps /etc/nccl.conf from filling it in.
+    Defaults,
+}
+
+/// The preset's variables the A/B compares: not the probe's own, not multicast (always
+/// off), and not NCCL_HOSTID, which says where a rank runs rather than how NCCL tunes.
+pub fn compared(variables: &[(String, String)]) -> Vec<(String, String)> {
+    variables
+        .iter()
+        .filter(|(k, _)| {
+            !crate::probe::effective::SET_BY_PROBE.contains(&k.as_str()) && k != "NCCL_HOSTID"
+        })
+        .cloned()
+        .collect()
+}
+
 /// NCCL's subsystems in the log: INIT for the connection to each peer ("via NET/Socket/0"),
 /// NET for the network chosen, GRAPH for the path type of the topology search (NVL is
 /// NVLink), ENV for the variables it took.
@@ -90,18 +115,28 @@ pub struct Running {
 }
 
 /// Starts the worker for `seat` on `gpu`, joining the communicator `id`, or (rank 0, `id`
-/// None) making the id first; `published_id` then reads it back.
+/// None) making the id first; `published_id` then reads it back. With `hold`, the worker
+/// joins only once `release` is called (rank 0's second run waits for its first).
 pub fn start(
     disc: &Discovery,
     seat: Seat,
     gpu: &str,
     id: Option<&[u8]>,
     quick: bool,
+    phase: Phase,
+    hold: bool,
 ) -> Result<Running, String> {
     let dir = crate::probe::scratch_dir()?;
     let (mut env, shim) = crate::probe::worker_env(disc, 1);
     let variables = crate::probe::image_preset(disc);
-    env.extend(variables.iter().cloned());
+    match phase {
+        Phase::Preset => env.extend(variables.iter().cloned()),
+        Phase::Defaults => env.extend(
+            compared(&variables)
+                .into_iter()
+                .map(|(k, _)| (k, String::new())),
+        ),
+    }
     env.extend([
         ("NCCL_DEBUG".to_string(), "INFO".to_string()),
         ("NCCL_DEBUG_SUBSYS".to_string(), LOG_SUBSYS.to_string()),
@@ -132,6 +167,9 @@ pub fn start(
         Some(id) => command.args(["--id", &hex::encode(id)]),
         None => command.arg("--publish-id").arg(dir.path().join("id")),
     };
+    if hold {
+        command.arg("--hold").arg(dir.path().join("go"));
+    }
     let child = command
         .envs(env)
         .stdout(Stdio::null())
@@ -154,6 +192,13 @@ pub fn start(
 }
 
 impl Running {
+    /// Lets a worker started with `hold` join.
+    pub fn release(&self) {
+        if let Err(e) = std::fs::write(self.dir.path().join("go"), b"") {
+            eprintln!("gpubake: cannot release the second NCCL run: {e}");
+        }
+    }
+
     /// The unique id rank 0's worker made, once it is written (or the worker ended, or the
     /// deadline passed).
     pub fn published_id(&mut self, within: Duration) -> Result<Vec<u8>, String> {
@@ -273,7 +318,7 @@ pub fn expects_net(variables: &[(String, String)]) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
-/// A rank's fact when it brings no GPU to NCCL.
+/// A rank's fact when it brings no GPU to NCCL, or a run did not happen.
 pub fn skipped(why: &str) -> Value {
     json!({ "skipped": why })
 }

@@ -102,8 +102,22 @@ pub struct Broadcast {
     pub blob: Vec<u8>,
     /// The seat of each world rank in the communicator across ranks.
     pub seats: BTreeMap<u32, Seat>,
-    /// Time the ranks need beyond the report deadline before they can report (NCCL's).
+    /// The unique id of a second communicator (NCCL's defaults), for the seated ranks.
+    pub second: Option<Vec<u8>>,
+    /// Time the ranks need beyond the report deadline before they can report (NCCL's), at
+    /// most twice the deadline: followers wait three times it for their receipt.
     pub extra: Duration,
+}
+
+/// What a rank received from rank 0.
+#[derive(Clone, Debug, Default)]
+pub struct Welcomed {
+    /// The broadcast bytes: NCCL's unique id when there is a communicator.
+    pub blob: Vec<u8>,
+    /// This rank's seat in it.
+    pub seat: Option<Seat>,
+    /// The second communicator's unique id.
+    pub second: Option<Vec<u8>>,
 }
 
 /// Rank 0: listens on `port` (every interface), admits the other ranks' hellos until all
@@ -288,12 +302,15 @@ fn gather(
     let timeout = timeout + broadcast.extra;
     let deadline = Instant::now() + timeout;
     let blob = hex::encode(&broadcast.blob);
+    let second = broadcast.second.as_deref().map(hex::encode);
     let mut outcomes = BTreeMap::new();
     let (reports, arrived) = mpsc::channel();
     for (rank, (mut stream, peer, _)) in joined {
+        let seat = broadcast.seats.get(&rank).copied();
         let welcome = Body::Welcome {
             blob: blob.clone(),
-            seat: broadcast.seats.get(&rank).copied(),
+            seat,
+            second: seat.and(second.clone()),
         };
         if let Err(e) = wire::send(&mut stream, &welcome, deadline) {
             outcomes.insert(rank, failed(peer, e, timeout));
@@ -404,7 +421,7 @@ pub fn follow(
     port: u16,
     timeout: Duration,
     brings_gpu: bool,
-    contribute: impl FnOnce(&[u8], Option<Seat>) -> Contribution,
+    contribute: impl FnOnce(&Welcomed) -> Contribution,
     rehearsal: Rehearsal,
 ) -> Result<String, String> {
     let endpoint = format!("{}:{port}", place.master_addr);
@@ -427,8 +444,8 @@ pub fn follow(
     wire::send(&mut stream, &hello, Instant::now() + timeout)
         .map_err(|e| step("saying hello", e))?;
     // Rank 0 waits up to `timeout` for the others' hellos before it sends the blob.
-    let (blob, seat) = match wire::receive(&mut stream, Instant::now() + timeout + GRACE) {
-        Ok(Body::Welcome { blob, seat }) => (blob, seat),
+    let (blob, seat, second) = match wire::receive(&mut stream, Instant::now() + timeout + GRACE) {
+        Ok(Body::Welcome { blob, seat, second }) => (blob, seat, second),
         Ok(Body::Refused { reason }) => {
             return Err(format!("rank 0 at {endpoint} refused this rank: {reason}"));
         }
@@ -440,21 +457,25 @@ pub fn follow(
         }
         Err(e) => return Err(step("waiting for the blob", e)),
     };
-    let blob = hex::decode(&blob)
-        .map_err(|e| format!("rank 0 at {endpoint} sent a blob that is not hex: {e}"))?;
+    let not_hex = |e| format!("rank 0 at {endpoint} sent a blob that is not hex: {e}");
+    let welcomed = Welcomed {
+        blob: hex::decode(&blob).map_err(not_hex)?,
+        seat,
+        second: second.map(hex::decode).transpose().map_err(not_hex)?,
+    };
     if rehearsal.die_before_report {
         // As abrupt as an out-of-memory kill: no destructor, no goodbye.
         // SAFETY: kill(2) on our own pid has no memory effects.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
-    let mine = contribute(&blob, seat);
+    let mine = contribute(&welcomed);
     if let Some(delay) = rehearsal.report_delay {
         std::thread::sleep(delay);
     }
     let report = Body::Report {
         rank: place.rank,
         exit_code: mine.exit_code,
-        blob_sha256: super::digest(&blob),
+        blob_sha256: super::digest(&welcomed.blob),
         report: mine.report,
     };
     let gave_up = || {
@@ -469,8 +490,8 @@ pub fn follow(
         Err(e) => return Err(step("sending the report", e)),
     }
     // Rank 0 sends receipts once it has gathered every report, which can take its deadline
-    // and as long again when the ranks meet in NCCL (`Broadcast::extra`).
-    match wire::receive(&mut stream, Instant::now() + 2 * timeout + GRACE) {
+    // and twice as long again when the ranks meet in NCCL twice (`Broadcast::extra`).
+    match wire::receive(&mut stream, Instant::now() + 3 * timeout + GRACE) {
         Ok(Body::Counted) => Ok(format!("rank 0 at {endpoint} counted this rank's report")),
         Ok(other) => Err(format!(
             "rank 0 at {endpoint} sent {} instead of a receipt",
@@ -584,7 +605,8 @@ mod tests {
                 answer,
                 Body::Welcome {
                     blob: hex::encode(b"blob"),
-                    seat: None
+                    seat: None,
+                    second: None
                 }
             );
             let report = Body::Report {
@@ -655,6 +677,7 @@ mod tests {
                 Broadcast {
                     blob: b"id".to_vec(),
                     seats: [(0, seat(0)), (2, seat(1))].into(),
+                    second: Some(b"id2".to_vec()),
                     extra: Duration::ZERO,
                 }
             })
@@ -672,13 +695,15 @@ mod tests {
         };
         let (one, two) = (join(1, false), join(2, true));
         let welcome = |body: Body| match body {
-            Body::Welcome { blob, seat } => (blob, seat),
+            Body::Welcome { blob, seat, second } => (blob, (seat, second)),
             other => panic!("{other:?}"),
         };
-        let (blob, seat) = welcome(two.join().unwrap());
+        let (blob, (seat, second)) = welcome(two.join().unwrap());
         assert_eq!(blob, hex::encode(b"id"));
         assert_eq!(seat.map(|s| (s.seat, s.seats)), Some((1, 2)));
-        assert_eq!(welcome(one.join().unwrap()).1, None);
+        assert_eq!(second, Some(hex::encode(b"id2")));
+        // No seat, no second id either.
+        assert_eq!(welcome(one.join().unwrap()).1, (None, None));
         let (asked, _) = leader.join().unwrap();
         assert_eq!(asked, vec![2], "only rank 2 said it brings a GPU");
     }

@@ -46,6 +46,10 @@ pub enum Body {
         /// Its seat in the communicator across ranks; None when it has none.
         #[serde(default)]
         seat: Option<super::nccl::Seat>,
+        /// The unique id of a second run under NCCL's defaults, hex, when the preset sets
+        /// variables to compare.
+        #[serde(default)]
+        second: Option<String>,
     },
     /// Rank 0 to a rank it will not count, with the reason.
     Refused {
