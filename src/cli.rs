@@ -302,7 +302,10 @@ enum Command {
     /// no rank has a GPU); the other ranks print their own report. The rank and rank 0's
     /// address come from the launcher: torchrun --no-python, srun, mpirun (with MASTER_ADDR),
     /// a PyTorchJob, or an Indexed Job or JobSet (with WORLD_SIZE and MASTER_ADDR in the
-    /// manifest). See examples/world/.
+    /// manifest). Ranks with a GPU then meet in NCCL (one GPU each, its unique id sent by
+    /// rank 0): the verdict adds all-reduce and all-gather bus bandwidth, the transport NCCL
+    /// used between each pair of ranks, the slowest pair, and the preset against NCCL's
+    /// defaults. See examples/world/.
     ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
     ///
