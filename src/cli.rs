@@ -302,7 +302,10 @@ enum Command {
     /// no rank has a GPU); the other ranks print their own report. The rank and rank 0's
     /// address come from the launcher: torchrun --no-python, srun, mpirun (with MASTER_ADDR),
     /// a PyTorchJob, or an Indexed Job or JobSet (with WORLD_SIZE and MASTER_ADDR in the
-    /// manifest). See examples/world/.
+    /// manifest). Ranks with a GPU then meet in NCCL (one GPU each, its unique id sent by
+    /// rank 0): the verdict adds all-reduce and all-gather bus bandwidth, the transport NCCL
+    /// used between each pair of ranks, the slowest pair, and the preset against NCCL's
+    /// defaults. See examples/world/.
     ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
     ///
@@ -345,6 +348,10 @@ enum Command {
             value_parser = clap::value_parser!(u64).range(1..=86_400)
         )]
         world_timeout: u64,
+        /// Also keep NCCL's INFO log of the run across ranks in this directory, one file per
+        /// rank (`nccl-rank3.HOST.PID.log`), as NCCL wrote it.
+        #[arg(long, value_name = "DIR", requires = "world")]
+        world_nccl_log: Option<PathBuf>,
     },
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
@@ -778,6 +785,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             world,
             world_port,
             world_timeout,
+            world_nccl_log,
         } => {
             let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
             let policy = match policy {
@@ -801,6 +809,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     &crate::probe::world::WorldOptions {
                         port: world_port,
                         timeout: std::time::Duration::from_secs(world_timeout),
+                        nccl_log: world_nccl_log,
                     },
                 )?
             } else {
