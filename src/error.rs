@@ -30,6 +30,28 @@ impl fmt::Display for Location {
     }
 }
 
+impl Location {
+    /// The location as a lock (and so an image) records it: an absolute path, or one that
+    /// climbs with `..`, is cut to its file name, so that a lock says nothing of the machine
+    /// it was made on, and a file gives the same lock wherever it lies.
+    pub fn portable(&self) -> Location {
+        let path = std::path::Path::new(&self.file);
+        let local = path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
+        Location {
+            file: match path.file_name() {
+                Some(name) if !local => name.to_string_lossy().into_owned(),
+                _ => self.file.clone(),
+            },
+            ..self.clone()
+        }
+    }
+}
+
 /// Everything that can go wrong, each naming the file, field or candidate involved.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
