@@ -216,10 +216,10 @@ pub fn build(
     };
     // Destinations other than a layout build in the cache's own layout, so their layers are
     // cached between builds as a layout destination's are.
-    // A layout this build creates is its own until the index is written: an interrupted
-    // build removes it rather than leave blobs without an index.json.
+    // A layout this build creates is its own until the index is written: a build that fails
+    // or is interrupted removes it rather than leave blobs without an index.json.
     let mut new_layout = match &dest {
-        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Scratch::new(dir)),
+        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Staged::new(dir)),
         _ => None,
     };
     let store = match &dest {
@@ -341,7 +341,9 @@ pub fn build(
             manifests.push(tagged);
             index.set_manifests(manifests);
             store.write_index(&index)?;
-            new_layout.take();
+            if let Some(done) = new_layout.take() {
+                done.keep();
+            }
         }
         Transport::DockerArchive { path, reference } => {
             let reference = reference
@@ -580,7 +582,14 @@ fn import(base: &Opened, store: &Layout, diff_ids: &[String], base_ref: &Transpo
             &mut base.layout.open_blob(&digest, Some(layer.size()))?,
             &mut w,
         )
-        .map_err(|e| Error::image(base_ref, e.to_string()))?;
+        .map_err(|e| {
+            // A full destination is the destination's problem, not the base's.
+            if crate::error::out_of_space(&e) {
+                Error::io(store.root().join("blobs/sha256"), e)
+            } else {
+                Error::image(base_ref, e.to_string())
+            }
+        })?;
         w.commit()?;
         if let Err(e) = scan_layer(store, layer, diff_id) {
             let _ = std::fs::remove_file(store.blob_path(&digest));
