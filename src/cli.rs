@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Let a recipe's `files:` copy sources from outside the recipe's directory (each entry
+    /// may instead say `allow_outside: true`).
+    #[arg(long, global = true)]
+    allow_files_outside: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -401,6 +405,12 @@ enum PresetAction {
 
 /// Runs the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    let load_recipe = |path: Option<&Path>| {
+        load_recipe(path).map(|mut loaded| {
+            loaded.allow_files_outside = cli.allow_files_outside;
+            loaded
+        })
+    };
     match cli.command {
         Command::Resolve {
             recipe,

@@ -92,6 +92,38 @@ impl Drop for Scratch {
     }
 }
 
+/// What a command is making at `path`: removed if the command fails (the guard is dropped)
+/// as it is removed if the command is interrupted, and kept once [`Staged::keep`] says it is
+/// complete.
+#[derive(Debug)]
+pub struct Staged {
+    scratch: Option<Scratch>,
+}
+
+impl Staged {
+    /// Registers `path` for removal unless kept.
+    pub fn new(path: &Path) -> Self {
+        Staged {
+            scratch: Some(Scratch::new(path)),
+        }
+    }
+
+    /// The work is complete: the path stays.
+    pub fn keep(mut self) {
+        self.scratch.take();
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(scratch) = self.scratch.take() {
+            let path = scratch.path.clone();
+            drop(scratch);
+            remove(&[path]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +141,21 @@ mod tests {
         assert!(!registered(&staged));
         remove(std::slice::from_ref(&staged));
         assert!(!staged.exists());
+    }
+
+    #[test]
+    fn staged_work_is_removed_on_failure_and_kept_when_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let failed = dir.path().join("failed");
+        std::fs::create_dir_all(failed.join("blobs")).unwrap();
+        drop(Staged::new(&failed));
+        assert!(!failed.exists());
+        assert!(!registered(&failed));
+        let done = dir.path().join("done");
+        std::fs::create_dir_all(&done).unwrap();
+        Staged::new(&done).keep();
+        assert!(done.exists());
+        assert!(!registered(&done));
     }
 
     #[test]

@@ -216,10 +216,10 @@ pub fn build(
     };
     // Destinations other than a layout build in the cache's own layout, so their layers are
     // cached between builds as a layout destination's are.
-    // A layout this build creates is its own until the index is written: an interrupted
-    // build removes it rather than leave blobs without an index.json.
+    // A layout this build creates is its own until the index is written: a build that fails
+    // or is interrupted removes it rather than leave blobs without an index.json.
     let mut new_layout = match &dest {
-        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Scratch::new(dir)),
+        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Staged::new(dir)),
         _ => None,
     };
     let store = match &dest {
@@ -341,7 +341,9 @@ pub fn build(
             manifests.push(tagged);
             index.set_manifests(manifests);
             store.write_index(&index)?;
-            new_layout.take();
+            if let Some(done) = new_layout.take() {
+                done.keep();
+            }
         }
         Transport::DockerArchive { path, reference } => {
             let reference = reference
@@ -580,7 +582,14 @@ fn import(base: &Opened, store: &Layout, diff_ids: &[String], base_ref: &Transpo
             &mut base.layout.open_blob(&digest, Some(layer.size()))?,
             &mut w,
         )
-        .map_err(|e| Error::image(base_ref, e.to_string()))?;
+        .map_err(|e| {
+            // A full destination is the destination's problem, not the base's.
+            if crate::error::out_of_space(&e) {
+                Error::io(store.root().join("blobs/sha256"), e)
+            } else {
+                Error::image(base_ref, e.to_string())
+            }
+        })?;
         w.commit()?;
         if let Err(e) = scan_layer(store, layer, diff_id) {
             let _ = std::fs::remove_file(store.blob_path(&digest));
@@ -615,10 +624,14 @@ pub fn scan_layer(
     // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
     let (reader, end) = Padded::new(reader);
     let mut tar = tar::Archive::new(reader);
+    let mut links = LayerLinks::default();
     for entry in tar.entries().map_err(|e| format!("layer {digest}: {e}"))? {
         let entry = entry.map_err(|e| format!("layer {digest}: {e}"))?;
         end.saw(&entry);
         check_entry(&entry).map_err(|e| format!("layer {digest}: {e}"))?;
+        links
+            .add(&entry)
+            .map_err(|e| format!("layer {digest}: {e}"))?;
     }
     end.check().map_err(|e| format!("layer {digest}: {e}"))?;
     let mut rest = tar.into_inner();
@@ -684,6 +697,87 @@ fn check_entry<R: Read>(entry: &tar::Entry<R>) -> std::result::Result<(), String
     Ok(())
 }
 
+/// The symlinks a layer has made so far, so that a later entry of the same layer under one of
+/// them is seen for what it is: `esc -> /somewhere` then `esc/file` writes through the link.
+/// A runtime resolves such a path inside the root, but gpubake's own unpacker (`certify
+/// --runtime`) refuses a parent that resolves outside it, and verify and build refuse it too
+/// so that the three agree about which layers are sound. Links of lower layers are not seen:
+/// build does not read again the base layers a layout already holds.
+#[derive(Default)]
+struct LayerLinks(HashMap<std::path::PathBuf, std::path::PathBuf>);
+
+impl LayerLinks {
+    /// Follows the entry's parent through the links seen so far (relative ones stay inside
+    /// the root: `check_entry` refused the others), refuses one that goes through an
+    /// absolute link, and records the entry if it is a link itself.
+    fn add<R: Read>(&mut self, entry: &tar::Entry<R>) -> std::result::Result<(), String> {
+        let path = entry.path().map_err(|e| e.to_string())?;
+        let mut parts: Vec<std::path::PathBuf> = Vec::new();
+        let mut rest: std::collections::VecDeque<std::path::PathBuf> = normal_parts(&path);
+        let name = rest.pop_back();
+        let mut hops = 0;
+        while let Some(part) = rest.pop_front() {
+            parts.push(part);
+            let here: std::path::PathBuf = parts.iter().collect();
+            let Some(target) = self.0.get(&here) else {
+                continue;
+            };
+            if target.is_absolute() {
+                return Err(format!(
+                    "entry `{}` lies under symlink `{}` -> `{}`: it would be written through \
+                     the link, which gpubake's unpacker refuses, so verify and build refuse it too",
+                    path.display(),
+                    here.display(),
+                    target.display()
+                ));
+            }
+            hops += 1;
+            if hops > 40 {
+                return Err(format!(
+                    "entry `{}`: too many levels of symlinks",
+                    path.display()
+                ));
+            }
+            // Replace the link by its target and walk the result again from the top.
+            parts.pop();
+            let mut resolved: std::collections::VecDeque<std::path::PathBuf> =
+                normal_parts(&parts.iter().collect::<std::path::PathBuf>().join(target));
+            resolved.extend(rest.drain(..));
+            parts.clear();
+            rest = resolved;
+        }
+        let Some(name) = name else {
+            return Ok(());
+        };
+        let at: std::path::PathBuf = parts.iter().collect::<std::path::PathBuf>().join(name);
+        match entry.link_name().map_err(|e| e.to_string())? {
+            Some(target) if entry.header().entry_type().is_symlink() => {
+                self.0.insert(at, target.into_owned());
+            }
+            // Anything else at that path replaces a link made there before.
+            _ => {
+                self.0.remove(&at);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The normal components of a path inside the root, `..` applied (never above the root).
+fn normal_parts(path: &Path) -> std::collections::VecDeque<std::path::PathBuf> {
+    let mut out = std::collections::VecDeque::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => out.push_back(std::path::PathBuf::from(p)),
+            Component::ParentDir => {
+                out.pop_back();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The number of components of a relative path that stays inside the root; None otherwise.
 fn depth_within(path: &Path) -> Option<usize> {
     let mut depth = 0usize;
@@ -707,6 +801,62 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    /// A layout holding one uncompressed layer of `entries` (path, symlink target or None
+    /// for a file); returns the scan's verdict.
+    fn scan(entries: &[(&str, Option<&str>)]) -> std::result::Result<(), String> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, link) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_size(0);
+            match link {
+                Some(target) => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    b.append_link(&mut h, path, target).unwrap();
+                }
+                None => b.append_data(&mut h, path, std::io::empty()).unwrap(),
+            }
+        }
+        let bytes = b.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::create(dir.path()).unwrap();
+        let (digest, size) = layout.write_blob(&bytes).unwrap();
+        let desc = super::super::layout::descriptor(MediaType::ImageLayer, &digest, size);
+        scan_layer(&layout, &desc, digest.as_str())
+    }
+
+    #[test]
+    fn an_entry_written_through_an_absolute_link_of_its_layer_is_refused() {
+        let err = scan(&[("esc", Some("/tmp/outside")), ("esc/through", None)]).unwrap_err();
+        assert!(
+            err.contains("entry `esc/through` lies under symlink `esc` -> `/tmp/outside`"),
+            "{err}"
+        );
+        assert!(err.contains("unpacker refuses"), "{err}");
+        // Through a chain of relative links that ends in an absolute one.
+        let err = scan(&[
+            ("b", Some("/etc")),
+            ("d/", None),
+            ("d/a", Some("../b")),
+            ("d/a/passwd", None),
+        ])
+        .unwrap_err();
+        assert!(err.contains("symlink `b` -> `/etc`"), "{err}");
+        // Relative links that stay inside the root are followed, as the unpacker follows them.
+        scan(&[
+            ("usr/", None),
+            ("usr/lib/", None),
+            ("lib", Some("usr/lib")),
+            ("lib/x", None),
+        ])
+        .unwrap();
+        // A link replaced by a directory no longer counts.
+        scan(&[("esc", Some("/tmp")), ("esc/", None), ("esc/x", None)]).unwrap();
+        // Loops end.
+        let err = scan(&[("a", Some("b")), ("b", Some("a")), ("a/x", None)]).unwrap_err();
+        assert!(err.contains("too many levels"), "{err}");
     }
 
     #[test]
