@@ -592,11 +592,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                 Some(base) if !engine_build => {
                     // A base that cannot be read is reported by the build itself, after the
                     // recipe's other inputs (the closure) have been checked.
-                    let found = crate::image::build::open(base).ok().and_then(|opened| {
-                        crate::image::inspect::base_glibc(&opened.layout, &opened.manifest)
-                            .ok()
-                            .flatten()
-                    });
+                    let found = base
+                        .open()
+                        .ok()
+                        .and_then(|opened| crate::image::fs::base_glibc(&opened).ok().flatten());
                     if let Some((v, what)) = &found {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \

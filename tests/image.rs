@@ -5,6 +5,7 @@
 mod common;
 
 use common::{assert_exit, gpubake, gpubake_in, stderr, stdout, write};
+use gpubake::image::Transport;
 use gpubake::image::digest::Digest;
 use gpubake::image::layout::{Layout, REF_NAME, descriptor};
 use oci_spec::image::{ImageManifestBuilder, MediaType};
@@ -919,10 +920,9 @@ fn layers_other_tools_write_are_read() {
             assert_exit(&gpubake(&[cmd, &from]), 0);
         }
         // Unpacked as certify unpacks a bundle's root filesystem.
-        let opened = gpubake::image::build::open(&from.parse().unwrap()).unwrap();
-        let config = gpubake::image::inspect::config_of(&opened).unwrap();
+        let opened = from.parse::<Transport>().unwrap().open().unwrap();
         let rootfs = dir.path().join(format!("rootfs{i}"));
-        gpubake::image::unpack::unpack(&opened, &config, &rootfs).unwrap();
+        gpubake::image::unpack::unpack(&opened, &rootfs).unwrap();
         assert_eq!(
             std::fs::read_to_string(rootfs.join("etc/hello")).unwrap(),
             "hello\n"
@@ -1221,9 +1221,13 @@ fn the_real_base_glibc_is_checked_and_named() {
         "{}",
         stderr(&out)
     );
-    let layout = Layout::open(&out_dir).unwrap();
-    let (_, manifest) = layout.manifest(&layout.find(None).unwrap()).unwrap();
-    let lock = gpubake::image::inspect::read_file(&layout, &manifest, "/etc/gpubake/lock.yaml")
+    let image = Transport::Oci {
+        dir: out_dir.clone(),
+        tag: None,
+    }
+    .open()
+    .unwrap();
+    let lock = gpubake::image::fs::read_file(&image, "/etc/gpubake/lock.yaml")
         .unwrap()
         .unwrap();
     let lock = String::from_utf8(lock).unwrap();

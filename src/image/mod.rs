@@ -4,9 +4,11 @@
 pub mod archive;
 pub mod build;
 pub mod digest;
+pub mod fs;
 pub mod inspect;
 pub mod layer;
 pub mod layout;
+pub mod model;
 pub mod stack;
 pub mod tarstream;
 pub mod transport;
@@ -14,4 +16,5 @@ pub mod unpack;
 
 pub use build::{BuildOptions, BuildReport, build};
 pub use layer::Compression;
+pub use model::{Image, Layer, Platform};
 pub use transport::Transport;

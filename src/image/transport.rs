@@ -1,7 +1,11 @@
 //! Image references in skopeo's transport syntax, which users already know:
 //! `oci:DIR[:TAG]`, `docker-archive:FILE[:NAME:TAG]`, `docker-daemon:NAME:TAG`,
-//! `docker://REGISTRY/NAME:TAG`.
+//! `docker://REGISTRY/NAME:TAG`; and the sources and sinks behind them: [`Transport::open`]
+//! reads an [`Image`] from any of them and [`Transport::write`] writes one to any of them.
 
+use super::archive;
+use super::layout::Layout;
+use super::model::{Image, Platform};
 use crate::error::{Error, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -126,6 +130,75 @@ impl Transport {
             _ => Ok(self),
         }
     }
+
+    /// Reads the image (for an index, the host's platform).
+    pub fn open(&self) -> Result<Image> {
+        let platform = Platform::host();
+        match self.clone().supported()? {
+            Transport::Oci { dir, tag } => {
+                let layout = Layout::open(&dir)?;
+                let found = layout.find(tag.as_deref())?;
+                Image::in_layout(layout, &found, &platform, None)
+            }
+            Transport::DockerArchive { path, reference } => {
+                let staging = staging_dir()?;
+                let layout = Layout::create(staging.path())?;
+                let desc = archive::read(&path, reference.as_deref(), &layout)?;
+                Image::in_layout(layout, &desc, &platform, Some(staging))
+            }
+            Transport::DockerDaemon(name) => {
+                let staging = staging_dir()?;
+                let tar = staging.path().join("export.tar");
+                crate::engine::Engine::connect()?.export(&name, &tar)?;
+                let layout = Layout::create(&staging.path().join("layout"))?;
+                let desc = archive::read(&tar, None, &layout)?;
+                Image::in_layout(layout, &desc, &platform, Some(staging))
+            }
+            other => Err(Error::Unsupported(format!("{other}: not readable yet"))),
+        }
+    }
+
+    /// Writes `image` here: an OCI layout gets its blobs (unless they are already there) and
+    /// the tag (`latest` when none is named); an archive is written whole, atomically; an
+    /// engine loads one. `name` is the `NAME:TAG` an archive records when none is given.
+    pub fn write(&self, image: &Image, name: &str) -> Result<()> {
+        match self.clone().supported()? {
+            Transport::Oci { dir, tag } => {
+                let tag = tag.unwrap_or_else(|| "latest".into());
+                if image.store().root() == dir {
+                    // The image was made in this layout (by build, holding its lock).
+                    return image.store().set_tag(image.descriptor(), &tag);
+                }
+                let layout = Layout::create(&dir)?;
+                let _lock = layout.lock()?;
+                image.copy_to(&layout)?;
+                layout.set_tag(image.descriptor(), &tag)
+            }
+            Transport::DockerArchive { path, reference } => {
+                let reference = reference.unwrap_or_else(|| name.to_string());
+                archive::write(image, &path, &reference)
+            }
+            Transport::DockerDaemon(reference) => {
+                let reference = if reference.contains(':') {
+                    reference
+                } else {
+                    format!("{reference}:latest")
+                };
+                let engine = crate::engine::Engine::connect()?;
+                let scratch = staging_dir()?;
+                let tar = scratch.path().join("load.tar");
+                archive::write(image, &tar, &reference)?;
+                engine.load(&tar)
+            }
+            other => Err(Error::Unsupported(format!("{other}: not writable yet"))),
+        }
+    }
+}
+
+/// A directory for what a source stages, removed when the image is dropped or on interrupt.
+fn staging_dir() -> Result<crate::interrupt::ScratchDir> {
+    crate::interrupt::scratch_dir(None, ".gpubake-open-")
+        .map_err(|e| Error::io(std::env::temp_dir(), e))
 }
 
 #[cfg(test)]
