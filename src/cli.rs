@@ -14,6 +14,44 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// How to reach registries (`docker://`), with skopeo's option names.
+#[derive(clap::Args, Debug, Clone)]
+struct RegistryArgs {
+    /// Check registries' TLS certificates; --tls-verify=false accepts any.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    tls_verify: bool,
+    /// Trust the CA certificates (*.crt, PEM) in this directory as well.
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Read registry logins from this file (docker's config.json format) instead of
+    /// $DOCKER_CONFIG/config.json, ~/.docker/config.json and podman's auth.json.
+    #[arg(long, value_name = "FILE")]
+    authfile: Option<PathBuf>,
+    /// The platform to take from a multi-platform image (default: this machine's).
+    #[arg(long, value_name = "OS/ARCH")]
+    platform: Option<String>,
+}
+
+impl RegistryArgs {
+    /// `text` as a transport, reaching registries as these options say.
+    fn transport(&self, text: &str) -> Result<crate::image::Transport> {
+        let platform = match &self.platform {
+            Some(p) => p.parse()?,
+            None => crate::image::Platform::host(),
+        };
+        let access = crate::image::registry::Access {
+            tls_verify: self.tls_verify,
+            cert_dir: self.cert_dir.clone(),
+            authfile: self.authfile.clone(),
+            platform,
+            blob_cache: Some(crate::wheel::cache::WheelCache::default_root()?.join("layout")),
+        };
+        Ok(text
+            .parse::<crate::image::Transport>()?
+            .with_access(&access))
+    }
+}
+
 /// Build and certify container images for GPU training.
 #[derive(Parser, Debug)]
 #[command(name = "gpubake", version, about, long_about = None, propagate_version = true)]
@@ -144,7 +182,9 @@ enum Command {
     /// environment at /opt/gpubake/venv over the base's CPython, one layer per large wheel.
     ///
     /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (a plain DIR means the same),
-    /// docker-archive:FILE[:NAME:TAG] or docker-daemon:NAME:TAG (through the Docker Engine).
+    /// docker-archive:FILE[:NAME:TAG], docker-daemon:NAME:TAG (through the Docker Engine) or
+    /// docker://REGISTRY/NAME:TAG (pushed or pulled; the pushed manifest has the digest an
+    /// OCI-layout build of the same recipe has).
     /// Two builds of the same recipe and base give the same digest (SOURCE_DATE_EPOCH sets the
     /// timestamps, 0 by default); unchanged layers are not written again.
     ///
@@ -189,6 +229,29 @@ enum Command {
         /// Look up presets here before the built-in ones (repeatable).
         #[arg(long, value_name = "DIR")]
         preset_dir: Vec<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy an image from one transport to another, verifying every blob on the way.
+    ///
+    /// SRC and DEST use the transports of `build`: oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG],
+    /// docker-daemon:NAME:TAG, docker://REGISTRY/NAME:TAG. The manifest is copied byte for byte
+    /// where both ends keep manifests (layouts and registries), so the digest stays the same.
+    /// A push asks the registry for each blob first, mounts blobs from the repository the image
+    /// came from when that is in the same registry, and retries a failed upload from the start
+    /// of the blob; a pull resumes a broken download and verifies every blob whole.
+    ///
+    /// Example: gpubake copy oci:./out:v1 docker://registry.example.com/team/train:v1
+    Copy {
+        /// The image to copy.
+        src: String,
+        /// Where to copy it.
+        dest: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -218,9 +281,11 @@ enum Command {
     ///
     /// Example: gpubake inspect oci:./out:v1
     Inspect {
-        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
-        /// docker-daemon:NAME:TAG.
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
+        /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
         image: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -231,9 +296,11 @@ enum Command {
     ///
     /// Example: gpubake verify oci:./out:v1
     Verify {
-        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
-        /// docker-daemon:NAME:TAG.
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
+        /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
         image: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -248,9 +315,11 @@ enum Command {
     ///
     /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
     Certify {
-        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
-        /// docker-daemon:NAME:TAG.
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
+        /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
         image: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// GPUs for the probe: all, a number, or none (static checks only).
         #[arg(long, default_value = "all")]
         gpus: crate::engine::Gpus,
@@ -582,11 +651,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             template,
             driver,
             preset_dir,
+            registry,
             json,
         } => {
             let loaded = load_recipe(recipe.as_deref())?;
-            let to: crate::image::Transport = to.parse()?;
-            let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
+            let to = registry.transport(&to)?;
+            let from = from.map(|f| registry.transport(&f)).transpose()?;
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
@@ -730,8 +800,45 @@ pub fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Command::Inspect { image, json } => {
-            let info = crate::image::inspect::inspect(&image.parse()?)?;
+        Command::Copy {
+            src,
+            dest,
+            registry,
+            json,
+        } => {
+            let (src, dest) = (registry.transport(&src)?, registry.transport(&dest)?);
+            let start = std::time::Instant::now();
+            let image = src.copy(&dest)?;
+            let seconds = start.elapsed().as_secs_f64();
+            let bytes: u64 = image.blobs().map(|d| d.size()).sum();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "from": src.to_string(),
+                        "to": dest.to_string(),
+                        "manifest": image.digest(),
+                        "bytes": bytes,
+                        "seconds": seconds,
+                    })
+                );
+            } else {
+                println!("copied {src} to {dest} in {seconds:.2} s");
+                println!(
+                    "  manifest {} ({} in {} blobs)",
+                    image.digest(),
+                    crate::image::inspect::human_size(bytes),
+                    image.blobs().count()
+                );
+            }
+            Ok(0)
+        }
+        Command::Inspect {
+            image,
+            registry,
+            json,
+        } => {
+            let info = crate::image::inspect::inspect(&registry.transport(&image)?)?;
             if json {
                 println!(
                     "{}",
@@ -742,8 +849,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Verify { image, json } => {
-            let v = crate::image::inspect::verify(&image.parse()?)?;
+        Command::Verify {
+            image,
+            registry,
+            json,
+        } => {
+            let v = crate::image::inspect::verify(&registry.transport(&image)?)?;
             if json {
                 println!(
                     "{}",
@@ -828,6 +939,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Certify {
             image,
+            registry,
             gpus,
             json,
             out,
@@ -871,7 +983,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 quick,
                 probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
             };
-            let (report, code) = crate::certify::certify(&image.parse()?, &opts)?;
+            let (report, code) = crate::certify::certify(&registry.transport(&image)?, &opts)?;
             let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
             if let Some(path) = out {
                 crate::fsutil::write_atomic(&path, certificate.as_bytes())?;

@@ -126,7 +126,7 @@ pub fn build(
         Some(t) => t.clone(),
         // The recipe's `base:` is an image reference (`nvidia/cuda:12.8.1-…`), read as a
         // transport only when it names one: a plain reference is a registry image, never a
-        // directory.
+        // directory, and a build reaches a registry only when told to (`--from docker://`).
         None => Some(&loaded.recipe.base)
             .filter(|b| {
                 ["oci:", "docker-archive:", "docker-daemon:"]
@@ -136,8 +136,9 @@ pub fn build(
             .and_then(|b| b.parse::<Transport>().ok())
             .ok_or_else(|| {
                 Error::Unsupported(format!(
-                    "the recipe's base `{}` is a registry image, and registries are not \
-                     supported yet; pass --from oci:DIR[:TAG] or --from docker-archive:FILE",
+                    "the recipe's base `{0}` is a registry image, which build does not fetch \
+                     unasked; pass --from docker://{0} to pull it, or a local copy: \
+                     --from oci:DIR[:TAG] or --from docker-archive:FILE",
                     loaded.recipe.base
                 ))
             })?,
@@ -162,10 +163,9 @@ pub fn build(
     };
     let store = match &dest {
         Transport::Oci { dir, .. } => Layout::create(dir)?,
-        Transport::DockerDaemon(_) | Transport::DockerArchive { .. } => {
+        Transport::DockerDaemon(_) | Transport::DockerArchive { .. } | Transport::Registry(_) => {
             Layout::create(&opts.cache_dir.join("layout"))?
         }
-        _ => unreachable!("supported() leaves oci, docker-archive and docker-daemon"),
     };
     let _lock = store.lock()?;
 
@@ -259,7 +259,9 @@ pub fn build(
         .map_err(|e| Error::image(&dest, e.to_string()))?;
     let manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;
 
-    let image = Image::in_layout(store.clone(), &manifest_desc, &Platform::host(), None)?;
+    // The base's blobs stay where it came from: a push to the same registry mounts them.
+    let image = Image::in_layout(store.clone(), &manifest_desc, &Platform::host(), None)?
+        .with_origin(base.origin().cloned());
     dest.write(&image, &format!("{}:latest", loaded.recipe.name))?;
     new_layout.take();
 

@@ -309,7 +309,9 @@ impl Layer {
     /// True when the media type names a tar layer (plain, gzip or zstd).
     pub fn is_tar(&self) -> bool {
         let media = self.media_type().to_string();
-        ["tar", "tar+gzip", "tar+zstd"]
+        // OCI's `tar`, `tar+gzip`, `tar+zstd`, and Docker's `rootfs.diff.tar.gzip`, the
+        // type of most images in registries.
+        ["tar", "tar+gzip", "tar+zstd", "tar.gzip"]
             .iter()
             .any(|s| media.ends_with(s))
     }
