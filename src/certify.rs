@@ -95,6 +95,42 @@ pub fn looks_secret(name: &str) -> bool {
         || n == "API_KEY"
 }
 
+/// Pushes `report`, the certificate of the registry image `image`, beside it as an OCI 1.1
+/// referrer, with the verdict of `code` as an annotation; returns the artifact's digest.
+pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
+    let Transport::Registry(remote) = image else {
+        return Err(crate::error::Error::Usage(format!(
+            "{image}: --attach needs a docker:// image"
+        )));
+    };
+    let digest = report.facts["manifest"].as_str().unwrap_or_default();
+    let verdict = match code {
+        0 => "certified",
+        3 => "lacking",
+        _ => "failed",
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    crate::image::registry::attach(
+        remote,
+        digest,
+        crate::image::registry::CERTIFICATE_TYPE,
+        &serde_json::to_vec_pretty(report).expect("reports serialize"),
+        std::collections::BTreeMap::from([
+            (
+                crate::image::inspect::VERDICT.to_string(),
+                verdict.to_string(),
+            ),
+            (
+                "org.opencontainers.image.created".to_string(),
+                crate::image::build::rfc3339(now),
+            ),
+        ]),
+    )
+}
+
 /// Certifies `image`. The report's checks are the certificate; facts hold the image digest
 /// and the probe's own report. Exit: 0 pass, 1 a check failed, 3 GPUs were asked for and the
 /// environment could not give them.

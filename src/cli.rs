@@ -292,7 +292,9 @@ enum Command {
     },
     /// Re-hash every blob of an image and check that its labels, lock and nccl.conf agree.
     ///
-    /// Exits 1 naming what disagrees, 2 when the image cannot be read at all.
+    /// Exits 1 naming what disagrees, 2 when the image cannot be read at all. With
+    /// --certified (a docker:// image), also exits 1 unless a certificate that `certify
+    /// --attach` pushed for this exact digest is attached to it with a passing verdict.
     ///
     /// Example: gpubake verify oci:./out:v1
     Verify {
@@ -301,6 +303,9 @@ enum Command {
         image: String,
         #[command(flatten)]
         registry: RegistryArgs,
+        /// Also require an attached certificate with a passing verdict (docker:// only).
+        #[arg(long)]
+        certified: bool,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -357,6 +362,10 @@ enum Command {
         /// Seconds to wait for the probe (default: its worst case plus a minute).
         #[arg(long, value_name = "SECONDS")]
         probe_timeout: Option<u64>,
+        /// Push the certificate to the registry as an artifact that refers to the image
+        /// (an OCI 1.1 referrer; docker:// images only), whatever the verdict.
+        #[arg(long)]
+        attach: bool,
     },
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
@@ -852,9 +861,15 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Verify {
             image,
             registry,
+            certified,
             json,
         } => {
-            let v = crate::image::inspect::verify(&registry.transport(&image)?)?;
+            let image = registry.transport(&image)?;
+            let v = if certified {
+                crate::image::inspect::verify_certified(&image)?
+            } else {
+                crate::image::inspect::verify(&image)?
+            };
             if json {
                 println!(
                     "{}",
@@ -952,7 +967,15 @@ pub fn run(cli: Cli) -> Result<i32> {
             cdi_spec_dirs,
             quick,
             probe_timeout,
+            attach,
         } => {
+            let image_ref = registry.transport(&image)?;
+            if attach && !matches!(image_ref, crate::image::Transport::Registry(_)) {
+                return Err(Error::Usage(format!(
+                    "--attach pushes the certificate beside the image in its registry; {image} \
+                     is not a docker:// image"
+                )));
+            }
             // A shift would drop the high bits silently and turn a huge limit into a tiny one.
             let max_layer_bytes = max_layer_gib.checked_mul(1 << 30).ok_or_else(|| {
                 Error::Usage(format!(
@@ -983,8 +1006,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                 quick,
                 probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
             };
-            let (report, code) = crate::certify::certify(&registry.transport(&image)?, &opts)?;
+            let (report, code) = crate::certify::certify(&image_ref, &opts)?;
             let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
+            if attach {
+                let artifact = crate::certify::attach(&image_ref, &report, code)?;
+                eprintln!("attached the certificate to {image} as {artifact}");
+            }
             if let Some(path) = out {
                 crate::fsutil::write_atomic(&path, certificate.as_bytes())?;
             }

@@ -636,3 +636,141 @@ fn an_index_is_read_for_the_platform_asked_for() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("certified/app:v1");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from_base(),
+            "--to",
+            &target,
+            "--cert-dir",
+            &reg.certs(),
+            "--json",
+        ],
+    );
+    assert_exit(&out, 0);
+    let digest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    // Before: no certificate, so --certified fails naming the digest.
+    let out = reg.gpubake(
+        "auth",
+        &["verify", &target, "--certified", "--cert-dir", &reg.certs()],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("no certificate is attached"),
+        "{}",
+        stdout(&out)
+    );
+
+    let cert = dir.path().join("cert.json");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "certify",
+            &target,
+            "--gpus",
+            "none",
+            "--attach",
+            "--cert-dir",
+            &reg.certs(),
+            "--out",
+            &cert.display().to_string(),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("attached the certificate"),
+        "{}",
+        stderr(&out)
+    );
+
+    // distribution 2.8 has no referrers API: the artifact is listed in the index under the
+    // tag `sha256-<hex>`, which skopeo reads as any other manifest.
+    let tag = format!("certified/app:{}", digest.replacen(':', "-", 1));
+    let index: Value = serde_json::from_str(&run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--cert-dir",
+        &reg.certs(),
+        "--creds",
+        &format!("{USER}:{PASSWORD}"),
+        &reg.image(&tag),
+    ])))
+    .unwrap();
+    let listed = &index["manifests"][0];
+    assert_eq!(
+        listed["artifactType"], "application/vnd.gpubake.certificate.v1+json",
+        "{index}"
+    );
+    assert_eq!(
+        listed["annotations"]["io.gpubake.verdict"], "certified",
+        "{index}"
+    );
+    let artifact = listed["digest"].as_str().unwrap();
+    let manifest: Value = serde_json::from_str(&run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--cert-dir",
+        &reg.certs(),
+        "--creds",
+        &format!("{USER}:{PASSWORD}"),
+        &reg.image(&format!("certified/app@{artifact}")),
+    ])))
+    .unwrap();
+    assert_eq!(manifest["subject"]["digest"], digest.as_str(), "{manifest}");
+
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["referrers"][0]["digest"], artifact);
+    let out = reg.gpubake(
+        "auth",
+        &["verify", &target, "--certified", "--cert-dir", &reg.certs()],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!("{artifact} certifies {digest}")),
+        "{}",
+        stdout(&out)
+    );
+
+    // A second attachment adds to the index rather than replacing it.
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "certify",
+            &target,
+            "--gpus",
+            "none",
+            "--attach",
+            "--cert-dir",
+            &reg.certs(),
+        ],
+    );
+    assert_exit(&out, 0);
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    let referrers = json_of(&out)["referrers"].as_array().unwrap().len();
+    assert_eq!(referrers, 2);
+
+    // --attach on an image outside a registry is a usage error before any work.
+    let out = reg.gpubake(
+        "auth",
+        &["certify", &from_base(), "--gpus", "none", "--attach"],
+    );
+    assert_exit(&out, 2);
+}

@@ -5,6 +5,7 @@
 use super::fs::{PRESET_PATH_IN_IMAGE, read_file};
 use super::layout::digest_of;
 use super::model::{Image, strings};
+use super::registry::{self, Referrer};
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
@@ -45,6 +46,9 @@ pub struct Inspection {
     pub layers: Vec<LayerInfo>,
     /// The merged preset with provenance, when the image has one.
     pub presets: Option<MergedEnv>,
+    /// For an image in a registry: the artifacts attached to it (certificates, SBOMs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub referrers: Option<Vec<Referrer>>,
 }
 
 /// Reads an image's pins, presets, layers and environment.
@@ -93,6 +97,10 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
         env: strings(&config["config"]["Env"]),
         layers,
         presets,
+        referrers: match image {
+            Transport::Registry(remote) => Some(registry::referrers(remote, &img.digest())?),
+            _ => None,
+        },
     })
 }
 
@@ -137,6 +145,17 @@ impl Inspection {
             out.push_str("presets\n");
             for (k, v) in &p.0 {
                 out.push_str(&format!("  {k}={}  ({})\n", v.value, v.origin.by));
+            }
+        }
+        if let Some(referrers) = &info.referrers {
+            out.push_str("referrers\n");
+            for r in referrers {
+                let verdict = r
+                    .annotations
+                    .get(VERDICT)
+                    .map(|v| format!("  {v}"))
+                    .unwrap_or_default();
+                out.push_str(&format!("  {} {}{verdict}\n", r.digest, r.artifact_type));
             }
         }
         out.push_str("env\n");
@@ -190,6 +209,50 @@ impl Verification {
 /// unreadable index is an error (exit 2); content that does not match is a failed check.
 pub fn verify(image: &Transport) -> Result<Verification> {
     verify_image(&image.open()?, image)
+}
+
+/// The annotation of a certificate artifact that holds certify's verdict.
+pub const VERDICT: &str = "io.gpubake.verdict";
+
+/// [`verify`], and a check that a registry holds a certificate of this exact image whose
+/// verdict passed (`verify --certified`).
+pub fn verify_certified(image: &Transport) -> Result<Verification> {
+    let Transport::Registry(remote) = image else {
+        return Err(Error::Usage(format!(
+            "{image}: --certified reads certificates attached in a registry; name the image \
+             as docker://REGISTRY/NAME:TAG"
+        )));
+    };
+    let img = image.open()?;
+    let mut v = verify_image(&img, image)?;
+    let digest = img.digest();
+    let mut found = Vec::new();
+    for r in registry::referrers(remote, &digest)?
+        .into_iter()
+        .filter(|r| r.artifact_type == registry::CERTIFICATE_TYPE)
+    {
+        let content = registry::artifact_content(remote, &r.digest)?;
+        let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
+        let failed = cert["checks"]
+            .as_array()
+            .is_none_or(|c| c.iter().any(|c| c["status"] == "FAIL"));
+        let passed = cert["facts"]["manifest"] == digest.as_str()
+            && r.annotations.get(VERDICT).map(String::as_str) == Some("certified")
+            && !failed;
+        found.push((r.digest, passed));
+    }
+    v.check(
+        "certificate",
+        match found.iter().find(|(_, passed)| *passed) {
+            Some((d, _)) => Ok(format!("{d} certifies {digest}")),
+            None if found.is_empty() => Err(format!("no certificate is attached to {digest}")),
+            None => Err(format!(
+                "{} certificate(s) attached to {digest}, none with a passing verdict",
+                found.len()
+            )),
+        },
+    );
+    Ok(v)
 }
 
 /// [`verify`] on an image already read.
