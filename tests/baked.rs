@@ -58,29 +58,25 @@ struct Image {
 fn read_image(layout: &Path, tag: &str) -> Image {
     let layout = Layout::open(layout).unwrap();
     let desc = layout.find(Some(tag)).unwrap();
-    let (desc, manifest) = layout.manifest(&desc).unwrap();
-    let digest = |d: &oci_spec::image::Descriptor| d.digest().to_string().parse().unwrap();
-    let manifest_bytes = layout.read_blob(&digest(&desc), None).unwrap();
-    let config_bytes = layout.read_blob(&digest(manifest.config()), None).unwrap();
-    let layers = manifest
+    let image =
+        gpubake::image::Image::in_layout(layout, &desc, &gpubake::image::Platform::host(), None)
+            .unwrap();
+    let config_bytes = image.config_bytes().unwrap();
+    let layers = image
         .layers()
         .iter()
         .map(|l| {
             let mut raw = Vec::new();
-            layout
-                .open_blob(&digest(l), Some(l.size()))
-                .unwrap()
-                .read_to_end(&mut raw)
-                .unwrap();
+            l.compressed().unwrap().read_to_end(&mut raw).unwrap();
             let mut tar = Vec::new();
             flate2::read::MultiGzDecoder::new(&raw[..])
                 .read_to_end(&mut tar)
                 .unwrap();
-            (l.digest().to_string(), tar)
+            (l.digest().unwrap().to_string(), tar)
         })
         .collect();
     Image {
-        manifest: manifest_bytes,
+        manifest: image.raw_manifest().to_vec(),
         config: serde_json::from_slice(&config_bytes).unwrap(),
         config_bytes,
         layers,

@@ -9,8 +9,9 @@
 
 use gpubake::document::Document;
 use gpubake::image::Transport;
-use gpubake::image::build::{BuildOptions, Opened};
+use gpubake::image::build::BuildOptions;
 use gpubake::image::layout::{Layout, REF_NAME};
+use gpubake::image::{Image, Platform};
 use gpubake::lint::{LintOptions, lint_file};
 use gpubake::recipe::LoadedRecipe;
 use gpubake::resolve::{Options, Resolved, resolve_recipe};
@@ -243,7 +244,7 @@ fn read_image(root: &Path, scratch: &Path) {
     };
     let _ = gpubake::image::inspect::verify(&image);
     let _ = gpubake::image::inspect::inspect(&image);
-    if let Ok(opened) = gpubake::image::build::open(&image) {
+    if let Ok(opened) = image.open() {
         unpack_unprivileged(&opened, &scratch.join("bundle"));
     }
     let (loaded, resolved) = base_recipe();
@@ -268,11 +269,8 @@ fn read_image(root: &Path, scratch: &Path) {
 /// Unpacks with the effective user `nobody`: an unpacker bug that wrote through a link would
 /// then fail on the host's files instead of changing them. The check that nothing lands
 /// outside the bundle's directory catches it either way.
-fn unpack_unprivileged(image: &Opened, bundle: &Path) {
+fn unpack_unprivileged(image: &Image, bundle: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    let Ok(config) = gpubake::image::inspect::config_of(image) else {
-        return;
-    };
     let parent = bundle.parent().unwrap();
     let fence = parent.join("fence");
     std::fs::create_dir_all(&fence).unwrap();
@@ -284,7 +282,7 @@ fn unpack_unprivileged(image: &Opened, bundle: &Path) {
     if root {
         assert_eq!(unsafe { libc::seteuid(65534) }, 0, "seteuid(nobody)");
     }
-    let _ = gpubake::image::unpack::unpack(image, &config, &bundle.join("rootfs"));
+    let _ = gpubake::image::unpack::unpack(image, &bundle.join("rootfs"));
     if root {
         assert_eq!(unsafe { libc::seteuid(0) }, 0, "seteuid(root)");
     }
@@ -342,20 +340,17 @@ pub fn docker_archive(data: &[u8]) {
     let path = dir.path().join("image.tar");
     std::fs::write(&path, data).unwrap();
     let staging = Layout::create(&dir.path().join("staging")).unwrap();
-    let Ok((desc, manifest)) = gpubake::image::archive::read(&path, None, &staging) else {
+    let Ok(desc) = gpubake::image::archive::read(&path, None, &staging) else {
         return;
     };
-    let opened = Opened {
-        layout: staging,
-        desc,
-        manifest,
-        _staging: None,
+    let Ok(opened) = Image::in_layout(staging, &desc, &Platform::host(), None) else {
+        return;
     };
     let image = Transport::DockerArchive {
         path: path.clone(),
         reference: None,
     };
-    let _ = gpubake::image::inspect::verify_opened(&opened, &image);
+    let _ = gpubake::image::inspect::verify_image(&opened, &image);
     unpack_unprivileged(&opened, &dir.path().join("bundle"));
 }
 
