@@ -430,8 +430,9 @@ enum Command {
             value_parser = clap::value_parser!(u64).range(1..=86_400)
         )]
         world_timeout: u64,
-        /// Also keep NCCL's INFO log of the run across ranks in this directory, one file per
-        /// rank (`nccl-rank3.HOST.PID.log`), as NCCL wrote it.
+        /// Also keep NCCL's INFO log of the runs across ranks in this directory, one file per
+        /// rank and run (`nccl-rank3.HOST.PID.log`, `nccl-defaults-rank3...` for the run
+        /// under NCCL's defaults), as NCCL wrote it.
         #[arg(long, value_name = "DIR", requires = "world")]
         world_nccl_log: Option<PathBuf>,
     },

@@ -44,6 +44,22 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A free port below Linux's ephemeral range (32768 and up), so that no program's outgoing
+/// or passive socket takes it between this choice and its use: srun listens on several
+/// ephemeral ports of its own once started, and once took the world's.
+fn quiet_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 1000) as u16 * 10;
+    loop {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(offset < 2000, "no free port from {base}");
+        let port = base + offset;
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// True when `tool` is on PATH (srun and sinfo cannot even say their version without a
 /// cluster to ask); in CI its absence fails the test instead of skipping it.
 fn on_path(tool: &str) -> bool {
@@ -199,8 +215,8 @@ fn start_slurm(dir: &Path) -> Daemons {
          NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN\n\
          PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
         socket = socket.display(),
-        ctld = free_port(),
-        slurmd = free_port(),
+        ctld = quiet_port(),
+        slurmd = quiet_port(),
         state = at("state"),
         spool = at("spool"),
         ctld_pid = at("slurmctld.pid"),
@@ -265,7 +281,7 @@ fn srun_starts_every_rank_and_rank_zero_aggregates_them() {
     }
     let dir = tempfile::tempdir().unwrap();
     let _cluster = start_slurm(dir.path());
-    let port = free_port().to_string();
+    let port = quiet_port().to_string();
     let out_pattern = dir.path().join("out.%t");
     let err_pattern = dir.path().join("err.%t");
     let started = Instant::now();

@@ -105,10 +105,13 @@ pub fn checks(seated: &[u32], entries: &[Entry], report: &mut Report) {
             NAMES[0],
             Status::Pass,
             format!(
-                "{} ranks on {} nodes joined one communicator with NCCL {version} in {init:.1} s; \
+                "{} ranks on {} joined one communicator with NCCL {version} in {init:.1} s; \
                  all-reduce and all-gather gave the expected values ({checked} elements checked)",
                 seated.len(),
-                nodes.len()
+                match nodes.len() {
+                    1 => "one node".to_string(),
+                    n => format!("{n} nodes"),
+                }
             ),
         );
     } else {
@@ -654,7 +657,7 @@ mod tests {
         assert!(
             check(&report, "NCCL across ranks")
                 .detail
-                .contains("2 ranks on 1 nodes")
+                .contains("2 ranks on one node joined")
         );
     }
 

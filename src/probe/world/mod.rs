@@ -6,8 +6,9 @@
 //!
 //! Ranks with a GPU then meet in NCCL: rank 0's NCCL worker makes the unique id, the
 //! rendezvous broadcasts it with each rank's seat, and every seated rank's worker joins the
-//! communicator, measures, and reads the transport to each peer from NCCL's log; the
-//! verdict judges them all together.
+//! communicator, measures, and reads the transport to each peer from NCCL's log. Where
+//! the image's preset sets NCCL variables they meet a second time with those set empty,
+//! for the preset against NCCL's defaults. The verdict judges them all together.
 
 pub mod collectives;
 pub mod hostlist;
@@ -131,7 +132,8 @@ struct Joining<'a> {
 type Facts = (serde_json::Value, serde_json::Value);
 
 impl Joining<'_> {
-    /// Runs one seat: the worker, waited for. Err says why it did not start.
+    /// Runs one seat: the worker, waited for; its fact, or an error fact saying why it did
+    /// not start.
     fn run(&self, seat: nccl::Seat, gpu: &str, id: &[u8], phase: nccl::Phase) -> serde_json::Value {
         match nccl::start(self.disc, seat, gpu, Some(id), self.quick, phase, false) {
             Ok(running) => running.finish(self.keep_log(phase).as_deref()),
