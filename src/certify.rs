@@ -7,8 +7,10 @@
 use crate::engine::{Engine, Gpus, RunOutcome};
 use crate::error::Result;
 use crate::image::Transport;
-use crate::image::build::{Opened, STACK_LABEL, open};
-use crate::image::inspect::{config_of, human_size, read_file, strings, verify_opened};
+use crate::image::build::STACK_LABEL;
+use crate::image::fs::read_file;
+use crate::image::inspect::{human_size, verify_image};
+use crate::image::model::{Image, strings};
 use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::probe::report::{Report, Status};
@@ -93,6 +95,42 @@ pub fn looks_secret(name: &str) -> bool {
         || n == "API_KEY"
 }
 
+/// Pushes `report`, the certificate of the registry image `image`, beside it as an OCI 1.1
+/// referrer, with the verdict of `code` as an annotation; returns the artifact's digest.
+pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
+    let Transport::Registry(remote) = image else {
+        return Err(crate::error::Error::Usage(format!(
+            "{image}: --attach needs a docker:// image"
+        )));
+    };
+    let digest = report.facts["manifest"].as_str().unwrap_or_default();
+    let verdict = match code {
+        0 => "certified",
+        3 => "lacking",
+        _ => "failed",
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    crate::image::registry::attach(
+        remote,
+        digest,
+        crate::image::registry::CERTIFICATE_TYPE,
+        &serde_json::to_vec_pretty(report).expect("reports serialize"),
+        std::collections::BTreeMap::from([
+            (
+                crate::image::inspect::VERDICT.to_string(),
+                verdict.to_string(),
+            ),
+            (
+                "org.opencontainers.image.created".to_string(),
+                crate::image::build::rfc3339(now),
+            ),
+        ]),
+    )
+}
+
 /// Certifies `image`. The report's checks are the certificate; facts hold the image digest
 /// and the probe's own report. Exit: 0 pass, 1 a check failed, 3 GPUs were asked for and the
 /// environment could not give them.
@@ -105,11 +143,11 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     };
     // Inputs first: a policy that does not parse is bad input before any image is read.
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
-    let opened = open(image)?;
+    let opened = image.open()?;
     report.fact("image", json!(image.to_string()));
-    report.fact("manifest", json!(opened.desc.digest().to_string()));
+    report.fact("manifest", json!(opened.digest()));
 
-    let verification = verify_opened(&opened, image)?;
+    let verification = verify_image(&opened, image)?;
     for c in &verification.checks {
         report.push(
             "structure",
@@ -120,11 +158,11 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     }
     // From here on a damaged image is a failed check in the certificate, not an error: CI
     // gets its verdict (exit 1) and its JSON and JUnit files either way.
-    let config = config_of(&opened).unwrap_or_else(|e| {
+    let config = opened.config().unwrap_or_else(|e| {
         report.push("structure", "config readable", Status::Fail, e.to_string());
         Value::Null
     });
-    let lock: Option<Lock> = match read_file(&opened.layout, &opened.manifest, LOCK_PATH_IN_IMAGE) {
+    let lock: Option<Lock> = match read_file(&opened, LOCK_PATH_IN_IMAGE) {
         Ok(bytes) => bytes.and_then(|b| serde_yaml::from_slice(&b).ok()),
         Err(e) => {
             report.push("structure", "layers readable", Status::Fail, e.to_string());
@@ -278,8 +316,8 @@ fn secrets(env: &[(String, String)], report: &mut Report) {
     }
 }
 
-fn layers(opened: &Opened, opts: &CertifyOptions, report: &mut Report) {
-    let layers = opened.manifest.layers();
+fn layers(opened: &Image, opts: &CertifyOptions, report: &mut Report) {
+    let layers = opened.manifest().layers();
     let total: u64 = layers.iter().map(|l| l.size()).sum();
     report.push(
         "static",
@@ -324,7 +362,7 @@ fn layers(opened: &Opened, opts: &CertifyOptions, report: &mut Report) {
 /// Pins in the lock against what the layers install: every `==` requirement against the
 /// distribution's own METADATA, and NCCL also against the version compiled into libnccl.
 fn contents(
-    opened: &Opened,
+    opened: &Image,
     config: &Value,
     lock: Option<&Lock>,
     report: &mut Report,
@@ -338,7 +376,7 @@ fn contents(
         );
         return Ok(());
     };
-    let found = crate::image::inspect::contents(&opened.layout, &opened.manifest)?;
+    let found = crate::image::fs::contents(opened)?;
     let preflight = config["config"]["Labels"][STACK_LABEL].as_str() == Some("none");
     if preflight && !found.dists.contains_key("torch") {
         report.push(
@@ -358,7 +396,7 @@ fn contents(
 }
 
 /// The verdict of [`contents`], apart from reading the image.
-fn judge_contents(lock: &Lock, found: &crate::image::inspect::Contents) -> (Status, String) {
+fn judge_contents(lock: &Lock, found: &crate::image::fs::Contents) -> (Status, String) {
     use crate::closure::normalize;
     let mut wrong = Vec::new();
     let mut checked = 0usize;
@@ -486,7 +524,7 @@ enum ProbeRun {
 /// Runs `gpubake probe --json` in a container of the image with GPUs, through the engine or
 /// an OCI runtime, and folds the probe's checks in.
 fn dynamic(
-    opened: &Opened,
+    opened: &Image,
     config: &Value,
     image: &Transport,
     opts: &CertifyOptions,
@@ -585,26 +623,19 @@ fn judge_run(outcome: &RunOutcome, wait: Duration, image: &Transport) -> (ProbeR
 
 /// The probe in a Docker Engine container. Err: what the environment lacks.
 fn in_engine(
-    opened: &Opened,
+    opened: &Image,
     args: &[&str],
     files: &[(&str, Vec<u8>)],
     opts: &CertifyOptions,
     wait: Duration,
 ) -> std::result::Result<RunOutcome, String> {
     let engine = Engine::connect().map_err(|e| e.to_string())?;
-    let short = &opened.desc.digest().to_string()["sha256:".len()..][..12];
+    let short = &opened.digest()["sha256:".len()..][..12];
     let tag = format!("gpubake-certify:{short}");
     let dir =
         crate::interrupt::scratch_dir(None, ".gpubake-certify-").map_err(|e| e.to_string())?;
     let archive = dir.path().join("image.tar");
-    crate::image::archive::write(
-        &opened.layout,
-        &opened.desc,
-        &opened.manifest,
-        &archive,
-        &tag,
-    )
-    .map_err(|e| e.to_string())?;
+    crate::image::archive::write(opened, &archive, &tag).map_err(|e| e.to_string())?;
     engine.load(&archive).map_err(|e| e.to_string())?;
     let run = engine.run(&tag, args, files, &opts.gpus, wait);
     engine.remove_image(&tag);
@@ -632,7 +663,7 @@ fn cdi_names(gpus: &Gpus, given: &[String]) -> Vec<String> {
 /// the report. Err: what the environment lacks.
 #[allow(clippy::too_many_arguments)]
 fn in_runtime(
-    opened: &Opened,
+    opened: &Image,
     config: &Value,
     args: &[&str],
     files: &[(&str, Vec<u8>)],
@@ -793,7 +824,7 @@ mod tests {
 
     #[test]
     fn pins_are_judged_against_installed_metadata_and_libnccl() {
-        use crate::image::inspect::Contents;
+        use crate::image::fs::Contents;
         let lock = crate::resolve::resolve_recipe(
             &crate::recipe::LoadedRecipe::builtin_default(),
             &crate::resolve::Options::default(),

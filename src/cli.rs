@@ -14,12 +14,54 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// How to reach registries (`docker://`), with skopeo's option names.
+#[derive(clap::Args, Debug, Clone)]
+struct RegistryArgs {
+    /// Check registries' TLS certificates; --tls-verify=false accepts any.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    tls_verify: bool,
+    /// Trust the CA certificates (*.crt, PEM) in this directory as well.
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Read registry logins from this file (docker's config.json format) instead of
+    /// $DOCKER_CONFIG/config.json, ~/.docker/config.json and podman's auth.json.
+    #[arg(long, value_name = "FILE")]
+    authfile: Option<PathBuf>,
+    /// The platform to take from a multi-platform image (default: this machine's).
+    #[arg(long, value_name = "OS/ARCH")]
+    platform: Option<String>,
+}
+
+impl RegistryArgs {
+    /// `text` as a transport, reaching registries as these options say.
+    fn transport(&self, text: &str) -> Result<crate::image::Transport> {
+        let platform = match &self.platform {
+            Some(p) => p.parse()?,
+            None => crate::image::Platform::host(),
+        };
+        let access = crate::image::registry::Access {
+            tls_verify: self.tls_verify,
+            cert_dir: self.cert_dir.clone(),
+            authfile: self.authfile.clone(),
+            platform,
+            blob_cache: Some(crate::wheel::cache::WheelCache::default_root()?.join("layout")),
+        };
+        Ok(text
+            .parse::<crate::image::Transport>()?
+            .with_access(&access))
+    }
+}
+
 /// Build and certify container images for GPU training.
 #[derive(Parser, Debug)]
 #[command(name = "gpubake", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Let a recipe's `files:` copy sources from outside the recipe's directory (each entry
+    /// may instead say `allow_outside: true`).
+    #[arg(long, global = true)]
+    allow_files_outside: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -144,7 +186,9 @@ enum Command {
     /// environment at /opt/gpubake/venv over the base's CPython, one layer per large wheel.
     ///
     /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (a plain DIR means the same),
-    /// docker-archive:FILE[:NAME:TAG] or docker-daemon:NAME:TAG (through the Docker Engine).
+    /// docker-archive:FILE[:NAME:TAG], docker-daemon:NAME:TAG (through the Docker Engine) or
+    /// docker://REGISTRY/NAME:TAG (pushed or pulled; the pushed manifest has the digest an
+    /// OCI-layout build of the same recipe has).
     /// Two builds of the same recipe and base give the same digest (SOURCE_DATE_EPOCH sets the
     /// timestamps, 0 by default); unchanged layers are not written again.
     ///
@@ -189,6 +233,8 @@ enum Command {
         /// Look up presets here before the built-in ones (repeatable).
         #[arg(long, value_name = "DIR")]
         preset_dir: Vec<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -206,6 +252,27 @@ enum Command {
             requires = "sbom"
         )]
         sbom_format: crate::sbom::Format,
+    },
+    /// Copy an image from one transport to another, verifying every blob on the way.
+    ///
+    /// SRC and DEST use the transports of `build`: oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG],
+    /// docker-daemon:NAME:TAG, docker://REGISTRY/NAME:TAG. The manifest is copied byte for byte
+    /// where both ends keep manifests (layouts and registries), so the digest stays the same.
+    /// A push asks the registry for each blob first, mounts blobs from the repository the image
+    /// came from when that is in the same registry, and retries a failed upload from the start
+    /// of the blob; a pull resumes a broken download and verifies every blob whole.
+    ///
+    /// Example: gpubake copy oci:./out:v1 docker://registry.example.com/team/train:v1
+    Copy {
+        /// The image to copy.
+        src: String,
+        /// Where to copy it.
+        dest: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Install a Python closure into a filesystem, as `build` installs it into layers.
     ///
@@ -232,22 +299,31 @@ enum Command {
     ///
     /// Example: gpubake inspect oci:./out:v1
     Inspect {
-        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
-        /// docker-daemon:NAME:TAG.
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
+        /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
         image: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Re-hash every blob of an image and check that its labels, lock and nccl.conf agree.
     ///
-    /// Exits 1 naming what disagrees, 2 when the image cannot be read at all.
+    /// Exits 1 naming what disagrees, 2 when the image cannot be read at all. With
+    /// --certified (a docker:// image), also exits 1 unless a certificate that `certify
+    /// --attach` pushed for this exact digest is attached to it with a passing verdict.
     ///
     /// Example: gpubake verify oci:./out:v1
     Verify {
-        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
-        /// docker-daemon:NAME:TAG.
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
+        /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
         image: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// Also require an attached certificate with a passing verdict (docker:// only).
+        #[arg(long)]
+        certified: bool,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -262,9 +338,11 @@ enum Command {
     ///
     /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
     Certify {
-        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG] or
-        /// docker-daemon:NAME:TAG.
+        /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
+        /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
         image: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// GPUs for the probe: all, a number, or none (static checks only).
         #[arg(long, default_value = "all")]
         gpus: crate::engine::Gpus,
@@ -302,6 +380,10 @@ enum Command {
         /// Seconds to wait for the probe (default: its worst case plus a minute).
         #[arg(long, value_name = "SECONDS")]
         probe_timeout: Option<u64>,
+        /// Push the certificate to the registry as an artifact that refers to the image
+        /// (an OCI 1.1 referrer; docker:// images only), whatever the verdict.
+        #[arg(long)]
+        attach: bool,
     },
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
@@ -316,7 +398,10 @@ enum Command {
     /// no rank has a GPU); the other ranks print their own report. The rank and rank 0's
     /// address come from the launcher: torchrun --no-python, srun, mpirun (with MASTER_ADDR),
     /// a PyTorchJob, or an Indexed Job or JobSet (with WORLD_SIZE and MASTER_ADDR in the
-    /// manifest). See examples/world/.
+    /// manifest). Ranks with a GPU then meet in NCCL (one GPU each, its unique id sent by
+    /// rank 0): the verdict adds all-reduce and all-gather bus bandwidth, the transport NCCL
+    /// used between each pair of ranks, the slowest pair, and the preset against NCCL's
+    /// defaults. See examples/world/.
     ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
     ///
@@ -359,6 +444,11 @@ enum Command {
             value_parser = clap::value_parser!(u64).range(1..=86_400)
         )]
         world_timeout: u64,
+        /// Also keep NCCL's INFO log of the runs across ranks in this directory, one file per
+        /// rank and run (`nccl-rank3.HOST.PID.log`, `nccl-defaults-rank3...` for the run
+        /// under NCCL's defaults), as NCCL wrote it.
+        #[arg(long, value_name = "DIR", requires = "world")]
+        world_nccl_log: Option<PathBuf>,
     },
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
@@ -408,6 +498,12 @@ enum PresetAction {
 
 /// Runs the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    let load_recipe = |path: Option<&Path>| {
+        load_recipe(path).map(|mut loaded| {
+            loaded.allow_files_outside = cli.allow_files_outside;
+            loaded
+        })
+    };
     match cli.command {
         Command::Resolve {
             recipe,
@@ -596,6 +692,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             template,
             driver,
             preset_dir,
+            registry,
             json,
             sbom,
             sbom_format,
@@ -605,18 +702,17 @@ pub fn run(cli: Cli) -> Result<i32> {
             if let Some(path) = &sbom {
                 crate::fsutil::output_target(path)?;
             }
-            let to: crate::image::Transport = to.parse()?;
-            let from: Option<crate::image::Transport> = from.map(|f| f.parse()).transpose()?;
+            let to = registry.transport(&to)?;
+            let from = from.map(|f| registry.transport(&f)).transpose()?;
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
                     // A base that cannot be read is reported by the build itself, after the
                     // recipe's other inputs (the closure) have been checked.
-                    let found = crate::image::build::open(base).ok().and_then(|opened| {
-                        crate::image::inspect::base_glibc(&opened.layout, &opened.manifest)
-                            .ok()
-                            .flatten()
-                    });
+                    let found = base
+                        .open()
+                        .ok()
+                        .and_then(|opened| crate::image::fs::base_glibc(&opened).ok().flatten());
                     if let Some((v, what)) = &found {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \
@@ -762,8 +858,45 @@ pub fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Command::Inspect { image, json } => {
-            let info = crate::image::inspect::inspect(&image.parse()?)?;
+        Command::Copy {
+            src,
+            dest,
+            registry,
+            json,
+        } => {
+            let (src, dest) = (registry.transport(&src)?, registry.transport(&dest)?);
+            let start = std::time::Instant::now();
+            let image = src.copy(&dest)?;
+            let seconds = start.elapsed().as_secs_f64();
+            let bytes: u64 = image.blobs().map(|d| d.size()).sum();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "from": src.to_string(),
+                        "to": dest.to_string(),
+                        "manifest": image.digest(),
+                        "bytes": bytes,
+                        "seconds": seconds,
+                    })
+                );
+            } else {
+                println!("copied {src} to {dest} in {seconds:.2} s");
+                println!(
+                    "  manifest {} ({} in {} blobs)",
+                    image.digest(),
+                    crate::image::inspect::human_size(bytes),
+                    image.blobs().count()
+                );
+            }
+            Ok(0)
+        }
+        Command::Inspect {
+            image,
+            registry,
+            json,
+        } => {
+            let info = crate::image::inspect::inspect(&registry.transport(&image)?)?;
             if json {
                 println!(
                     "{}",
@@ -774,8 +907,18 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Verify { image, json } => {
-            let v = crate::image::inspect::verify(&image.parse()?)?;
+        Command::Verify {
+            image,
+            registry,
+            certified,
+            json,
+        } => {
+            let image = registry.transport(&image)?;
+            let v = if certified {
+                crate::image::inspect::verify_certified(&image)?
+            } else {
+                crate::image::inspect::verify(&image)?
+            };
             if json {
                 println!(
                     "{}",
@@ -809,6 +952,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             world,
             world_port,
             world_timeout,
+            world_nccl_log,
         } => {
             let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
             let policy = match policy {
@@ -832,6 +976,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     &crate::probe::world::WorldOptions {
                         port: world_port,
                         timeout: std::time::Duration::from_secs(world_timeout),
+                        nccl_log: world_nccl_log,
                     },
                 )?
             } else {
@@ -860,6 +1005,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Certify {
             image,
+            registry,
             gpus,
             json,
             out,
@@ -872,7 +1018,15 @@ pub fn run(cli: Cli) -> Result<i32> {
             cdi_spec_dirs,
             quick,
             probe_timeout,
+            attach,
         } => {
+            let image_ref = registry.transport(&image)?;
+            if attach && !matches!(image_ref, crate::image::Transport::Registry(_)) {
+                return Err(Error::Usage(format!(
+                    "--attach pushes the certificate beside the image in its registry; {image} \
+                     is not a docker:// image"
+                )));
+            }
             // A shift would drop the high bits silently and turn a huge limit into a tiny one.
             let max_layer_bytes = max_layer_gib.checked_mul(1 << 30).ok_or_else(|| {
                 Error::Usage(format!(
@@ -903,8 +1057,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                 quick,
                 probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
             };
-            let (report, code) = crate::certify::certify(&image.parse()?, &opts)?;
+            let (report, code) = crate::certify::certify(&image_ref, &opts)?;
             let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
+            if attach {
+                let artifact = crate::certify::attach(&image_ref, &report, code)?;
+                eprintln!("attached the certificate to {image} as {artifact}");
+            }
             if let Some(path) = out {
                 crate::fsutil::write_atomic(&path, certificate.as_bytes())?;
             }

@@ -30,6 +30,28 @@ impl fmt::Display for Location {
     }
 }
 
+impl Location {
+    /// The location as a lock (and so an image) records it: an absolute path, or one that
+    /// climbs with `..`, is cut to its file name, so that a lock says nothing of the machine
+    /// it was made on, and a file gives the same lock wherever it lies.
+    pub fn portable(&self) -> Location {
+        let path = std::path::Path::new(&self.file);
+        let local = path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
+        Location {
+            file: match path.file_name() {
+                Some(name) if !local => name.to_string_lossy().into_owned(),
+                _ => self.file.clone(),
+            },
+            ..self.clone()
+        }
+    }
+}
+
 /// Everything that can go wrong, each naming the file, field or candidate involved.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -141,6 +163,8 @@ impl Error {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
+            // A full disk is the machine's state, not the input's fault.
+            Error::Io { source, .. } if out_of_space(source) => 3,
             Error::Io { .. }
             | Error::Invalid(_)
             | Error::Unsatisfiable(_)
@@ -186,6 +210,14 @@ impl Error {
             source,
         }
     }
+}
+
+/// The device or the user's quota is full.
+pub fn out_of_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// The library's result type.
@@ -256,5 +288,42 @@ impl fmt::Display for Conflict {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn portable_locations_name_no_host_directory() {
+        let at = |file: &str| Location {
+            file: file.into(),
+            line: Some(5),
+            column: Some(7),
+        };
+        assert_eq!(
+            at("/tmp/x/recipe.yaml").portable().to_string(),
+            "recipe.yaml:5:7"
+        );
+        assert_eq!(at("../team/p.yaml").portable().to_string(), "p.yaml:5:7");
+        assert_eq!(
+            at("env-presets/nvlink.yaml").portable().to_string(),
+            "env-presets/nvlink.yaml:5:7"
+        );
+    }
+
+    #[test]
+    fn a_full_disk_is_the_environment_not_bad_input() {
+        let full = Error::io("blobs/sha256/.tmp-x", std::io::Error::from_raw_os_error(28));
+        assert_eq!(full.exit_code(), 3);
+        assert!(
+            full.to_string().contains("No space left on device"),
+            "{full}"
+        );
+        let quota = Error::io("f", std::io::Error::from_raw_os_error(122));
+        assert_eq!(quota.exit_code(), 3);
+        let denied = Error::io("f", std::io::Error::from_raw_os_error(13));
+        assert_eq!(denied.exit_code(), 2);
     }
 }

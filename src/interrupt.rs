@@ -92,6 +92,38 @@ impl Drop for Scratch {
     }
 }
 
+/// What a command is making at `path`: removed if the command fails (the guard is dropped)
+/// as it is removed if the command is interrupted, and kept once [`Staged::keep`] says it is
+/// complete.
+#[derive(Debug)]
+pub struct Staged {
+    scratch: Option<Scratch>,
+}
+
+impl Staged {
+    /// Registers `path` for removal unless kept.
+    pub fn new(path: &Path) -> Self {
+        Staged {
+            scratch: Some(Scratch::new(path)),
+        }
+    }
+
+    /// The work is complete: the path stays.
+    pub fn keep(mut self) {
+        self.scratch.take();
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(scratch) = self.scratch.take() {
+            let path = scratch.path.clone();
+            drop(scratch);
+            remove(&[path]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +144,44 @@ mod tests {
     }
 
     #[test]
+    fn staged_work_is_removed_on_failure_and_kept_when_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let failed = dir.path().join("failed");
+        std::fs::create_dir_all(failed.join("blobs")).unwrap();
+        drop(Staged::new(&failed));
+        assert!(!failed.exists());
+        assert!(!registered(&failed));
+        let done = dir.path().join("done");
+        std::fs::create_dir_all(&done).unwrap();
+        Staged::new(&done).keep();
+        assert!(done.exists());
+        assert!(!registered(&done));
+    }
+
+    #[test]
+    fn scratch_dirs_killed_processes_left_are_removed_and_live_ones_kept() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = scratch_dir(Some(parent.path()), ".gpubake-t-").unwrap();
+        // What a process killed by SIGKILL leaves: the directory and its lock file, unlocked.
+        let orphan = parent.path().join(".gpubake-t-orphan");
+        std::fs::create_dir_all(orphan.join("rootfs")).unwrap();
+        std::fs::write(orphan.join(OWNER_LOCK), "").unwrap();
+        // Another kind of directory, and one without a lock file, are not touched.
+        let other = parent.path().join(".gpubake-u-orphan");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join(OWNER_LOCK), "").unwrap();
+        let unknown = parent.path().join(".gpubake-t-nolock");
+        std::fs::create_dir_all(&unknown).unwrap();
+        let next = scratch_dir(Some(parent.path()), ".gpubake-t-").unwrap();
+        assert!(!orphan.exists());
+        assert!(live.path().exists() && next.path().exists());
+        assert!(other.exists() && unknown.exists());
+        let live_path = live.path().to_path_buf();
+        drop(live);
+        assert!(!live_path.exists());
+    }
+
+    #[test]
     fn a_scratch_dir_is_registered_and_removed_with_its_owner() {
         let scratch = scratch_dir(None, ".gpubake-test-").unwrap();
         let path = scratch.path().to_path_buf();
@@ -128,6 +198,8 @@ mod tests {
 pub struct ScratchDir {
     _guard: Scratch,
     dir: tempfile::TempDir,
+    /// Locked while the directory lives; dropped after it is removed.
+    _owner: std::fs::File,
 }
 
 impl ScratchDir {
@@ -151,9 +223,48 @@ pub fn guarded<T>(
     Ok((made, Scratch { path: p }))
 }
 
+/// The file a scratch directory's owner keeps locked while it lives. SIGKILL leaves the
+/// directory behind (an image archive, a runtime bundle: megabytes to gigabytes), but frees
+/// the lock, so the next scratch directory of that kind finds and removes it.
+const OWNER_LOCK: &str = ".gpubake-owner";
+
+/// Removes `PREFIX…` directories under `parent` whose owner lock nobody holds.
+fn sweep_orphans(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(owner) = std::fs::File::open(path.join(OWNER_LOCK)) else {
+            continue;
+        };
+        if owner.try_lock().is_ok() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// Takes the owner lock of `dir`. The file is locked before it takes its name, so a sweep
+/// never finds a live directory's lock free.
+fn own(dir: &Path) -> std::io::Result<std::fs::File> {
+    let staged = dir.join(".gpubake-owner.new");
+    let file = std::fs::File::create(&staged)?;
+    file.lock()?;
+    std::fs::rename(&staged, dir.join(OWNER_LOCK))?;
+    Ok(file)
+}
+
 /// A new scratch directory named `PREFIX…` under `parent` (the system's temporary directory
-/// when None).
+/// when None). Directories of the same prefix that killed processes left there are removed
+/// first.
 pub fn scratch_dir(parent: Option<&Path>, prefix: &str) -> std::io::Result<ScratchDir> {
+    sweep_orphans(
+        &parent.map_or_else(std::env::temp_dir, Path::to_path_buf),
+        prefix,
+    );
     let builder = {
         let mut b = tempfile::Builder::new();
         b.prefix(prefix);
@@ -166,5 +277,10 @@ pub fn scratch_dir(parent: Option<&Path>, prefix: &str) -> std::io::Result<Scrat
         },
         |d| d.path(),
     )?;
-    Ok(ScratchDir { _guard: guard, dir })
+    let owner = own(dir.path())?;
+    Ok(ScratchDir {
+        _guard: guard,
+        dir,
+        _owner: owner,
+    })
 }

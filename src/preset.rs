@@ -333,7 +333,8 @@ impl MergedEnv {
         let mut env = MergedEnv::default();
         for preset in layers {
             for (name, setting) in &preset.file.env.0 {
-                let at = preset.doc.locate(&["env", name], true);
+                // A preset from a directory given by path names no host directory in the lock.
+                let at = preset.doc.locate(&["env", name], true).portable();
                 env.set(
                     name,
                     &setting.value,

@@ -75,6 +75,11 @@ pub struct FileSpec {
     /// Octal permission bits for regular files (`0644`); from the source's execute bit otherwise.
     #[serde(default)]
     pub mode: Option<String>,
+    /// `src` may lie outside the recipe's directory. Without it such a source is refused, so
+    /// that a recipe from elsewhere cannot copy the builder's own files (keys, credentials)
+    /// into an image.
+    #[serde(default)]
+    pub allow_outside: bool,
 }
 
 impl FileSpec {
@@ -106,7 +111,8 @@ pub fn field_help(field: &str) -> Option<String> {
         "pip" => "a list of pip requirements such as `transformers==4.57.1`",
         "index" => "a package index URL such as `https://download.pytorch.org/whl/cu126`",
         "files" => {
-            "a list of `{src: ./train, dest: /workspace/train, mode: \"0755\"}`; src relative to the recipe"
+            "a list of `{src: ./train, dest: /workspace/train, mode: \"0755\"}`; src inside the \
+             recipe's directory, unless the entry says `allow_outside: true`"
         }
         _ => {
             "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
@@ -122,6 +128,9 @@ pub struct LoadedRecipe {
     pub recipe: Recipe,
     /// Its source.
     pub doc: Document,
+    /// `files:` sources outside the recipe's directory are allowed for every entry
+    /// (`--allow-files-outside`), not only for those that say `allow_outside: true`.
+    pub allow_files_outside: bool,
 }
 
 impl LoadedRecipe {
@@ -142,20 +151,44 @@ impl LoadedRecipe {
     }
 
     /// The recipe's `files:` with their sources resolved against the recipe's directory; a
-    /// missing source is an error naming its field.
+    /// missing source, or one outside that directory (through `..`, an absolute path or a
+    /// symlink) that is not allowed, is an error naming its field.
     pub fn file_sources(&self) -> Result<Vec<(std::path::PathBuf, &FileSpec)>> {
-        let base_dir = Path::new(self.doc.name())
-            .parent()
-            .unwrap_or(Path::new("."));
+        let base_dir = match Path::new(self.doc.name()).parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
         let mut out = Vec::new();
         for (i, f) in self.recipe.files.iter().enumerate() {
+            let field = ["files", &i.to_string(), "src"];
             let src = base_dir.join(&f.src);
             if !src.exists() {
                 return Err(self.doc.invalid(
-                    &["files", &i.to_string(), "src"],
+                    &field,
                     format!("{} does not exist", src.display()),
                     Some("a file or directory relative to the recipe".into()),
                 ));
+            }
+            if !(f.allow_outside || self.allow_files_outside) {
+                // Symlinks are resolved: the content read is what counts, not the spelling.
+                let real = |p: &Path| p.canonicalize().map_err(|e| crate::error::Error::io(p, e));
+                let (dir, real_src) = (real(base_dir)?, real(&src)?);
+                if !real_src.starts_with(&dir) {
+                    return Err(self.doc.invalid(
+                        &field,
+                        format!(
+                            "`{}` is {}, outside the recipe's directory {}",
+                            f.src,
+                            real_src.display(),
+                            dir.display()
+                        ),
+                        Some(
+                            "move it beside the recipe, or allow it: `allow_outside: true` on \
+                             this entry, or --allow-files-outside"
+                                .into(),
+                        ),
+                    ));
+                }
             }
             out.push((src, f));
         }
@@ -166,7 +199,11 @@ impl LoadedRecipe {
     pub fn parse(doc: Document) -> Result<Self> {
         let recipe: Recipe = doc.parse("recipe", field_help)?;
         check(&recipe, &doc)?;
-        Ok(LoadedRecipe { recipe, doc })
+        Ok(LoadedRecipe {
+            recipe,
+            doc,
+            allow_files_outside: false,
+        })
     }
 }
 
@@ -212,6 +249,19 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
                 &path,
                 "not an octal mode",
                 Some("a mode such as \"0644\" or \"0755\"".into()),
+            ));
+        }
+        if f.mode_bits().is_some_and(|m| m & 0o002 != 0) {
+            let path = at("mode");
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            return Err(doc.invalid(
+                &path,
+                format!(
+                    "mode {} makes the file world-writable: any user in the container could \
+                     change it",
+                    f.mode.as_deref().unwrap_or_default()
+                ),
+                Some("a mode without write for others, such as \"0644\" or \"0755\"".into()),
             ));
         }
     }

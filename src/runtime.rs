@@ -7,7 +7,7 @@
 use crate::cdi::Edits;
 use crate::engine::RunOutcome;
 use crate::error::{Error, Result};
-use crate::image::build::Opened;
+use crate::image::model::Image;
 use oci_spec::runtime::{
     Hook, Hooks, LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxNamespaceType, Mount,
     PosixRlimitBuilder, PosixRlimitType, Spec,
@@ -165,7 +165,7 @@ pub struct Process<'a> {
 /// Unpacks `image` into a new bundle under `parent` (the system's temporary directory when
 /// None) and writes its config.json.
 pub fn bundle(
-    image: &Opened,
+    image: &Image,
     config: &serde_json::Value,
     process: &Process,
     parent: Option<&Path>,
@@ -176,7 +176,7 @@ pub fn bundle(
     let dir = crate::interrupt::scratch_dir(Some(&parent), ".gpubake-bundle-")
         .map_err(|e| Error::io(&parent, e))?;
     let rootfs = dir.path().join("rootfs");
-    crate::image::unpack::unpack(image, config, &rootfs)?;
+    crate::image::unpack::unpack(image, &rootfs)?;
     for (path, bytes) in process.files {
         let at = rootfs.join(path.trim_start_matches('/'));
         if let Some(p) = at.parent() {
@@ -225,7 +225,7 @@ fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Res
     ));
     mounts.push(shm);
 
-    let mut env: Vec<String> = crate::image::inspect::strings(&image["Env"]);
+    let mut env: Vec<String> = crate::image::model::strings(&image["Env"]);
     let mut devices: Vec<LinuxDevice> = Vec::new();
     let mut allowed: Vec<LinuxDeviceCgroup> = Vec::new();
     let mut hooks = Hooks::default();

@@ -163,8 +163,14 @@ fn labels_that_disagree_with_the_lock_fail() {
     let dir = tempfile::tempdir().unwrap();
     let image = build(dir.path(), "");
     let layout = Layout::open(&dir.path().join("out")).unwrap();
-    let found = layout.find(Some("v1")).unwrap();
-    let (_, manifest) = layout.manifest(&found).unwrap();
+    let manifest = gpubake::image::Transport::Oci {
+        dir: dir.path().join("out"),
+        tag: Some("v1".into()),
+    }
+    .open()
+    .unwrap()
+    .manifest()
+    .clone();
     let config_digest = gpubake::image::layout::digest_of(manifest.config()).unwrap();
     let mut config: Value =
         serde_json::from_slice(&layout.read_blob(&config_digest, None).unwrap()).unwrap();

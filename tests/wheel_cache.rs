@@ -479,13 +479,20 @@ fn a_corrupt_cached_file_is_detected_and_fetched_again() {
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
     assert_eq!(server.seen().len(), 2);
 
-    // Offline, a corrupt copy cannot be replaced: it is removed and reported missing.
+    // Offline, a copy whose bytes are not the pylock's hash cannot be replaced: it is removed,
+    // and since the pylock's hash or the entry is wrong (nothing is missing from the machine),
+    // it is bad input naming both hashes.
     std::fs::write(&path, &damaged).unwrap();
     let err = cache
         .fetch(std::slice::from_ref(&wheel), &offline())
         .unwrap_err();
-    assert_eq!(err.exit_code(), 3, "{err}");
+    assert_eq!(err.exit_code(), 2, "{err}");
     assert!(err.to_string().contains(&sha256(&damaged)), "{err}");
+    assert!(err.to_string().contains(&wheel.sha256), "{err}");
+    assert!(
+        err.to_string().contains("the pylock's hash is wrong"),
+        "{err}"
+    );
     assert!(!path.exists());
     assert_eq!(server.seen().len(), 2);
 }

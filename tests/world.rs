@@ -132,7 +132,27 @@ fn rank_zero_aggregates_every_rank() {
         assert_eq!(local["report"]["no_gpu"], true);
     }
     assert_eq!(check(&checks, "broadcast").0, "PASS");
-    assert_eq!(check(&checks, "NCCL across ranks").0, "SKIP");
+    // No communicator without GPUs; each row says why, per rank.
+    for name in [
+        "NCCL across ranks",
+        "all-reduce busbw across ranks",
+        "slowest pair",
+    ] {
+        let (status, why) = check(&checks, name);
+        assert_eq!(status, "SKIP", "{why}");
+        assert!(
+            why.starts_with("no communicator: rank 0 (")
+                && why.matches("no GPU on this node (local exit 3)").count() == 3,
+            "{why}"
+        );
+    }
+    assert!(
+        check(&checks, "rank 1").1.starts_with(&format!(
+            "{} (127.0.0.1) pid",
+            json["facts"]["world"]["place"]["node"].as_str().unwrap()
+        )),
+        "{checks:?}"
+    );
     let (_, summary) = check(&checks, "world");
     assert!(
         summary.starts_with("3 of 3 ranks reported") && summary.contains("no GPU: 0, 1, 2"),

@@ -4,9 +4,10 @@
 
 use super::digest::Digest;
 use super::layout::{Layout, REF_NAME, canonical_json, descriptor, digest_of};
+use super::model::Image;
 use super::tarstream::Padded;
 use crate::error::{Error, Result};
-use oci_spec::image::{Descriptor, ImageManifest, ImageManifestBuilder, MediaType};
+use oci_spec::image::{Descriptor, ImageManifestBuilder, MediaType};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
@@ -38,13 +39,9 @@ pub fn sniff_layer_type(head: &[u8]) -> MediaType {
     }
 }
 
-/// Reads `archive` into `staging` and returns the manifest of the image named `reference`
-/// (or of the only image).
-pub fn read(
-    archive: &Path,
-    reference: Option<&str>,
-    staging: &Layout,
-) -> Result<(Descriptor, ImageManifest)> {
+/// Reads `archive` into `staging` and returns the manifest descriptor of the image named
+/// `reference` (or of the only image); the manifest is made from Docker's `manifest.json`.
+pub fn read(archive: &Path, reference: Option<&str>, staging: &Layout) -> Result<Descriptor> {
     let what = format!("docker-archive:{}", archive.display());
     let file = File::open(archive).map_err(|e| Error::io(archive, e))?;
     // `docker save` archives are read as leniently as their layers (see `tarstream`).
@@ -157,8 +154,7 @@ pub fn read(
         .layers(layers)
         .build()
         .map_err(|e| bad(e.to_string()))?;
-    let desc = staging.write_json(&manifest, MediaType::ImageManifest)?;
-    Ok((desc, manifest))
+    staging.write_json(&manifest, MediaType::ImageManifest)
 }
 
 /// Resolves `.` and `..` in a relative path; None when it climbs out.
@@ -179,15 +175,9 @@ fn normalize(path: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// Writes the image `manifest` (described by `desc`) from `layout` to a docker archive at
-/// `path`, atomically, recording `reference` as its tag.
-pub fn write(
-    layout: &Layout,
-    desc: &Descriptor,
-    manifest: &ImageManifest,
-    path: &Path,
-    reference: &str,
-) -> Result<()> {
+/// Writes `image` to a docker archive at `path`, atomically, recording `reference` as its tag.
+pub fn write(image: &Image, path: &Path, reference: &str) -> Result<()> {
+    let (layout, desc, manifest) = (image.store(), image.descriptor(), image.manifest());
     let target = crate::fsutil::output_target(path)?;
     let path = target.as_path();
     let dir = match path.parent() {

@@ -4,28 +4,23 @@
 //! and the config gains the merged environment, the NVIDIA variables, the pin labels and a
 //! history entry per layer. `index.json` (or the archive) is written last.
 
-use super::archive;
-use super::digest::HashingReader;
-use super::inspect::strings;
+use super::fs::PRESET_PATH_IN_IMAGE;
 use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
-use super::layout::{Layout, REF_NAME, digest_of};
+use super::layout::{Layout, digest_of};
+use super::model::{Image, Platform, strings};
 use super::stack;
-use super::tarstream::Padded;
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::LOCK_PATH_IN_IMAGE;
 use crate::recipe::LoadedRecipe;
 use crate::resolve::Resolved;
 use crate::wheel::cache::{FetchOptions, WheelCache};
-use oci_spec::image::{Descriptor, ImageManifest, ImageManifestBuilder, MediaType};
+use oci_spec::image::{Descriptor, ImageManifestBuilder, MediaType};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::Read;
-use std::path::{Component, Path};
+use std::path::Path;
 
-/// Where the merged preset, with provenance, is stored in the image.
-pub const PRESET_PATH_IN_IMAGE: &str = "/etc/gpubake/preset.yaml";
 /// The label that says where the Python stack is: the venv's path, or `none` for an image
 /// built with `--without-python` (a preflight image, which certify does not hold to the
 /// lock's Python pins).
@@ -124,62 +119,6 @@ pub fn rfc3339(epoch: u64) -> String {
     )
 }
 
-/// An opened image: its layout (possibly a staging copy), descriptor and manifest.
-pub struct Opened {
-    /// The layout holding its blobs.
-    pub layout: Layout,
-    /// Its manifest descriptor.
-    pub desc: Descriptor,
-    /// Its manifest.
-    pub manifest: ImageManifest,
-    /// Keeps a staging directory alive while the image is used.
-    pub _staging: Option<crate::interrupt::ScratchDir>,
-}
-
-/// Opens an image for reading.
-pub fn open(image: &Transport) -> Result<Opened> {
-    match image.clone().supported()? {
-        Transport::Oci { dir, tag } => {
-            let layout = Layout::open(&dir)?;
-            let found = layout.find(tag.as_deref())?;
-            let (desc, manifest) = layout.manifest(&found)?;
-            Ok(Opened {
-                layout,
-                desc,
-                manifest,
-                _staging: None,
-            })
-        }
-        Transport::DockerArchive { path, reference } => {
-            let staging = crate::interrupt::scratch_dir(None, ".gpubake-open-")
-                .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            let layout = Layout::create(staging.path())?;
-            let (desc, manifest) = archive::read(&path, reference.as_deref(), &layout)?;
-            Ok(Opened {
-                layout,
-                desc,
-                manifest,
-                _staging: Some(staging),
-            })
-        }
-        Transport::DockerDaemon(name) => {
-            let staging = crate::interrupt::scratch_dir(None, ".gpubake-open-")
-                .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            let tar = staging.path().join("export.tar");
-            crate::engine::Engine::connect()?.export(&name, &tar)?;
-            let layout = Layout::create(&staging.path().join("layout"))?;
-            let (desc, manifest) = archive::read(&tar, None, &layout)?;
-            Ok(Opened {
-                layout,
-                desc,
-                manifest,
-                _staging: Some(staging),
-            })
-        }
-        other => Err(Error::Unsupported(format!("{other}: not readable yet"))),
-    }
-}
-
 /// Builds the image for a resolved recipe.
 pub fn build(
     loaded: &LoadedRecipe,
@@ -190,7 +129,7 @@ pub fn build(
         Some(t) => t.clone(),
         // The recipe's `base:` is an image reference (`nvidia/cuda:12.8.1-…`), read as a
         // transport only when it names one: a plain reference is a registry image, never a
-        // directory.
+        // directory, and a build reaches a registry only when told to (`--from docker://`).
         None => Some(&loaded.recipe.base)
             .filter(|b| {
                 ["oci:", "docker-archive:", "docker-daemon:"]
@@ -200,8 +139,9 @@ pub fn build(
             .and_then(|b| b.parse::<Transport>().ok())
             .ok_or_else(|| {
                 Error::Unsupported(format!(
-                    "the recipe's base `{}` is a registry image, and registries are not \
-                     supported yet; pass --from oci:DIR[:TAG] or --from docker-archive:FILE",
+                    "the recipe's base `{0}` is a registry image, which build does not fetch \
+                     unasked; pass --from docker://{0} to pull it, or a local copy: \
+                     --from oci:DIR[:TAG] or --from docker-archive:FILE",
                     loaded.recipe.base
                 ))
             })?,
@@ -213,28 +153,26 @@ pub fn build(
         crate::fsutil::output_target(path)?;
     }
     // Fail before any work when an engine is the destination and none answers.
-    let engine = match &dest {
-        Transport::DockerDaemon(_) => Some(crate::engine::Engine::connect()?),
-        _ => None,
-    };
+    if let Transport::DockerDaemon(_) = &dest {
+        crate::engine::Engine::connect()?;
+    }
     // Destinations other than a layout build in the cache's own layout, so their layers are
     // cached between builds as a layout destination's are.
-    // A layout this build creates is its own until the index is written: an interrupted
-    // build removes it rather than leave blobs without an index.json.
+    // A layout this build creates is its own until the index is written: a build that fails
+    // or is interrupted removes it rather than leave blobs without an index.json.
     let mut new_layout = match &dest {
-        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Scratch::new(dir)),
+        Transport::Oci { dir, .. } if !dir.exists() => Some(crate::interrupt::Staged::new(dir)),
         _ => None,
     };
     let store = match &dest {
         Transport::Oci { dir, .. } => Layout::create(dir)?,
-        Transport::DockerDaemon(_) | Transport::DockerArchive { .. } => {
+        Transport::DockerDaemon(_) | Transport::DockerArchive { .. } | Transport::Registry(_) => {
             Layout::create(&opts.cache_dir.join("layout"))?
         }
-        _ => unreachable!("supported() leaves oci, docker-archive and docker-daemon"),
     };
     let _lock = store.lock()?;
 
-    let base = open(&base_ref)?;
+    let base = base_ref.open()?;
     // The interpreter is checked before anything is written.
     let python = match &opts.closure {
         Some(_) => {
@@ -245,22 +183,17 @@ pub fn build(
                 .as_ref()
                 .map(ToString::to_string)
                 .unwrap_or_default();
-            let paths = super::inspect::paths(&base.layout, &base.manifest)?;
+            let paths = super::fs::paths(&base)?;
             Some(stack::find_python(&paths, &want).map_err(|m| Error::image(&base_ref, m))?)
         }
         None => None,
     };
-    let config_desc = base.manifest.config();
-    let config_digest = digest_of(config_desc)?;
-    let mut config: Value = serde_json::from_slice(
-        &base
-            .layout
-            .read_blob(&config_digest, Some(config_desc.size()))?,
-    )
-    .map_err(|e| Error::image(&base_ref, format!("config {config_digest}: {e}")))?;
-    let base_diff_ids = base_diff_ids(&config, base.manifest.layers().len())
+    let config_digest = base.manifest().config().digest().to_string();
+    let mut config: Value = serde_json::from_slice(&base.config_bytes()?)
+        .map_err(|e| Error::image(&base_ref, format!("config {config_digest}: {e}")))?;
+    base_diff_ids(&config, base.manifest().layers().len())
         .map_err(|m| Error::image(&base_ref, format!("config {config_digest}: {m}")))?;
-    import(&base, &store, &base_diff_ids, &base_ref)?;
+    import(&base, &store, &base_ref)?;
 
     let specs = layer_specs(loaded, resolved, &opts.probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
@@ -304,7 +237,7 @@ pub fn build(
         None => "none",
     });
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
-    let mut layers: Vec<Descriptor> = base.manifest.layers().clone();
+    let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
     layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
     let manifest = ImageManifestBuilder::default()
         .schema_version(2u32)
@@ -321,7 +254,7 @@ pub fn build(
             ),
             (
                 "org.opencontainers.image.base.digest".to_string(),
-                base.desc.digest().to_string(),
+                base.digest(),
             ),
             ("org.opencontainers.image.created".to_string(), created),
         ]))
@@ -329,46 +262,16 @@ pub fn build(
         .map_err(|e| Error::image(&dest, e.to_string()))?;
     let manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;
 
-    match &dest {
-        Transport::Oci { tag, .. } => {
-            let tag = tag.clone().unwrap_or_else(|| "latest".into());
-            let mut index = store.index_or_empty()?;
-            let mut manifests: Vec<Descriptor> = index
-                .manifests()
-                .iter()
-                .filter(|d| d.annotations().as_ref().and_then(|a| a.get(REF_NAME)) != Some(&tag))
-                .cloned()
-                .collect();
-            let mut tagged = manifest_desc.clone();
-            tagged.set_annotations(Some(HashMap::from([(REF_NAME.to_string(), tag)])));
-            manifests.push(tagged);
-            index.set_manifests(manifests);
-            store.write_index(&index)?;
-            new_layout.take();
-        }
-        Transport::DockerArchive { path, reference } => {
-            let reference = reference
-                .clone()
-                .unwrap_or_else(|| format!("{}:latest", loaded.recipe.name));
-            archive::write(&store, &manifest_desc, &manifest, path, &reference)?;
-        }
-        Transport::DockerDaemon(reference) => {
-            let reference = if reference.contains(':') {
-                reference.clone()
-            } else {
-                format!("{reference}:latest")
-            };
-            let scratch = crate::interrupt::scratch_dir(Some(&opts.cache_dir), ".gpubake-load-")
-                .map_err(|e| Error::io(&opts.cache_dir, e))?;
-            let tar = scratch.path().join("load.tar");
-            archive::write(&store, &manifest_desc, &manifest, &tar, &reference)?;
-            engine.as_ref().expect("connected above").load(&tar)?;
-        }
-        _ => unreachable!("checked above"),
+    // The base's blobs stay where it came from: a push to the same registry mounts them.
+    let image = Image::in_layout(store.clone(), &manifest_desc, &Platform::host(), None)?
+        .with_origin(base.origin().cloned());
+    dest.write(&image, &format!("{}:latest", loaded.recipe.name))?;
+    if let Some(done) = new_layout.take() {
+        done.keep();
     }
 
     let mut lines: Vec<LayerLine> = base
-        .manifest
+        .manifest()
         .layers()
         .iter()
         .map(|d| LayerLine {
@@ -388,7 +291,7 @@ pub fn build(
         image: dest.to_string(),
         manifest: manifest_desc.digest().to_string(),
         config: new_config.digest().to_string(),
-        base_manifest: base.desc.digest().to_string(),
+        base_manifest: base.digest(),
         layers: lines,
     })
 }
@@ -565,141 +468,36 @@ fn edit_config(
 
 /// Copies the base's config and layers into `store`, unless present. Each layer is verified
 /// against its digest and its diff ID, and scanned for entries that would escape the root.
-fn import(base: &Opened, store: &Layout, diff_ids: &[String], base_ref: &Transport) -> Result<()> {
-    if base.layout.root() == store.root() {
+fn import(base: &Image, store: &Layout, base_ref: &Transport) -> Result<()> {
+    if base.store().root() == store.root() {
         return Ok(());
     }
-    let config = base.manifest.config();
+    let config = base.manifest().config();
     let digest = digest_of(config)?;
     if !store.has_blob(&digest, config.size()) {
-        store.write_blob(&base.layout.read_blob(&digest, Some(config.size()))?)?;
+        store.write_blob(&base.config_bytes()?)?;
     }
-    for (layer, diff_id) in base.manifest.layers().iter().zip(diff_ids) {
-        let digest = digest_of(layer)?;
+    for layer in base.layers() {
+        let digest = layer.digest()?;
         if store.has_blob(&digest, layer.size()) {
             continue;
         }
         let mut w = store.blob_writer()?;
-        std::io::copy(
-            &mut base.layout.open_blob(&digest, Some(layer.size()))?,
-            &mut w,
-        )
-        .map_err(|e| Error::image(base_ref, e.to_string()))?;
+        std::io::copy(&mut layer.compressed()?, &mut w).map_err(|e| {
+            // A full destination is the destination's problem, not the base's.
+            if crate::error::out_of_space(&e) {
+                Error::io(store.root().join("blobs/sha256"), e)
+            } else {
+                Error::image(base_ref, e.to_string())
+            }
+        })?;
         w.commit()?;
-        if let Err(e) = scan_layer(store, layer, diff_id) {
+        if let Err(e) = layer.scan() {
             let _ = std::fs::remove_file(store.blob_path(&digest));
             return Err(Error::image(base_ref, e));
         }
     }
     Ok(())
-}
-
-/// Reads a layer through: its digest, its uncompressed digest against `diff_id`, and every
-/// entry's path and link target.
-pub fn scan_layer(
-    layout: &Layout,
-    layer: &Descriptor,
-    diff_id: &str,
-) -> std::result::Result<(), String> {
-    let digest = digest_of(layer).map_err(|e| e.to_string())?;
-    // A blob whose media type names no layer is not read as one: its bytes could be anything,
-    // and a tar reader's complaint about them would hide the real problem.
-    let media = layer.media_type().to_string();
-    if !["tar", "tar+gzip", "tar+zstd"]
-        .iter()
-        .any(|s| media.ends_with(s))
-    {
-        return Err(format!("layer {digest}: media type {media} is not a layer"));
-    }
-    let raw = layout
-        .open_blob(&digest, Some(layer.size()))
-        .map_err(|e| e.to_string())?;
-    let (reader, tally) =
-        HashingReader::new(decompressor(layer.media_type(), raw).map_err(|e| e.to_string())?);
-    // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
-    let (reader, end) = Padded::new(reader);
-    let mut tar = tar::Archive::new(reader);
-    for entry in tar.entries().map_err(|e| format!("layer {digest}: {e}"))? {
-        let entry = entry.map_err(|e| format!("layer {digest}: {e}"))?;
-        end.saw(&entry);
-        check_entry(&entry).map_err(|e| format!("layer {digest}: {e}"))?;
-    }
-    end.check().map_err(|e| format!("layer {digest}: {e}"))?;
-    let mut rest = tar.into_inner();
-    std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| format!("layer {digest}: {e}"))?;
-    let (got, _) = tally.finish();
-    if got.as_str() != diff_id {
-        return Err(format!(
-            "layer {digest}: uncompressed content is {got}, but the config says {diff_id}"
-        ));
-    }
-    Ok(())
-}
-
-/// A reader of a layer's tar stream, whatever its compression.
-pub fn decompressor<'a, R: Read + 'a>(
-    media_type: &MediaType,
-    raw: R,
-) -> std::io::Result<Box<dyn Read + 'a>> {
-    let text = media_type.to_string();
-    Ok(if text.ends_with("gzip") {
-        Box::new(flate2::read::MultiGzDecoder::new(raw))
-    } else if text.ends_with("zstd") {
-        Box::new(zstd::stream::read::Decoder::new(raw)?)
-    } else {
-        Box::new(raw)
-    })
-}
-
-/// Refuses entries that would land outside the root: absolute paths, `..`, hard links out of
-/// the tree, and relative symlinks that climb above `/`. Absolute symlink targets are fine:
-/// runtimes resolve them inside the root.
-fn check_entry<R: Read>(entry: &tar::Entry<R>) -> std::result::Result<(), String> {
-    let path = entry.path().map_err(|e| e.to_string())?;
-    let depth = depth_within(&path)
-        .ok_or_else(|| format!("entry `{}` escapes the root", path.display()))?;
-    let kind = entry.header().entry_type();
-    if let Some(target) = entry.link_name().map_err(|e| e.to_string())? {
-        if kind.is_hard_link() && depth_within(&target).is_none() {
-            return Err(format!(
-                "hard link `{}` -> `{}` escapes the root",
-                path.display(),
-                target.display()
-            ));
-        }
-        if kind.is_symlink() && !target.is_absolute() {
-            let mut level = depth as i64 - 1;
-            for c in target.components() {
-                match c {
-                    Component::ParentDir => level -= 1,
-                    Component::Normal(_) => level += 1,
-                    _ => {}
-                }
-                if level < 0 {
-                    return Err(format!(
-                        "symlink `{}` -> `{}` escapes the root",
-                        path.display(),
-                        target.display()
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The number of components of a relative path that stays inside the root; None otherwise.
-fn depth_within(path: &Path) -> Option<usize> {
-    let mut depth = 0usize;
-    for c in path.components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            Component::ParentDir => depth = depth.checked_sub(1)?,
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    Some(depth)
 }
 
 #[cfg(test)]
@@ -711,13 +509,5 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-    }
-
-    #[test]
-    fn escaping_paths_are_found() {
-        assert_eq!(depth_within(Path::new("etc/passwd")), Some(2));
-        assert_eq!(depth_within(Path::new("../etc/passwd")), None);
-        assert_eq!(depth_within(Path::new("/etc/passwd")), None);
-        assert_eq!(depth_within(Path::new("a/../b")), Some(1));
     }
 }

@@ -2,190 +2,17 @@
 //! blob re-hashed, the OCI structure checked, and the labels, the lock and `/etc/nccl.conf`
 //! in the layers checked against each other).
 
-use super::build::{Opened, PRESET_PATH_IN_IMAGE, decompressor, open, scan_layer};
-use super::layout::{Layout, digest_of};
-use super::tarstream::Padded;
+use super::fs::{PRESET_PATH_IN_IMAGE, read_file};
+use super::layout::digest_of;
+use super::model::{Image, strings};
+use super::registry::{self, Referrer};
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::preset::MergedEnv;
-use oci_spec::image::{ImageManifest, MediaType};
+use oci_spec::image::MediaType;
 use serde::Serialize;
 use serde_json::Value;
-use std::io::Read;
-
-/// Files larger than this are not read out of layers.
-const MAX_FILE: u64 = 16 << 20;
-
-/// Reads `path` from the image's filesystem: the top-most layer that has it wins, and a
-/// whiteout above it means the file was deleted.
-pub fn read_file(layout: &Layout, manifest: &ImageManifest, path: &str) -> Result<Option<Vec<u8>>> {
-    let wanted = path.trim_start_matches('/');
-    let (dir, name) = wanted.rsplit_once('/').unwrap_or(("", wanted));
-    let whiteout = if dir.is_empty() {
-        format!(".wh.{name}")
-    } else {
-        format!("{dir}/.wh.{name}")
-    };
-    for layer in manifest.layers().iter().rev() {
-        let digest = digest_of(layer)?;
-        let raw = layout.open_blob(&digest, Some(layer.size()))?;
-        let reader = decompressor(layer.media_type(), raw)
-            .map_err(|e| Error::image(&digest, e.to_string()))?;
-        let (reader, end) = Padded::new(reader);
-        let mut tar = tar::Archive::new(reader);
-        let bad = |e: std::io::Error| {
-            Error::image(
-                format!("{}: layer {digest}", layout.describe()),
-                e.to_string(),
-            )
-        };
-        for entry in tar.entries().map_err(bad)? {
-            let mut entry = entry.map_err(bad)?;
-            end.saw(&entry);
-            let p = entry.path().map_err(bad)?;
-            let p = p.to_string_lossy();
-            let p = p.trim_start_matches("./").trim_end_matches('/');
-            if p == whiteout {
-                return Ok(None);
-            }
-            if p == wanted && entry.header().entry_type().is_file() {
-                let mut out = Vec::new();
-                entry
-                    .by_ref()
-                    .take(MAX_FILE)
-                    .read_to_end(&mut out)
-                    .map_err(bad)?;
-                end.check().map_err(bad)?;
-                return Ok(Some(out));
-            }
-        }
-        end.check().map_err(bad)?;
-    }
-    Ok(None)
-}
-
-/// Where glibc's `libc.so.6` lives in the distributions gpubake meets.
-const LIBC_PATHS: [&str; 5] = [
-    "lib/x86_64-linux-gnu/libc.so.6",
-    "usr/lib/x86_64-linux-gnu/libc.so.6",
-    "lib64/libc.so.6",
-    "usr/lib64/libc.so.6",
-    "lib/libc.so.6",
-];
-
-/// The glibc of an image, read from its own files: the version in `libc.so.6` ("release
-/// version 2.36", or the `libc-2.31.so` a link names on older releases), with the
-/// distribution's name from /etc/os-release. None when the image has no glibc.
-pub fn base_glibc(
-    layout: &Layout,
-    manifest: &ImageManifest,
-) -> Result<Option<(crate::version::Version, String)>> {
-    let mut found: Option<String> = None;
-    let mut os: Option<String> = None;
-    each_entry(layout, manifest, |path, entry| {
-        if LIBC_PATHS.contains(&path) {
-            let kind = entry.header().entry_type();
-            if kind.is_symlink() {
-                let target = entry.link_name()?.unwrap_or_default();
-                let name = target.file_name().map(|n| n.to_string_lossy().into_owned());
-                if let Some(v) = name
-                    .as_deref()
-                    .and_then(|n| n.strip_prefix("libc-"))
-                    .and_then(|n| n.strip_suffix(".so"))
-                {
-                    found = Some(v.to_string());
-                }
-            } else if kind.is_file() {
-                let mut bytes = Vec::new();
-                entry.by_ref().take(MAX_FILE).read_to_end(&mut bytes)?;
-                if let Some(v) = release_version(&bytes) {
-                    found = Some(v);
-                }
-            }
-        } else if path == "etc/os-release" || path == "usr/lib/os-release" {
-            let mut text = String::new();
-            entry.by_ref().take(1 << 16).read_to_string(&mut text)?;
-            os = text
-                .lines()
-                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-                .map(|v| v.trim_matches('"').to_string());
-        }
-        Ok(())
-    })?;
-    Ok(found.and_then(|v| v.parse().ok()).map(|v| {
-        let what = match os {
-            Some(os) => format!("glibc of {os}"),
-            None => "glibc".to_string(),
-        };
-        (v, what)
-    }))
-}
-
-/// The `X.Y` after glibc's "release version " in libc.so.6.
-fn release_version(bytes: &[u8]) -> Option<String> {
-    let at = memchr::memmem::find(bytes, b"release version ")? + "release version ".len();
-    let digits: String = bytes[at..]
-        .iter()
-        .take(16)
-        .map(|&b| b as char)
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let version = digits.trim_end_matches('.');
-    version.contains('.').then(|| version.to_string())
-}
-
-/// Visits every entry of every layer, base first, with its path (no `./`, no trailing `/`).
-fn each_entry(
-    layout: &Layout,
-    manifest: &ImageManifest,
-    mut visit: impl FnMut(&str, &mut tar::Entry<'_, Padded<Box<dyn Read + '_>>>) -> std::io::Result<()>,
-) -> Result<()> {
-    for layer in manifest.layers() {
-        let digest = digest_of(layer)?;
-        let raw = layout.open_blob(&digest, Some(layer.size()))?;
-        let reader = decompressor(layer.media_type(), raw)
-            .map_err(|e| Error::image(&digest, e.to_string()))?;
-        let bad = |e: std::io::Error| {
-            Error::image(
-                format!("{}: layer {digest}", layout.describe()),
-                e.to_string(),
-            )
-        };
-        let (reader, end) = Padded::new(reader);
-        let mut tar = tar::Archive::new(reader);
-        for entry in tar.entries().map_err(bad)? {
-            let mut entry = entry.map_err(bad)?;
-            end.saw(&entry);
-            let path = entry.path().map_err(bad)?.to_string_lossy().into_owned();
-            let path = path.trim_start_matches("./").trim_end_matches('/');
-            visit(path, &mut entry).map_err(bad)?;
-        }
-        end.check().map_err(bad)?;
-    }
-    Ok(())
-}
-
-/// Every path in the image's filesystem after applying each layer's whiteouts, sorted.
-pub fn paths(layout: &Layout, manifest: &ImageManifest) -> Result<Vec<String>> {
-    let mut all = std::collections::BTreeSet::new();
-    each_entry(layout, manifest, |p, _| {
-        let (dir, name) = p
-            .rsplit_once('/')
-            .map(|(d, n)| (format!("{d}/"), n))
-            .unwrap_or((String::new(), p));
-        if name == ".wh..wh..opq" {
-            all.retain(|q: &String| !q.starts_with(&dir) || *q == dir.trim_end_matches('/'));
-        } else if let Some(gone) = name.strip_prefix(".wh.") {
-            let gone = format!("{dir}{gone}");
-            all.retain(|q: &String| *q != gone && !q.starts_with(&format!("{gone}/")));
-        } else {
-            all.insert(p.to_string());
-        }
-        Ok(())
-    })?;
-    Ok(all.into_iter().collect())
-}
 
 /// One layer as `inspect` shows it.
 #[derive(Debug, Serialize)]
@@ -219,31 +46,15 @@ pub struct Inspection {
     pub layers: Vec<LayerInfo>,
     /// The merged preset with provenance, when the image has one.
     pub presets: Option<MergedEnv>,
-}
-
-/// The image's config, read and verified.
-pub fn config_of(img: &Opened) -> Result<Value> {
-    let desc = img.manifest.config();
-    let digest = digest_of(desc)?;
-    serde_json::from_slice(&img.layout.read_blob(&digest, Some(desc.size()))?)
-        .map_err(|e| Error::image(img.layout.describe(), format!("config {digest}: {e}")))
-}
-
-/// The strings of a JSON list (`Env`, `diff_ids`); empty when it is not one.
-pub fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+    /// For an image in a registry: the artifacts attached to it (certificates, SBOMs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub referrers: Option<Vec<Referrer>>,
 }
 
 /// Reads an image's pins, presets, layers and environment.
 pub fn inspect(image: &Transport) -> Result<Inspection> {
-    let img = open(image)?;
-    let config = config_of(&img)?;
+    let img = image.open()?;
+    let config = img.config()?;
     let history: Vec<&Value> = config["history"]
         .as_array()
         .map(|h| {
@@ -253,7 +64,7 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
         })
         .unwrap_or_default();
     let layers = img
-        .manifest
+        .manifest()
         .layers()
         .iter()
         .enumerate()
@@ -268,11 +79,11 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
                 .to_string(),
         })
         .collect();
-    let presets = read_file(&img.layout, &img.manifest, PRESET_PATH_IN_IMAGE)?
+    let presets = read_file(&img, PRESET_PATH_IN_IMAGE)?
         .and_then(|bytes| serde_yaml::from_slice::<MergedEnv>(&bytes).ok());
     Ok(Inspection {
         image: image.to_string(),
-        manifest: img.desc.digest().to_string(),
+        manifest: img.digest(),
         created: config["created"].as_str().map(String::from),
         platform: format!(
             "{}/{}",
@@ -286,6 +97,10 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
         env: strings(&config["config"]["Env"]),
         layers,
         presets,
+        referrers: match image {
+            Transport::Registry(remote) => Some(registry::referrers(remote, &img.digest())?),
+            _ => None,
+        },
     })
 }
 
@@ -330,6 +145,17 @@ impl Inspection {
             out.push_str("presets\n");
             for (k, v) in &p.0 {
                 out.push_str(&format!("  {k}={}  ({})\n", v.value, v.origin.by));
+            }
+        }
+        if let Some(referrers) = &info.referrers {
+            out.push_str("referrers\n");
+            for r in referrers {
+                let verdict = r
+                    .annotations
+                    .get(VERDICT)
+                    .map(|v| format!("  {v}"))
+                    .unwrap_or_default();
+                out.push_str(&format!("  {} {}{verdict}\n", r.digest, r.artifact_type));
             }
         }
         out.push_str("env\n");
@@ -382,17 +208,61 @@ impl Verification {
 /// Re-hashes every blob and checks structure and consistency. A missing blob or an
 /// unreadable index is an error (exit 2); content that does not match is a failed check.
 pub fn verify(image: &Transport) -> Result<Verification> {
-    verify_opened(&open(image)?, image)
+    verify_image(&image.open()?, image)
 }
 
-/// [`verify`] on an image already opened.
-pub fn verify_opened(img: &Opened, image: &Transport) -> Result<Verification> {
+/// The annotation of a certificate artifact that holds certify's verdict.
+pub const VERDICT: &str = "io.gpubake.verdict";
+
+/// [`verify`], and a check that a registry holds a certificate of this exact image whose
+/// verdict passed (`verify --certified`).
+pub fn verify_certified(image: &Transport) -> Result<Verification> {
+    let Transport::Registry(remote) = image else {
+        return Err(Error::Usage(format!(
+            "{image}: --certified reads certificates attached in a registry; name the image \
+             as docker://REGISTRY/NAME:TAG"
+        )));
+    };
+    let img = image.open()?;
+    let mut v = verify_image(&img, image)?;
+    let digest = img.digest();
+    let mut found = Vec::new();
+    for r in registry::referrers(remote, &digest)?
+        .into_iter()
+        .filter(|r| r.artifact_type == registry::CERTIFICATE_TYPE)
+    {
+        let content = registry::artifact_content(remote, &r.digest)?;
+        let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
+        let failed = cert["checks"]
+            .as_array()
+            .is_none_or(|c| c.iter().any(|c| c["status"] == "FAIL"));
+        let passed = cert["facts"]["manifest"] == digest.as_str()
+            && r.annotations.get(VERDICT).map(String::as_str) == Some("certified")
+            && !failed;
+        found.push((r.digest, passed));
+    }
+    v.check(
+        "certificate",
+        match found.iter().find(|(_, passed)| *passed) {
+            Some((d, _)) => Ok(format!("{d} certifies {digest}")),
+            None if found.is_empty() => Err(format!("no certificate is attached to {digest}")),
+            None => Err(format!(
+                "{} certificate(s) attached to {digest}, none with a passing verdict",
+                found.len()
+            )),
+        },
+    );
+    Ok(v)
+}
+
+/// [`verify`] on an image already read.
+pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
     let mut v = Verification {
         image: image.to_string(),
         checks: Vec::new(),
     };
-    let layout = &img.layout;
-    for desc in std::iter::once(img.manifest.config()).chain(img.manifest.layers()) {
+    let layout = img.store();
+    for desc in img.blobs() {
         let digest = digest_of(desc)?;
         if !layout.blob_path(&digest).exists() {
             return Err(Error::image(
@@ -402,7 +272,7 @@ pub fn verify_opened(img: &Opened, image: &Transport) -> Result<Verification> {
         }
     }
 
-    let m = &img.manifest;
+    let m = img.manifest();
     v.check(
         "manifest",
         if m.schema_version() != 2 {
@@ -416,15 +286,11 @@ pub fn verify_opened(img: &Opened, image: &Transport) -> Result<Verification> {
                 m.media_type()
             ))
         } else {
-            Ok(format!(
-                "{} ({} layers)",
-                img.desc.digest(),
-                m.layers().len()
-            ))
+            Ok(format!("{} ({} layers)", img.digest(), m.layers().len()))
         },
     );
 
-    let config = match config_of(img) {
+    let config = match img.config() {
         Ok(c) => {
             v.check("config blob", Ok(m.config().digest().to_string()));
             c
@@ -453,10 +319,10 @@ pub fn verify_opened(img: &Opened, image: &Transport) -> Result<Verification> {
             ))
         },
     );
-    for (i, layer) in m.layers().iter().enumerate() {
-        let diff_id = diff_ids.get(i).map(String::as_str).unwrap_or("");
-        let result = scan_layer(layout, layer, diff_id)
-            .map(|_| format!("{} {} bytes", layer.digest(), layer.size()));
+    for (i, layer) in img.layers().iter().enumerate() {
+        let result = layer
+            .scan()
+            .map(|_| format!("{} {} bytes", layer.descriptor().digest(), layer.size()));
         v.check(format!("layer {}", i + 1), result);
     }
     consistency(img, &config, &mut v)?;
@@ -464,7 +330,7 @@ pub fn verify_opened(img: &Opened, image: &Transport) -> Result<Verification> {
 }
 
 /// Labels, `/etc/gpubake/lock.yaml`, `/etc/nccl.conf` and the config's environment agree.
-fn consistency(img: &Opened, config: &Value, v: &mut Verification) -> Result<()> {
+fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> {
     let labels = config["config"]["Labels"]
         .as_object()
         .cloned()
@@ -476,7 +342,7 @@ fn consistency(img: &Opened, config: &Value, v: &mut Verification) -> Result<()>
         );
         return Ok(());
     }
-    let lock_bytes = match read_file(&img.layout, &img.manifest, LOCK_PATH_IN_IMAGE) {
+    let lock_bytes = match read_file(img, LOCK_PATH_IN_IMAGE) {
         Ok(Some(b)) => b,
         Ok(None) => {
             v.check(
@@ -529,7 +395,7 @@ fn consistency(img: &Opened, config: &Value, v: &mut Verification) -> Result<()>
         },
     );
 
-    let conf = read_file(&img.layout, &img.manifest, "/etc/nccl.conf")?;
+    let conf = read_file(img, "/etc/nccl.conf")?;
     v.check(
         "nccl.conf vs lock",
         match conf {
@@ -574,114 +440,5 @@ pub fn human_size(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{size:.1} {}", units[unit])
-    }
-}
-
-/// What the layers install, read from the files themselves: every Python distribution by
-/// its `METADATA` and every `libnccl.so*` by the version string compiled into it.
-#[derive(Debug, Default, Serialize)]
-pub struct Contents {
-    /// Normalized distribution name -> (version as METADATA says, dist-info path).
-    pub dists: std::collections::BTreeMap<String, (String, String)>,
-    /// libnccl path -> the version it reports (`2.27.5`), when found.
-    pub nccl: std::collections::BTreeMap<String, Option<String>>,
-}
-
-/// Reads [`Contents`] out of every layer, later layers replacing earlier ones and whiteouts
-/// deleting, as a runtime would see the filesystem.
-pub fn contents(layout: &Layout, manifest: &ImageManifest) -> Result<Contents> {
-    let mut out = Contents::default();
-    each_entry(layout, manifest, |path, entry| {
-        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-        if let Some(gone) = name.strip_prefix(".wh.") {
-            let gone = if dir.is_empty() {
-                gone.to_string()
-            } else {
-                format!("{dir}/{gone}")
-            };
-            out.dists.retain(|_, (_, p)| !p.starts_with(&gone));
-            out.nccl.retain(|p, _| !p.starts_with(&gone));
-            return Ok(());
-        }
-        if !entry.header().entry_type().is_file() {
-            return Ok(());
-        }
-        if name == "METADATA" && dir.ends_with(".dist-info") {
-            let mut text = String::new();
-            let _ = entry.by_ref().take(1 << 20).read_to_string(&mut text);
-            if let Some((dist, version)) = metadata_name_version(&text) {
-                out.dists
-                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
-            }
-        } else if name.starts_with("libnccl.so") {
-            out.nccl.insert(path.to_string(), nccl_version(entry)?);
-        }
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// `Name` and `Version` of core metadata (the email-header part before the body).
-fn metadata_name_version(text: &str) -> Option<(String, String)> {
-    let mut name = None;
-    let mut version = None;
-    for line in text.lines() {
-        if line.is_empty() {
-            break;
-        }
-        if let Some(v) = line.strip_prefix("Name:") {
-            name = Some(v.trim().to_string());
-        } else if let Some(v) = line.strip_prefix("Version:") {
-            version = Some(v.trim().to_string());
-        }
-    }
-    Some((name?, version?))
-}
-
-/// The `NCCL version X.Y.Z` string libnccl prints at init, found in the library's bytes.
-fn nccl_version(reader: &mut impl Read) -> std::io::Result<Option<String>> {
-    const NEEDLE: &[u8] = b"NCCL version ";
-    let finder = memchr::memmem::Finder::new(NEEDLE);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut keep = 0usize;
-    loop {
-        let n = reader.read(&mut buf[keep..])?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let filled = keep + n;
-        if let Some(at) = finder.find(&buf[..filled]) {
-            let start = at + NEEDLE.len();
-            // The version follows within a few bytes; read on if the buffer ends first.
-            let mut tail = buf[start..filled].to_vec();
-            if tail.len() < 32 {
-                let mut more = vec![0u8; 32];
-                let m = reader.read(&mut more)?;
-                tail.extend_from_slice(&more[..m]);
-            }
-            let version: String = tail
-                .iter()
-                .take_while(|b| b.is_ascii_digit() || **b == b'.')
-                .map(|b| *b as char)
-                .collect();
-            std::io::copy(reader, &mut std::io::sink())?;
-            return Ok((!version.is_empty()).then_some(version.trim_end_matches('.').to_string()));
-        }
-        // Keep the last bytes in case the needle straddles two reads.
-        let carry = NEEDLE.len().min(filled);
-        buf.copy_within(filled - carry..filled, 0);
-        keep = carry;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn glibc_release_versions_are_read_from_libc() {
-        let text = b"xx GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.\n";
-        assert_eq!(release_version(text).as_deref(), Some("2.36"));
-        assert_eq!(release_version(b"nothing here"), None);
     }
 }

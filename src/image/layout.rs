@@ -5,7 +5,7 @@
 
 use super::digest::{Digest, HashingWriter, Tally, VerifyingReader};
 use crate::error::{Error, Result};
-use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
+use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use serde::Serialize;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -17,7 +17,7 @@ pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// Manifests and configs larger than this are refused: 4 MiB is where registries,
 /// containerd and skopeo (containers/image's limits) stop, so an image gpubake accepts is one
 /// they accept too.
-const MAX_JSON_BYTES: u64 = 4 << 20;
+pub const MAX_JSON_BYTES: u64 = 4 << 20;
 
 /// Serialises `value` with sorted keys, so equal content gives equal bytes (oci-spec keeps
 /// labels and annotations in hash maps).
@@ -264,39 +264,29 @@ impl Layout {
         }
     }
 
-    /// Reads the image manifest a descriptor points at, descending into an index (picking
-    /// linux/amd64) when it is one.
-    pub fn manifest(&self, desc: &Descriptor) -> Result<(Descriptor, ImageManifest)> {
-        let digest = digest_of(desc)?;
-        let bytes = self.read_blob(&digest, Some(desc.size()))?;
-        match desc.media_type() {
-            MediaType::ImageIndex => {
-                let index: ImageIndex = serde_json::from_slice(&bytes)
-                    .map_err(|e| Error::image(self.describe(), format!("index {digest}: {e}")))?;
-                let pick = index
-                    .manifests()
-                    .iter()
-                    .find(|m| {
-                        m.platform().as_ref().is_none_or(|p| {
-                            p.os().to_string() == "linux" && p.architecture().to_string() == "amd64"
-                        })
-                    })
-                    .ok_or_else(|| {
-                        Error::image(
-                            self.describe(),
-                            format!("index {digest} has no linux/amd64 image"),
-                        )
-                    })?
-                    .clone();
-                self.manifest(&pick)
-            }
-            _ => {
-                let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::image(self.describe(), format!("manifest {digest}: {e}"))
-                })?;
-                Ok((desc.clone(), manifest))
-            }
-        }
+    /// Points `tag` at `desc` in `index.json`, replacing what it pointed at before.
+    pub fn set_tag(&self, desc: &Descriptor, tag: &str) -> Result<()> {
+        let mut index = self.index_or_empty()?;
+        let mut manifests: Vec<Descriptor> = index
+            .manifests()
+            .iter()
+            .filter(|d| {
+                d.annotations()
+                    .as_ref()
+                    .and_then(|a| a.get(REF_NAME))
+                    .map(String::as_str)
+                    != Some(tag)
+            })
+            .cloned()
+            .collect();
+        let mut tagged = desc.clone();
+        tagged.set_annotations(Some(std::collections::HashMap::from([(
+            REF_NAME.to_string(),
+            tag.to_string(),
+        )])));
+        manifests.push(tagged);
+        index.set_manifests(manifests);
+        self.write_index(&index)
     }
 
     /// `oci:DIR` for messages.

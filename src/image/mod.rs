@@ -4,9 +4,12 @@
 pub mod archive;
 pub mod build;
 pub mod digest;
+pub mod fs;
 pub mod inspect;
 pub mod layer;
 pub mod layout;
+pub mod model;
+pub mod registry;
 pub mod stack;
 pub mod tarstream;
 pub mod transport;
@@ -14,4 +17,5 @@ pub mod unpack;
 
 pub use build::{BuildOptions, BuildReport, build};
 pub use layer::Compression;
+pub use model::{Image, Layer, Platform};
 pub use transport::Transport;

@@ -1,7 +1,12 @@
 //! Image references in skopeo's transport syntax, which users already know:
 //! `oci:DIR[:TAG]`, `docker-archive:FILE[:NAME:TAG]`, `docker-daemon:NAME:TAG`,
-//! `docker://REGISTRY/NAME:TAG`.
+//! `docker://REGISTRY/NAME:TAG`; and the sources and sinks behind them: [`Transport::open`]
+//! reads an [`Image`] from any of them and [`Transport::write`] writes one to any of them.
 
+use super::archive;
+use super::layout::Layout;
+use super::model::{Image, Platform};
+use super::registry::{self, Access, Remote};
 use crate::error::{Error, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -27,7 +32,7 @@ pub enum Transport {
     /// An image in a Docker Engine.
     DockerDaemon(String),
     /// An image in a registry.
-    Registry(String),
+    Registry(Remote),
 }
 
 impl FromStr for Transport {
@@ -71,7 +76,15 @@ impl FromStr for Transport {
             return Ok(Transport::DockerDaemon(rest.to_string()));
         }
         if let Some(rest) = text.strip_prefix("docker://") {
-            return Ok(Transport::Registry(rest.to_string()));
+            if rest.is_empty() {
+                return Err(Error::Usage(format!(
+                    "`{text}`: docker:// needs an image, as in docker://REGISTRY/NAME:TAG"
+                )));
+            }
+            return Ok(Transport::Registry(Remote {
+                reference: rest.to_string(),
+                access: Access::default(),
+            }));
         }
         // A word before a colon that is no path (`containers-storage:img`) names a transport
         // gpubake does not have; anything else is a path, and a path is an OCI layout, the
@@ -85,8 +98,8 @@ impl FromStr for Transport {
         {
             return Err(Error::Usage(format!(
                 "`{text}`: `{scheme}:` is not a transport gpubake reads or writes; use a \
-                 directory (an OCI layout), oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG] or \
-                 docker-daemon:NAME:TAG"
+                 directory (an OCI layout), oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG], \
+                 docker-daemon:NAME:TAG or docker://REGISTRY/NAME:TAG"
             )));
         }
         format!("oci:{text}").parse()
@@ -107,25 +120,127 @@ impl fmt::Display for Transport {
                 reference: None,
             } => write!(f, "docker-archive:{}", path.display()),
             Transport::DockerDaemon(r) => write!(f, "docker-daemon:{r}"),
-            Transport::Registry(r) => write!(f, "docker://{r}"),
+            Transport::Registry(r) => write!(f, "docker://{}", r.reference),
         }
     }
 }
 
 impl Transport {
-    /// Refuses transports this build of gpubake cannot use yet, saying what to do instead.
+    /// The same transport, reaching registries as `access` says.
+    pub fn with_access(self, access: &Access) -> Self {
+        match self {
+            Transport::Registry(r) => Transport::Registry(Remote {
+                reference: r.reference,
+                access: access.clone(),
+            }),
+            other => other,
+        }
+    }
+
+    /// Refuses a transport that names no image, saying what it needs.
     pub fn supported(self) -> Result<Self> {
         match &self {
-            Transport::Registry(r) => Err(Error::Unsupported(format!(
-                "docker://{r}: registries are not supported yet; copy the image first \
-                 (skopeo copy docker://{r} oci:./base:latest) and use oci:./base:latest"
-            ))),
             Transport::DockerDaemon(r) if r.is_empty() => Err(Error::Usage(
                 "docker-daemon: needs an image name, as in docker-daemon:train:v1".into(),
             )),
             _ => Ok(self),
         }
     }
+
+    /// Reads the image (for an index, the host's platform).
+    pub fn open(&self) -> Result<Image> {
+        let platform = Platform::host();
+        match self.clone().supported()? {
+            Transport::Oci { dir, tag } => {
+                let layout = Layout::open(&dir)?;
+                let found = layout.find(tag.as_deref())?;
+                Image::in_layout(layout, &found, &platform, None)
+            }
+            Transport::DockerArchive { path, reference } => {
+                let staging = staging_dir()?;
+                let layout = Layout::create(staging.path())?;
+                let desc = archive::read(&path, reference.as_deref(), &layout)?;
+                Image::in_layout(layout, &desc, &platform, Some(staging))
+            }
+            Transport::DockerDaemon(name) => {
+                let staging = staging_dir()?;
+                let tar = staging.path().join("export.tar");
+                crate::engine::Engine::connect()?.export(&name, &tar)?;
+                let layout = Layout::create(&staging.path().join("layout"))?;
+                let desc = archive::read(&tar, None, &layout)?;
+                Image::in_layout(layout, &desc, &platform, Some(staging))
+            }
+            Transport::Registry(remote) => match &remote.access.blob_cache {
+                // Pulled blobs are kept, by digest, where build keeps its layers: a base read
+                // twice is downloaded once.
+                Some(cache) => registry::open(&remote, Layout::create(cache)?, None),
+                None => {
+                    let staging = staging_dir()?;
+                    let layout = Layout::create(staging.path())?;
+                    registry::open(&remote, layout, Some(staging))
+                }
+            },
+        }
+    }
+
+    /// Copies the image here to `dest`; returns it as written. A registry image bound for an
+    /// OCI layout is downloaded straight into that layout.
+    pub fn copy(&self, dest: &Transport) -> Result<Image> {
+        if let (Transport::Registry(remote), Transport::Oci { dir, tag }) =
+            (self.clone().supported()?, dest.clone().supported()?)
+        {
+            let layout = Layout::create(&dir)?;
+            let _lock = layout.lock()?;
+            let image = registry::open(&remote, layout.clone(), None)?;
+            layout.set_tag(image.descriptor(), tag.as_deref().unwrap_or("latest"))?;
+            return Ok(image);
+        }
+        let image = self.open()?;
+        dest.write(&image, "gpubake-copy:latest")?;
+        Ok(image)
+    }
+
+    /// Writes `image` here: an OCI layout gets its blobs (unless they are already there) and
+    /// the tag (`latest` when none is named); an archive is written whole, atomically; an
+    /// engine loads one. `name` is the `NAME:TAG` an archive records when none is given.
+    pub fn write(&self, image: &Image, name: &str) -> Result<()> {
+        match self.clone().supported()? {
+            Transport::Oci { dir, tag } => {
+                let tag = tag.unwrap_or_else(|| "latest".into());
+                if image.store().root() == dir {
+                    // The image was made in this layout (by build, holding its lock).
+                    return image.store().set_tag(image.descriptor(), &tag);
+                }
+                let layout = Layout::create(&dir)?;
+                let _lock = layout.lock()?;
+                image.copy_to(&layout)?;
+                layout.set_tag(image.descriptor(), &tag)
+            }
+            Transport::DockerArchive { path, reference } => {
+                let reference = reference.unwrap_or_else(|| name.to_string());
+                archive::write(image, &path, &reference)
+            }
+            Transport::DockerDaemon(reference) => {
+                let reference = if reference.contains(':') {
+                    reference
+                } else {
+                    format!("{reference}:latest")
+                };
+                let engine = crate::engine::Engine::connect()?;
+                let scratch = staging_dir()?;
+                let tar = scratch.path().join("load.tar");
+                archive::write(image, &tar, &reference)?;
+                engine.load(&tar)
+            }
+            Transport::Registry(remote) => registry::push(image, &remote).map(|_| ()),
+        }
+    }
+}
+
+/// A directory for what a source stages, removed when the image is dropped or on interrupt.
+fn staging_dir() -> Result<crate::interrupt::ScratchDir> {
+    crate::interrupt::scratch_dir(None, ".gpubake-open-")
+        .map_err(|e| Error::io(std::env::temp_dir(), e))
 }
 
 #[cfg(test)]
@@ -160,9 +275,14 @@ mod tests {
             }
         );
         assert_eq!(
-            t("docker://nvcr.io/nvidia/cuda:12.8"),
-            Transport::Registry("nvcr.io/nvidia/cuda:12.8".into())
+            t("docker://nvcr.io/nvidia/cuda:12.8").to_string(),
+            "docker://nvcr.io/nvidia/cuda:12.8"
         );
+        assert!(matches!(
+            t("docker://nvcr.io/nvidia/cuda:12.8"),
+            Transport::Registry(Remote { reference, .. }) if reference == "nvcr.io/nvidia/cuda:12.8"
+        ));
+        assert!("docker://".parse::<Transport>().is_err());
         assert!("ubuntu:24.04".parse::<Transport>().is_err());
         assert!("oci:".parse::<Transport>().is_err());
         assert_eq!(t("oci:./img:v1").to_string(), "oci:./img:v1");
@@ -192,18 +312,12 @@ mod tests {
             err.contains("`containers-storage:` is not a transport"),
             "{err}"
         );
-        assert!(!err.contains("docker://"), "{err}");
+        assert!(err.contains("docker://REGISTRY/NAME:TAG"), "{err}");
     }
 
     #[test]
     fn docker_daemon_needs_a_name() {
         assert!(t("docker-daemon:").supported().is_err());
         assert!(t("docker-daemon:train:v1").supported().is_ok());
-    }
-
-    #[test]
-    fn registries_are_refused_with_a_way_forward() {
-        let err = t("docker://x/y:1").supported().unwrap_err().to_string();
-        assert!(err.contains("skopeo copy"), "{err}");
     }
 }

@@ -3,11 +3,8 @@
 //! image spec says; every blob is verified against its digest and its diff id while it is
 //! read, and no entry may land outside the root.
 
-use super::build::{Opened, decompressor};
-use super::digest::HashingReader;
-use super::inspect::strings;
-use super::layout::digest_of;
-use super::tarstream::{End, Padded};
+use super::model::{Image, strings};
+use super::tarstream::End;
 use crate::error::{Error, Result};
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -17,41 +14,23 @@ const OPAQUE: &str = ".wh..wh..opq";
 
 /// Unpacks every layer of `image` under `root` (created when missing). Ownership is kept when
 /// running as root, as a runtime's bundle needs it.
-pub fn unpack(image: &Opened, config: &serde_json::Value, root: &Path) -> Result<()> {
+pub fn unpack(image: &Image, root: &Path) -> Result<()> {
     std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-    let diff_ids = strings(&config["rootfs"]["diff_ids"]);
-    let layers = image.manifest.layers();
-    if diff_ids.len() != layers.len() {
+    let layers = image.layers();
+    let listed = strings(&image.config()?["rootfs"]["diff_ids"]).len();
+    if listed != layers.len() {
         return Err(Error::image(
-            image.layout.describe(),
+            image.describe(),
             format!(
-                "the config lists {} diff_ids for {} layers",
-                diff_ids.len(),
+                "the config lists {listed} diff_ids for {} layers",
                 layers.len()
             ),
         ));
     }
-    for (layer, diff_id) in layers.iter().zip(&diff_ids) {
-        let digest = digest_of(layer)?;
-        let what = |e: &dyn std::fmt::Display| {
-            Error::image(image.layout.describe(), format!("layer {digest}: {e}"))
-        };
-        let raw = image.layout.open_blob(&digest, Some(layer.size()))?;
-        let (reader, tally) =
-            HashingReader::new(decompressor(layer.media_type(), raw).map_err(|e| what(&e))?);
-        // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
-        let (reader, end) = Padded::new(reader);
-        let mut archive = tar::Archive::new(reader);
-        apply(&mut archive, &end, root).map_err(|e| what(&e))?;
-        // Read to the end so the digest and diff id cover the whole blob.
-        let mut rest = archive.into_inner();
-        std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| what(&e))?;
-        let (got, _) = tally.finish();
-        if got.as_str() != diff_id {
-            return Err(what(&format!(
-                "uncompressed content is {got}, but the config says {diff_id}"
-            )));
-        }
+    for layer in &layers {
+        layer
+            .read_tar(true, |archive, end| apply(archive, end, root))
+            .map_err(|e| Error::image(image.describe(), e))?;
     }
     Ok(())
 }
@@ -166,6 +145,7 @@ fn clear_dir(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::tarstream::Padded;
 
     fn layer(entries: &[(&str, Option<&str>)]) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());

@@ -68,7 +68,7 @@ fn visible_devices(value: Option<&str>, in_container: bool, gpu_nodes: usize) ->
 
 /// A private directory for the workers' files. Minimal images may have no /tmp (nor
 /// TMPDIR): /dev/shm, which every runtime mounts, and /var/tmp come next.
-fn scratch_dir() -> Result<tempfile::TempDir, String> {
+pub(crate) fn scratch_dir() -> Result<tempfile::TempDir, String> {
     let mut tried = Vec::new();
     match tempfile::tempdir() {
         Ok(dir) => return Ok(dir),
@@ -212,7 +212,10 @@ pub fn default_sizes(quick: bool) -> Vec<u64> {
 /// The environment a worker starts with: the libraries the image would load (NCCL from the
 /// torch environment, NVRTC) reachable by their plain names, CUDA devices in PCI order, and
 /// NVLink multicast off.
-fn worker_env(disc: &Discovery, gpus: usize) -> (Vec<(String, String)>, Option<tempfile::TempDir>) {
+pub(crate) fn worker_env(
+    disc: &Discovery,
+    gpus: usize,
+) -> (Vec<(String, String)>, Option<tempfile::TempDir>) {
     let mut env = Vec::new();
     let shim = scratch_dir().ok();
     let mut dirs: Vec<String> = Vec::new();
@@ -401,7 +404,7 @@ fn gpu_phases(
 /// The image's NCCL preset: /etc/nccl.conf overlaid by the NCCL_* environment, as NCCL layers
 /// them (the environment wins), keeping only NCCL's own parameters (images also carry
 /// NCCL_VERSION and the like).
-fn image_preset(disc: &Discovery) -> Vec<(String, String)> {
+pub(crate) fn image_preset(disc: &Discovery) -> Vec<(String, String)> {
     let mut preset: Vec<(String, String)> = std::fs::read_to_string(disc.at("/etc/nccl.conf"))
         .unwrap_or_default()
         .lines()

@@ -29,6 +29,25 @@ pub struct NcclLog {
     pub affinity: Vec<Affinity>,
     /// NCCL's warnings, verbatim.
     pub warnings: Vec<String>,
+    /// The network plugin NCCL chose, `Socket` or `IB` (`Using network IB`, src/net.cc).
+    pub network: Option<String>,
+    /// The graphs NCCL's topology search settled on (logged under GRAPH).
+    pub graphs: Vec<Graph>,
+}
+
+/// One graph of NCCL's topology search: `Pattern 4, crossNic 0, nChannels 24, bw 40.000000/
+/// 40.000000, type NVL/PIX, sameChannels 1` (src/graph/search.cc, ncclTopoPrintGraph).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Graph {
+    /// NCCL's pattern number (ring, tree, ...).
+    pub pattern: u32,
+    /// Channels.
+    pub channels: u32,
+    /// The path type between GPUs of a node: `NVL` (NVLink), `NVB` (NVLink through a GPU),
+    /// `PIX`, `PXB`, `PHB`, `SYS` (PCIe and beyond), `LOC` (one GPU: no path).
+    pub intra: String,
+    /// The path type to the network: `PIX`, ..., `NET`, `LOC` when there is no other node.
+    pub inter: String,
 }
 
 /// A variable NCCL took from the environment.
@@ -55,6 +74,10 @@ pub struct Rejected {
 /// The channels from one GPU to another that took one transport.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Link {
+    /// The sending rank in its communicator.
+    pub from_rank: u32,
+    /// The receiving rank.
+    pub to_rank: u32,
     /// The sending GPU's NVML index (NCCL prints `rank[nvmlDev]`).
     pub from_gpu: u32,
     /// The receiving GPU's NVML index.
@@ -141,8 +164,15 @@ impl NcclLog {
                 log.read(level, message.trim_end());
             }
         }
-        log.links
-            .sort_by(|a, b| (a.from_gpu, a.to_gpu, &a.via).cmp(&(b.from_gpu, b.to_gpu, &b.via)));
+        log.links.sort_by(|a, b| {
+            (a.from_gpu, a.to_gpu, a.from_rank, a.to_rank, &a.via).cmp(&(
+                b.from_gpu,
+                b.to_gpu,
+                b.from_rank,
+                b.to_rank,
+                &b.via,
+            ))
+        });
         log.choices.sort_by(|a, b| {
             (&a.collective, a.bytes, &a.algorithm, &a.protocol).cmp(&(
                 &b.collective,
@@ -165,8 +195,12 @@ impl NcclLog {
             push_new(&mut self.applied, applied);
         } else if let Some(rejected) = rejected(message) {
             push_new(&mut self.rejected, rejected);
-        } else if let Some((channel, from_gpu, to_gpu, via)) = connection(message) {
-            self.add_link(channel, from_gpu, to_gpu, via);
+        } else if let Some((channel, from, to, via)) = connection(message) {
+            self.add_link(channel, from, to, via);
+        } else if let Some(network) = message.strip_prefix("Using network ") {
+            self.network = Some(network.trim().to_string());
+        } else if let Some(graph) = graph(message) {
+            push_new(&mut self.graphs, graph);
         } else if let Some(counts) = channel_counts(message) {
             push_new(&mut self.channels, counts);
         } else if let Some(choice) = choice(message) {
@@ -176,15 +210,18 @@ impl NcclLog {
         }
     }
 
-    fn add_link(&mut self, channel: u32, from_gpu: u32, to_gpu: u32, via: &str) {
-        let found = self
-            .links
-            .iter_mut()
-            .find(|l| l.from_gpu == from_gpu && l.to_gpu == to_gpu && l.via == via);
+    fn add_link(&mut self, channel: u32, from: Peer, to: Peer, via: &str) {
+        let ((from_rank, from_gpu), (to_rank, to_gpu)) = (from, to);
+        let found = self.links.iter_mut().find(|l| {
+            (l.from_rank, l.from_gpu, l.to_rank, l.to_gpu) == (from_rank, from_gpu, to_rank, to_gpu)
+                && l.via == via
+        });
         let link = match found {
             Some(link) => link,
             None => {
                 self.links.push(Link {
+                    from_rank,
+                    to_rank,
                     from_gpu,
                     to_gpu,
                     via: via.to_string(),
@@ -323,7 +360,7 @@ fn last_quoted(message: &str) -> Option<&str> {
 ///   still in sending order (src/transport/net.cc, sendSetup and recvSetup).
 ///
 /// The ring order lines `Channel 00/02 : 0 1` (src/graph/rings.cc) have no `via`.
-fn connection(message: &str) -> Option<(u32, u32, u32, &str)> {
+fn connection(message: &str) -> Option<(u32, Peer, Peer, &str)> {
     let rest = message.strip_prefix("Channel ")?;
     let (channel, rest) = rest.split_once(" : ")?;
     let channel: u32 = channel.split('/').next()?.trim().parse().ok()?;
@@ -334,14 +371,35 @@ fn connection(message: &str) -> Option<(u32, u32, u32, &str)> {
         .trim_end_matches("[receive]")
         .trim_end();
     let (from, to) = peers.split_once(" -> ")?;
-    Some((channel, gpu_of(from)?, gpu_of(to)?, via.trim()))
+    Some((channel, peer_of(from)?, peer_of(to)?, via.trim()))
 }
 
-/// The NVML index in `RANK[NVMLDEV]`.
-fn gpu_of(peer: &str) -> Option<u32> {
+/// A rank and its GPU's NVML index.
+type Peer = (u32, u32);
+
+/// `RANK[NVMLDEV]`.
+fn peer_of(peer: &str) -> Option<Peer> {
     let (rank, dev) = peer.trim().split_once('[')?;
-    rank.parse::<u32>().ok()?;
-    dev.strip_suffix(']')?.parse().ok()
+    Some((rank.parse().ok()?, dev.strip_suffix(']')?.parse().ok()?))
+}
+
+/// `Pattern 4, crossNic 0, nChannels 24, bw 40.000000/40.000000, type NVL/PIX, sameChannels 1`.
+fn graph(message: &str) -> Option<Graph> {
+    let rest = message.strip_prefix("Pattern ")?;
+    let field = |name: &str| {
+        rest.split(", ")
+            .find_map(|part| part.strip_prefix(name))
+            .map(str::trim)
+    };
+    let pattern = rest.split(',').next()?.trim().parse().ok()?;
+    let channels = field("nChannels ")?.parse().ok()?;
+    let (intra, inter) = field("type ")?.split_once('/')?;
+    Some(Graph {
+        pattern,
+        channels,
+        intra: intra.to_string(),
+        inter: inter.to_string(),
+    })
 }
 
 /// `16 coll channels, 16 collnet channels, 0 nvls channels, 32 p2p channels, 2 p2p channels
@@ -620,6 +678,42 @@ mod tests {
         assert_eq!(gpu0.gpu_cpus.as_deref(), Some(""));
         assert_eq!(gpu0.process_cpus.as_deref(), Some("0-15"));
         assert!(gpu0.words.contains("is empty, ignoring"), "{}", gpu0.words);
+    }
+
+    #[test]
+    fn links_keep_their_ranks_and_the_network_and_graphs_are_read() {
+        let log = NcclLog::parse(SOCKET);
+        let ranks: Vec<(u32, u32)> = log.links.iter().map(|l| (l.from_rank, l.to_rank)).collect();
+        assert_eq!(ranks, vec![(0, 1), (1, 0)]);
+        assert_eq!(log.network.as_deref(), Some("Socket"));
+        // Two processes, one GPU each, ranks 2 and 5 of a communicator: the GPU index alone
+        // would merge them; the rank keeps them apart.
+        let log = NcclLog::parse(concat!(
+            "a:1:1 [0] NCCL INFO Channel 00/0 : 2[0] -> 5[0] [send] via NET/IB/0\n",
+            "a:1:1 [0] NCCL INFO Channel 01/0 : 2[0] -> 5[0] [send] via NET/IB/0\n",
+            "b:2:2 [0] NCCL INFO Channel 00/0 : 5[0] -> 2[0] [send] via NET/IB/0\n",
+            "a:1:1 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 20.000000/20.000000, type LOC/PHB, sameChannels 1\n",
+            "a:1:1 [0] NCCL INFO Pattern 3, crossNic 0, nChannels 24, bw 40.0/40.0, type NVL/PIX, sameChannels 1\n",
+            "a:1:1 [0] NCCL INFO Pattern x, nonsense\n",
+        ));
+        let links: Vec<(u32, u32, &str, String)> = log
+            .links
+            .iter()
+            .map(|l| (l.from_rank, l.to_rank, l.via.as_str(), ranges(&l.channels)))
+            .collect();
+        assert_eq!(
+            links,
+            vec![
+                (2, 5, "NET/IB/0", "0-1".to_string()),
+                (5, 2, "NET/IB/0", "0".to_string())
+            ]
+        );
+        let graphs: Vec<(u32, u32, &str, &str)> = log
+            .graphs
+            .iter()
+            .map(|g| (g.pattern, g.channels, g.intra.as_str(), g.inter.as_str()))
+            .collect();
+        assert_eq!(graphs, vec![(4, 2, "LOC", "PHB"), (3, 24, "NVL", "PIX")]);
     }
 
     #[test]

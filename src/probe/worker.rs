@@ -3,6 +3,7 @@
 
 use super::cuda::{self, Algo, Ranks};
 use super::schedule::{self, Dtype};
+use super::world::collectives;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -42,12 +43,46 @@ pub enum Task {
         #[arg(long, default_value_t = 20)]
         iters: u32,
     },
+    /// NCCL across the ranks of `probe --world`, on the one GPU given by --pci-bus-ids.
+    World {
+        /// This rank's seat in the communicator.
+        #[arg(long)]
+        rank: u32,
+        /// Seats in the communicator.
+        #[arg(long)]
+        nranks: u32,
+        /// NCCL's unique id from the communicator's first rank, hex.
+        #[arg(
+            long,
+            conflicts_with = "publish_id",
+            required_unless_present = "publish_id"
+        )]
+        id: Option<String>,
+        /// Make the unique id here and write it, hex, to this file before joining.
+        #[arg(long, value_name = "FILE")]
+        publish_id: Option<std::path::PathBuf>,
+        /// Message sizes in bytes.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sizes: Vec<u64>,
+        /// Timed launches per size.
+        #[arg(long, default_value_t = 5)]
+        iters: u32,
+        /// Seconds from start until the communicator is aborted.
+        #[arg(long)]
+        deadline_s: f64,
+        /// Join only once this file exists (after the id is made), or fail at the deadline.
+        #[arg(long, value_name = "FILE")]
+        hold: Option<std::path::PathBuf>,
+    },
 }
 
 /// Runs a task on the GPUs at `pci_bus_ids` (all when empty) and returns its JSON, or an
 /// error message. The JSON's `devices` says which CUDA ordinal each GPU got; every other
 /// entry names GPUs by that ordinal.
 pub fn run(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
+    if let Task::World { .. } = task {
+        return world(task, pci_bus_ids);
+    }
     let cuda_ids = cuda::pci_bus_ids()?;
     let ordinals = if pci_bus_ids.is_empty() {
         (0..cuda_ids.len()).collect()
@@ -179,7 +214,69 @@ fn run_on(task: &Task, devices: &mut [cuda::Device]) -> Result<Value, String> {
             }
             Ok(json!({"rows": rows}))
         }
+        Task::World { .. } => Err("the world task opens its one GPU itself".into()),
     }
+}
+
+/// NCCL across ranks: one GPU, no peer access to set up, the communicator's id given or made
+/// (made first: the other ranks wait for it).
+fn world(task: &Task, pci_bus_ids: &[String]) -> Result<Value, String> {
+    let started = std::time::Instant::now();
+    let Task::World {
+        rank,
+        nranks,
+        id,
+        publish_id,
+        sizes,
+        iters,
+        deadline_s,
+        hold,
+    } = task
+    else {
+        unreachable!("called for the world task only");
+    };
+    let [address] = pci_bus_ids else {
+        return Err(format!(
+            "NCCL across ranks runs on one GPU per rank; {} given",
+            pci_bus_ids.len()
+        ));
+    };
+    let id: [u8; collectives::ID_BYTES] = match (id, publish_id) {
+        (Some(hex_id), _) => hex::decode(hex_id)
+            .ok()
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| format!("--id is not {} bytes of hex", collectives::ID_BYTES))?,
+        (None, Some(file)) => {
+            let id = collectives::unique_id()?;
+            crate::fsutil::write_atomic(file, hex::encode(id).as_bytes())
+                .map_err(|e| format!("cannot write the unique id: {e}"))?;
+            id
+        }
+        (None, None) => return Err("neither --id nor --publish-id".into()),
+    };
+    let deadline = started + std::time::Duration::from_secs_f64(*deadline_s);
+    if let Some(go) = hold {
+        while !go.exists() {
+            if std::time::Instant::now() >= deadline {
+                return Err("held until the deadline: the run before this one did not end".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    let cuda_ids = cuda::pci_bus_ids()?;
+    let ordinal = cuda::ordinals_for(std::slice::from_ref(address), &cuda_ids)?[0];
+    let plan = collectives::Plan {
+        rank: *rank,
+        nranks: *nranks,
+        ordinal,
+        sizes: sizes.clone(),
+        iters: *iters,
+        deadline,
+    };
+    let measured = collectives::run(&plan, &id)?;
+    let mut out = serde_json::to_value(measured).map_err(|e| e.to_string())?;
+    out["devices"] = json!([{"cuda_ordinal": ordinal, "pci_bus_id": cuda_ids.get(ordinal)}]);
+    Ok(out)
 }
 
 fn peer_all(devices: &[cuda::Device]) -> Result<(), String> {

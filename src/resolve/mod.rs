@@ -131,7 +131,12 @@ fn recipe_dir(loaded: &LoadedRecipe) -> Option<PathBuf> {
 pub fn merge_env(loaded: &LoadedRecipe, layers: &[Preset]) -> MergedEnv {
     let mut env = MergedEnv::from_layers(layers);
     for (name, value) in &loaded.recipe.env.0 {
-        let at = loaded.doc.locate(&["env", name], true);
+        // The file name alone, as the lock's `recipe.file`: neither the directory the recipe
+        // lies in nor how its path was spelled may reach the lock or the image.
+        let mut at = loaded.doc.locate(&["env", name], true);
+        if let Some(file) = Path::new(&at.file).file_name() {
+            at.file = file.to_string_lossy().into_owned();
+        }
         env.set(
             name,
             value,

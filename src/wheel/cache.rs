@@ -218,6 +218,22 @@ impl WheelCache {
         if !failed.is_empty() {
             return Err(first_failure(failed));
         }
+        // A cached file under the pylock's hash whose bytes hash otherwise: the pylock's hash
+        // is wrong or the entry was replaced. Either way the input is at fault, not the
+        // machine, so it is bad input naming both hashes rather than a missing wheel.
+        if let Some((wheel, Some(actual))) = missing.iter().find(|(_, c)| c.is_some()) {
+            return Err(Error::Wheel {
+                wheel: wheel.label(),
+                message: format!(
+                    "--offline: the pylock names sha256 {}, but the cache's file under that hash \
+                     ({}) is sha256 {actual}: the pylock's hash is wrong or the cache entry was \
+                     replaced; the entry was removed\n  help: check the hash against the index, \
+                     or run without --offline to download the wheel the pylock names",
+                    wheel.sha256,
+                    self.path(&wheel.sha256).display()
+                ),
+            });
+        }
         if !missing.is_empty() {
             return Err(offline_error(&self.root, &missing));
         }

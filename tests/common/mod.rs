@@ -82,6 +82,36 @@ pub fn write(dir: &Path, name: &str, text: &str) -> String {
     path.display().to_string()
 }
 
+/// Runs `cmd`, failing the test with its output unless it succeeds; returns its stdout.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes `mib` MiB of bytes that no compressor shrinks (xorshift noise from `seed`) to `path`.
+pub fn noise(path: &Path, mib: usize, seed: u64) {
+    let mut noise = Vec::with_capacity(mib << 20);
+    let mut x = seed;
+    while noise.len() < mib << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(path, &noise).unwrap();
+}
+
+/// The busybox base of [`base`] as a transport.
+pub fn from_base() -> String {
+    format!("oci:{}:latest", base().display())
+}
+
 /// A minimal recipe with the given extra lines.
 pub fn recipe(extra: &str) -> String {
     format!("name: test\nbase: ubuntu:24.04\n{extra}")

@@ -1,12 +1,14 @@
 //! The rendezvous: rank 0 listens, the other ranks connect and say hello; once all have
-//! (or the hello deadline passed) rank 0 sends each the same blob, then gathers their
-//! reports until the gather deadline. Every rank that did not get through is named with
+//! (or the hello deadline passed) rank 0 sends each the same blob (NCCL's unique id, when
+//! there is a communicator across ranks) with the rank's seat in that communicator, then
+//! gathers their reports until the gather deadline. Every rank that did not get through is named with
 //! what stopped it: missing (no hello), dead (its connection closed), slow (no report in
 //! time) or broken (said something this protocol does not allow).
 //!
 //! Plain threads and blocking sockets: a handful of connections per run, each bounded by a
 //! deadline, needs no async runtime.
 
+use super::nccl::Seat;
 use super::place::Place;
 use super::wire::{self, Body, WireError};
 use std::collections::BTreeMap;
@@ -25,6 +27,14 @@ pub struct Peer {
     pub host: String,
     /// Its process id.
     pub pid: u32,
+    /// The address its connection came from, as rank 0 saw it (rank 0's own: MASTER_ADDR).
+    pub address: String,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}) pid {}", self.host, self.address, self.pid)
+    }
 }
 
 /// What became of one rank.
@@ -85,15 +95,53 @@ pub struct Gathered {
 /// A connection and its first message.
 type Arrival = (TcpStream, SocketAddr, Result<Body, WireError>);
 
+/// What rank 0 sends, decided once the hellos are in.
+#[derive(Clone, Debug, Default)]
+pub struct Broadcast {
+    /// The same bytes to every rank.
+    pub blob: Vec<u8>,
+    /// The seat of each world rank in the communicator across ranks.
+    pub seats: BTreeMap<u32, Seat>,
+    /// The unique id of a second communicator (NCCL's defaults), for the seated ranks.
+    pub second: Option<Vec<u8>>,
+    /// Time the ranks need beyond the report deadline before they can report (NCCL's), at
+    /// most twice the deadline: followers wait three times it for their receipt.
+    pub extra: Duration,
+}
+
+/// What a rank received from rank 0.
+#[derive(Clone, Debug, Default)]
+pub struct Welcomed {
+    /// The broadcast bytes: NCCL's unique id when there is a communicator.
+    pub blob: Vec<u8>,
+    /// This rank's seat in it.
+    pub seat: Option<Seat>,
+    /// The second communicator's unique id.
+    pub second: Option<Vec<u8>>,
+}
+
 /// Rank 0: listens on `port` (every interface), admits the other ranks' hellos until all
-/// have come or `timeout` passed, sends each `blob`, then gathers their reports for up to
-/// `timeout` more. Err only when it cannot listen.
-pub fn lead(place: &Place, port: u16, timeout: Duration, blob: &[u8]) -> Result<Gathered, String> {
+/// have come or `timeout` passed, asks `broadcast` what to send given the admitted ranks
+/// that bring a GPU, sends it, then gathers their reports for up to `timeout` (and the
+/// broadcast's `extra`) more. Err only when it cannot listen.
+pub fn lead(
+    place: &Place,
+    port: u16,
+    timeout: Duration,
+    broadcast: impl FnOnce(&[u32]) -> Broadcast,
+) -> Result<Gathered, String> {
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| {
         format!("cannot listen on port {port}: {e}; pick a free one with --world-port")
     })?;
     let mut roll = call_the_roll(place, listener, Instant::now() + timeout);
-    let mut outcomes = gather(std::mem::take(&mut roll.joined), blob, timeout);
+    let with_gpu: Vec<u32> = roll
+        .joined
+        .iter()
+        .filter(|(_, (_, _, gpu))| *gpu)
+        .map(|(rank, _)| *rank)
+        .collect();
+    let broadcast = broadcast(&with_gpu);
+    let mut outcomes = gather(std::mem::take(&mut roll.joined), &broadcast, timeout);
     for rank in 1..place.world_size {
         outcomes.entry(rank).or_insert_with(|| Outcome::Missing {
             refused: roll.refusals.remove(&rank),
@@ -111,8 +159,8 @@ pub fn lead(place: &Place, port: u16, timeout: Duration, blob: &[u8]) -> Result<
 /// The hello phase's result.
 #[derive(Default)]
 struct Roll {
-    /// The admitted ranks, with their connections.
-    joined: BTreeMap<u32, (TcpStream, Peer)>,
+    /// The admitted ranks, with their connections and whether they bring a GPU.
+    joined: BTreeMap<u32, (TcpStream, Peer, bool)>,
     /// Why a rank of this world was refused, by rank.
     refusals: BTreeMap<u32, String>,
     /// Refusals that belong to no rank of this world.
@@ -178,15 +226,20 @@ impl Roll {
         from: SocketAddr,
         hello: Result<Body, WireError>,
     ) {
-        let (rank, world_size, peer, job) = match hello {
+        let (rank, world_size, peer, job, brings_gpu) = match hello {
             Ok(Body::Hello {
                 rank,
                 world_size,
                 host,
                 pid,
                 job,
+                brings_gpu,
                 ..
-            }) => (rank, world_size, Peer { host, pid }, job),
+            }) => {
+                let address = from.ip().to_string();
+                let peer = Peer { host, pid, address };
+                (rank, world_size, peer, job, brings_gpu)
+            }
             Ok(other) => {
                 self.ignored
                     .push(format!("{from} sent {} before any hello", kind(&other)));
@@ -197,7 +250,7 @@ impl Roll {
                 return;
             }
         };
-        let who = format!("{} pid {} ({from})", peer.host, peer.pid);
+        let who = peer.to_string();
         let problem = if rank == 0 || rank >= place.world_size {
             Some(format!(
                 "{who} claims rank {rank}, but this world has ranks 1 to {} besides rank 0",
@@ -214,16 +267,15 @@ impl Roll {
             Some(format!(
                 "{who} belongs to job {theirs}; rank 0 runs job {ours}"
             ))
-        } else if let Some((_, first)) = self.joined.get(&rank) {
+        } else if let Some((_, first, _)) = self.joined.get(&rank) {
             Some(format!(
-                "{who} claims rank {rank}, already taken by {} pid {}",
-                first.host, first.pid
+                "{who} claims rank {rank}, already taken by {first}"
             ))
         } else {
             None
         };
         let Some(reason) = problem else {
-            self.joined.insert(rank, (stream, peer));
+            self.joined.insert(rank, (stream, peer, brings_gpu));
             return;
         };
         let refusal = Body::Refused {
@@ -240,19 +292,26 @@ impl Roll {
     }
 }
 
-/// Sends each admitted rank the blob, then gathers the reports until `timeout` from now.
+/// Sends each admitted rank the broadcast, then gathers the reports until `timeout` (and
+/// the broadcast's extra time) from now.
 fn gather(
-    joined: BTreeMap<u32, (TcpStream, Peer)>,
-    blob: &[u8],
+    joined: BTreeMap<u32, (TcpStream, Peer, bool)>,
+    broadcast: &Broadcast,
     timeout: Duration,
 ) -> BTreeMap<u32, Outcome> {
+    let timeout = timeout + broadcast.extra;
     let deadline = Instant::now() + timeout;
-    let welcome = Body::Welcome {
-        blob: hex::encode(blob),
-    };
+    let blob = hex::encode(&broadcast.blob);
+    let second = broadcast.second.as_deref().map(hex::encode);
     let mut outcomes = BTreeMap::new();
     let (reports, arrived) = mpsc::channel();
-    for (rank, (mut stream, peer)) in joined {
+    for (rank, (mut stream, peer, _)) in joined {
+        let seat = broadcast.seats.get(&rank).copied();
+        let welcome = Body::Welcome {
+            blob: blob.clone(),
+            seat,
+            second: seat.and(second.clone()),
+        };
         if let Err(e) = wire::send(&mut stream, &welcome, deadline) {
             outcomes.insert(rank, failed(peer, e, timeout));
             continue;
@@ -354,13 +413,15 @@ pub struct Rehearsal {
     pub report_delay: Option<Duration>,
 }
 
-/// A rank other than 0: joins rank 0 at `port`, receives the blob, sends `mine` and waits for
-/// the receipt. Ok says where it was counted; Err says which step failed.
+/// A rank other than 0: joins rank 0 at `port` (saying whether it brings a GPU), receives
+/// the blob and its seat, sends what `contribute` makes of them and waits for the receipt.
+/// Ok says where it was counted; Err says which step failed.
 pub fn follow(
     place: &Place,
     port: u16,
     timeout: Duration,
-    mine: Contribution,
+    brings_gpu: bool,
+    contribute: impl FnOnce(&Welcomed) -> Contribution,
     rehearsal: Rehearsal,
 ) -> Result<String, String> {
     let endpoint = format!("{}:{port}", place.master_addr);
@@ -377,13 +438,14 @@ pub fn follow(
         pid: std::process::id(),
         job: place.job.clone(),
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
+        brings_gpu,
     };
     let step = |what: &str, e: WireError| format!("rank 0 at {endpoint}, {what}: {e}");
     wire::send(&mut stream, &hello, Instant::now() + timeout)
         .map_err(|e| step("saying hello", e))?;
     // Rank 0 waits up to `timeout` for the others' hellos before it sends the blob.
-    let blob = match wire::receive(&mut stream, Instant::now() + timeout + GRACE) {
-        Ok(Body::Welcome { blob }) => blob,
+    let (blob, seat, second) = match wire::receive(&mut stream, Instant::now() + timeout + GRACE) {
+        Ok(Body::Welcome { blob, seat, second }) => (blob, seat, second),
         Ok(Body::Refused { reason }) => {
             return Err(format!("rank 0 at {endpoint} refused this rank: {reason}"));
         }
@@ -395,20 +457,25 @@ pub fn follow(
         }
         Err(e) => return Err(step("waiting for the blob", e)),
     };
-    let blob = hex::decode(&blob)
-        .map_err(|e| format!("rank 0 at {endpoint} sent a blob that is not hex: {e}"))?;
+    let not_hex = |e| format!("rank 0 at {endpoint} sent a blob that is not hex: {e}");
+    let welcomed = Welcomed {
+        blob: hex::decode(&blob).map_err(not_hex)?,
+        seat,
+        second: second.map(hex::decode).transpose().map_err(not_hex)?,
+    };
     if rehearsal.die_before_report {
         // As abrupt as an out-of-memory kill: no destructor, no goodbye.
         // SAFETY: kill(2) on our own pid has no memory effects.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
+    let mine = contribute(&welcomed);
     if let Some(delay) = rehearsal.report_delay {
         std::thread::sleep(delay);
     }
     let report = Body::Report {
         rank: place.rank,
         exit_code: mine.exit_code,
-        blob_sha256: super::digest(&blob),
+        blob_sha256: super::digest(&welcomed.blob),
         report: mine.report,
     };
     let gave_up = || {
@@ -422,7 +489,9 @@ pub fn follow(
         Err(WireError::Closed) => return Err(gave_up()),
         Err(e) => return Err(step("sending the report", e)),
     }
-    match wire::receive(&mut stream, Instant::now() + timeout + GRACE) {
+    // Rank 0 sends receipts once it has gathered every report, which can take its deadline
+    // and twice as long again when the ranks meet in NCCL twice (`Broadcast::extra`).
+    match wire::receive(&mut stream, Instant::now() + 3 * timeout + GRACE) {
         Ok(Body::Counted) => Ok(format!("rank 0 at {endpoint} counted this rank's report")),
         Ok(other) => Err(format!(
             "rank 0 at {endpoint} sent {} instead of a receipt",
@@ -507,6 +576,7 @@ mod tests {
             pid: 1000 + rank,
             job: Some(job.into()),
             gpubake: "test".into(),
+            brings_gpu: false,
         }
     }
 
@@ -523,14 +593,20 @@ mod tests {
     fn hellos_that_do_not_fit_the_world_are_refused_and_said() {
         let port = free_port();
         let leader = std::thread::spawn(move || {
-            lead(&rank_zero(4), port, Duration::from_secs(1), b"blob").unwrap()
+            let plain = |_: &[u32]| Broadcast {
+                blob: b"blob".to_vec(),
+                ..Broadcast::default()
+            };
+            lead(&rank_zero(4), port, Duration::from_secs(1), plain).unwrap()
         });
         let good = std::thread::spawn(move || {
             let (mut stream, answer) = say(port, &hello(1, 4, "job-1"));
             assert_eq!(
                 answer,
                 Body::Welcome {
-                    blob: hex::encode(b"blob")
+                    blob: hex::encode(b"blob"),
+                    seat: None,
+                    second: None
                 }
             );
             let report = Body::Report {
@@ -551,7 +627,7 @@ mod tests {
         };
         let twice = refusal(say(port, &hello(1, 4, "job-1")).1);
         assert!(
-            twice.contains("already taken by node-1 pid 1001"),
+            twice.contains("already taken by node-1 (127.0.0.1) pid 1001"),
             "{twice}"
         );
         let other_size = refusal(say(port, &hello(2, 5, "job-1")).1);
@@ -587,10 +663,59 @@ mod tests {
     }
 
     #[test]
+    fn ranks_with_a_gpu_are_seated_and_told_their_seat() {
+        let port = free_port();
+        let leader = std::thread::spawn(move || {
+            let mut asked = Vec::new();
+            let gathered = lead(&rank_zero(3), port, Duration::from_secs(2), |with_gpu| {
+                asked = with_gpu.to_vec();
+                let seat = |seat| Seat {
+                    seat,
+                    seats: 2,
+                    budget_s: 9,
+                };
+                Broadcast {
+                    blob: b"id".to_vec(),
+                    seats: [(0, seat(0)), (2, seat(1))].into(),
+                    second: Some(b"id2".to_vec()),
+                    extra: Duration::ZERO,
+                }
+            })
+            .unwrap();
+            (asked, gathered)
+        });
+        let join = |rank: u32, brings_gpu: bool| {
+            std::thread::spawn(move || {
+                let mut hello = hello(rank, 3, "job-1");
+                if let Body::Hello { brings_gpu: b, .. } = &mut hello {
+                    *b = brings_gpu;
+                }
+                say(port, &hello).1
+            })
+        };
+        let (one, two) = (join(1, false), join(2, true));
+        let welcome = |body: Body| match body {
+            Body::Welcome { blob, seat, second } => (blob, (seat, second)),
+            other => panic!("{other:?}"),
+        };
+        let (blob, (seat, second)) = welcome(two.join().unwrap());
+        assert_eq!(blob, hex::encode(b"id"));
+        assert_eq!(seat.map(|s| (s.seat, s.seats)), Some((1, 2)));
+        assert_eq!(second, Some(hex::encode(b"id2")));
+        // No seat, no second id either.
+        assert_eq!(welcome(one.join().unwrap()).1, (None, None));
+        let (asked, _) = leader.join().unwrap();
+        assert_eq!(asked, vec![2], "only rank 2 said it brings a GPU");
+    }
+
+    #[test]
     fn a_port_in_use_is_said() {
         let taken = TcpListener::bind("0.0.0.0:0").unwrap();
         let port = taken.local_addr().unwrap().port();
-        let err = lead(&rank_zero(2), port, Duration::from_secs(1), b"").unwrap_err();
+        let err = lead(&rank_zero(2), port, Duration::from_secs(1), |_| {
+            Broadcast::default()
+        })
+        .unwrap_err();
         assert!(
             err.contains(&format!("port {port}")) && err.contains("--world-port"),
             "{err}"

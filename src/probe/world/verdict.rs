@@ -1,6 +1,6 @@
 //! Rank 0's verdict on the world, as one report with a single phase: a check per rank (its
-//! host and local verdict, or why it is absent), the broadcast, what this version does not
-//! measure yet, and a summary. It exits 3 only when every rank reported and none has a GPU,
+//! host and local verdict, or why it is absent), the broadcast, NCCL across the ranks (see
+//! `judge`), and a summary. It exits 3 only when every rank reported and none has a GPU,
 //! as a single node's probe does; a node without a GPU among nodes with one is a failure.
 
 use super::place::Place;
@@ -22,6 +22,8 @@ pub struct Setting<'a> {
     pub timeout: Duration,
     /// sha256 of the blob it sent, hex.
     pub blob_sha256: &'a str,
+    /// The world rank of each seat in the communicator across ranks; empty without one.
+    pub seated: &'a [u32],
 }
 
 /// The world's report. `gathered.outcomes` holds every rank, rank 0 included.
@@ -50,7 +52,7 @@ pub fn verdict(setting: &Setting, gathered: &Gathered) -> Report {
                     3 => tally.no_gpu.push(*rank),
                     _ => tally.failed.push(*rank),
                 }
-                (status, format!("{} pid {}: {verdict}", peer.host, peer.pid))
+                (status, format!("{peer}: {verdict}"))
             }
             Outcome::Missing { refused } => {
                 tally.missing.push(*rank);
@@ -65,9 +67,8 @@ pub fn verdict(setting: &Setting, gathered: &Gathered) -> Report {
                 (
                     Status::Fail,
                     format!(
-                        "dead: {} pid {} said hello, then its connection closed before its \
-                         report (the process died or was killed)",
-                        peer.host, peer.pid
+                        "dead: {peer} said hello, then its connection closed before its \
+                         report (the process died or was killed)"
                     ),
                 )
             }
@@ -76,18 +77,14 @@ pub fn verdict(setting: &Setting, gathered: &Gathered) -> Report {
                 (
                     Status::Fail,
                     format!(
-                        "slow: {} pid {} said hello but sent no report within {secs} s of \
-                         the broadcast",
-                        peer.host, peer.pid
+                        "slow: {peer} said hello but sent no report within {secs} s of \
+                         the broadcast"
                     ),
                 )
             }
             Outcome::Broken { peer, problem } => {
                 tally.broken.push(*rank);
-                (
-                    Status::Fail,
-                    format!("{} pid {}: {problem}", peer.host, peer.pid),
-                )
+                (Status::Fail, format!("{peer}: {problem}"))
             }
         };
         report.push(PHASE, format!("rank {rank}"), status, detail);
@@ -109,13 +106,19 @@ pub fn verdict(setting: &Setting, gathered: &Gathered) -> Report {
             gathered.ignored.join("; "),
         );
     }
-    report.push(
-        PHASE,
-        "NCCL across ranks",
-        Status::Skip,
-        "not measured by this version: an all-reduce across the ranks with NCCL's unique id \
-         in the broadcast, and the transport to each peer, come later",
-    );
+    let entries: Vec<super::judge::Entry> = gathered
+        .outcomes
+        .iter()
+        .filter_map(|(rank, outcome)| match outcome {
+            Outcome::Reported { peer, report, .. } => Some(super::judge::Entry {
+                rank: *rank,
+                host: &peer.host,
+                report,
+            }),
+            _ => None,
+        })
+        .collect();
+    super::judge::checks(setting.seated, &entries, &mut report);
     let world_size = setting.place.world_size as usize;
     let clean = gathered.refused.is_empty() && tally.other_blob.is_empty();
     report.no_gpu = clean && tally.no_gpu.len() == world_size;
@@ -304,6 +307,7 @@ mod tests {
             peer: Peer {
                 host: format!("node-{rank}"),
                 pid: 100 + rank,
+                address: format!("10.0.0.{rank}"),
             },
             exit_code,
             blob_sha256: blob.into(),
@@ -323,6 +327,7 @@ mod tests {
                 port: 29501,
                 timeout: Duration::from_secs(9),
                 blob_sha256: "abc",
+                seated: &[],
             },
             &gathered,
         )
@@ -336,7 +341,11 @@ mod tests {
     fn every_rank_passing_passes() {
         let report = judge(vec![reported(0, 0, "abc"), reported(1, 0, "abc")]);
         assert_eq!(report.exit_code(), 0, "{}", report.to_text());
-        assert!(check(&report, "rank 1").detail.contains("node-1 pid 101"));
+        assert!(
+            check(&report, "rank 1")
+                .detail
+                .contains("node-1 (10.0.0.1) pid 101")
+        );
         assert_eq!(check(&report, "NCCL across ranks").status, Status::Skip);
         assert_eq!(check(&report, "broadcast").status, Status::Pass);
     }
@@ -363,6 +372,7 @@ mod tests {
         let peer = |rank: u32| Peer {
             host: format!("node-{rank}"),
             pid: 7,
+            address: format!("10.0.0.{rank}"),
         };
         let report = judge(vec![
             reported(0, 0, "abc"),
@@ -408,12 +418,16 @@ mod tests {
             peer: Peer {
                 host: "h".into(),
                 pid: 1,
+                address: "10.0.0.9".into(),
             },
             exit_code: 2,
             blob_sha256: "abc".into(),
             report: json!("not an object"),
         };
         let report = judge(vec![reported(0, 0, "abc"), odd]);
-        assert_eq!(check(&report, "rank 1").detail, "h pid 1: local exit 2");
+        assert_eq!(
+            check(&report, "rank 1").detail,
+            "h (10.0.0.9) pid 1: local exit 2"
+        );
     }
 }

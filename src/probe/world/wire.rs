@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The protocol this gpubake speaks. Raise it with any change to the messages.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// No message is larger: a report with every fact is well under a megabyte, and a peer that
 /// is not gpubake must not make us allocate what its first bytes claim.
@@ -33,12 +33,23 @@ pub enum Body {
         job: Option<String>,
         /// Its gpubake version, to name a mismatch.
         gpubake: String,
+        /// It has a GPU (and NCCL) to bring to the communicator across ranks.
+        #[serde(default)]
+        brings_gpu: bool,
     },
     /// Rank 0 to each rank once every rank has said hello (or the hello deadline passed):
-    /// the blob every rank needs, hex-encoded (later NCCL's unique id).
+    /// the blob every rank needs, hex-encoded (NCCL's unique id when there is a
+    /// communicator), and this rank's seat in it.
     Welcome {
         /// The bytes.
         blob: String,
+        /// Its seat in the communicator across ranks; None when it has none.
+        #[serde(default)]
+        seat: Option<super::nccl::Seat>,
+        /// The unique id of a second run under NCCL's defaults, hex, when the preset sets
+        /// variables to compare.
+        #[serde(default)]
+        second: Option<String>,
     },
     /// Rank 0 to a rank it will not count, with the reason.
     Refused {
@@ -202,6 +213,7 @@ mod tests {
             pid: 42,
             job: Some("7".into()),
             gpubake: "0.1.0".into(),
+            brings_gpu: true,
         };
         send(&mut a, &hello, soon()).unwrap();
         send(&mut a, &Body::Counted, soon()).unwrap();
@@ -228,14 +240,14 @@ mod tests {
         assert!(err.to_string().contains("not JSON"), "{err}");
 
         let (mut a, mut b) = pair();
-        let other = br#"{"version":2,"type":"counted"}"#;
+        let other = br#"{"version":1,"type":"counted"}"#;
         a.write_all(&(other.len() as u32).to_be_bytes()).unwrap();
         a.write_all(other).unwrap();
         let err = receive(&mut b, soon()).unwrap_err();
-        assert!(err.to_string().contains("protocol 2"), "{err}");
+        assert!(err.to_string().contains("protocol 1"), "{err}");
 
         let (mut a, mut b) = pair();
-        let unknown = br#"{"version":1,"type":"shout"}"#;
+        let unknown = br#"{"version":2,"type":"shout"}"#;
         a.write_all(&(unknown.len() as u32).to_be_bytes()).unwrap();
         a.write_all(unknown).unwrap();
         assert!(matches!(

@@ -1,0 +1,257 @@
+//! An image's filesystem as a runtime would see it, read out of its layers: one file
+//! (`read_file`), every path (`paths`), the Python distributions and NCCL libraries it installs
+//! (`contents`), and its glibc (`base_glibc`). Later layers replace earlier ones and whiteouts
+//! delete, as the image spec says.
+
+use super::model::{Image, LayerEntry};
+use crate::error::Result;
+use serde::Serialize;
+use std::io::Read;
+use std::ops::ControlFlow;
+
+/// Where the merged preset, with provenance, is stored in the image.
+pub const PRESET_PATH_IN_IMAGE: &str = "/etc/gpubake/preset.yaml";
+
+/// Files larger than this are not read out of layers.
+const MAX_FILE: u64 = 16 << 20;
+
+/// Reads `path` from the image's filesystem: the top-most layer that has it wins, and a
+/// whiteout above it means the file was deleted.
+pub fn read_file(image: &Image, path: &str) -> Result<Option<Vec<u8>>> {
+    let wanted = path.trim_start_matches('/');
+    let (dir, name) = wanted.rsplit_once('/').unwrap_or(("", wanted));
+    let whiteout = if dir.is_empty() {
+        format!(".wh.{name}")
+    } else {
+        format!("{dir}/.wh.{name}")
+    };
+    for layer in image.layers().iter().rev() {
+        // Some(None): deleted by a whiteout; Some(Some(bytes)): found.
+        let mut found: Option<Option<Vec<u8>>> = None;
+        layer.each_entry(|p, entry| {
+            if p == whiteout {
+                found = Some(None);
+                return Ok(ControlFlow::Break(()));
+            }
+            if p == wanted && entry.header().entry_type().is_file() {
+                let mut out = Vec::new();
+                entry.by_ref().take(MAX_FILE).read_to_end(&mut out)?;
+                found = Some(Some(out));
+                return Ok(ControlFlow::Break(()));
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if let Some(found) = found {
+            return Ok(found);
+        }
+    }
+    Ok(None)
+}
+
+/// Where glibc's `libc.so.6` lives in the distributions gpubake meets.
+const LIBC_PATHS: [&str; 5] = [
+    "lib/x86_64-linux-gnu/libc.so.6",
+    "usr/lib/x86_64-linux-gnu/libc.so.6",
+    "lib64/libc.so.6",
+    "usr/lib64/libc.so.6",
+    "lib/libc.so.6",
+];
+
+/// The glibc of an image, read from its own files: the version in `libc.so.6` ("release
+/// version 2.36", or the `libc-2.31.so` a link names on older releases), with the
+/// distribution's name from /etc/os-release. None when the image has no glibc.
+pub fn base_glibc(image: &Image) -> Result<Option<(crate::version::Version, String)>> {
+    let mut found: Option<String> = None;
+    let mut os: Option<String> = None;
+    each_entry(image, |path, entry| {
+        if LIBC_PATHS.contains(&path) {
+            let kind = entry.header().entry_type();
+            if kind.is_symlink() {
+                let target = entry.link_name()?.unwrap_or_default();
+                let name = target.file_name().map(|n| n.to_string_lossy().into_owned());
+                if let Some(v) = name
+                    .as_deref()
+                    .and_then(|n| n.strip_prefix("libc-"))
+                    .and_then(|n| n.strip_suffix(".so"))
+                {
+                    found = Some(v.to_string());
+                }
+            } else if kind.is_file() {
+                let mut bytes = Vec::new();
+                entry.by_ref().take(MAX_FILE).read_to_end(&mut bytes)?;
+                if let Some(v) = release_version(&bytes) {
+                    found = Some(v);
+                }
+            }
+        } else if path == "etc/os-release" || path == "usr/lib/os-release" {
+            let mut text = String::new();
+            entry.by_ref().take(1 << 16).read_to_string(&mut text)?;
+            os = text
+                .lines()
+                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+                .map(|v| v.trim_matches('"').to_string());
+        }
+        Ok(())
+    })?;
+    Ok(found.and_then(|v| v.parse().ok()).map(|v| {
+        let what = match os {
+            Some(os) => format!("glibc of {os}"),
+            None => "glibc".to_string(),
+        };
+        (v, what)
+    }))
+}
+
+/// The `X.Y` after glibc's "release version " in libc.so.6.
+fn release_version(bytes: &[u8]) -> Option<String> {
+    let at = memchr::memmem::find(bytes, b"release version ")? + "release version ".len();
+    let digits: String = bytes[at..]
+        .iter()
+        .take(16)
+        .map(|&b| b as char)
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let version = digits.trim_end_matches('.');
+    version.contains('.').then(|| version.to_string())
+}
+
+/// Visits every entry of every layer, base first, with its path (no `./`, no trailing `/`).
+fn each_entry(
+    image: &Image,
+    mut visit: impl FnMut(&str, &mut LayerEntry<'_>) -> std::io::Result<()>,
+) -> Result<()> {
+    for layer in image.layers() {
+        layer.each_entry(|path, entry| visit(path, entry).map(ControlFlow::Continue))?;
+    }
+    Ok(())
+}
+
+/// Every path in the image's filesystem after applying each layer's whiteouts, sorted.
+pub fn paths(image: &Image) -> Result<Vec<String>> {
+    let mut all = std::collections::BTreeSet::new();
+    each_entry(image, |p, _| {
+        let (dir, name) = p
+            .rsplit_once('/')
+            .map(|(d, n)| (format!("{d}/"), n))
+            .unwrap_or((String::new(), p));
+        if name == ".wh..wh..opq" {
+            all.retain(|q: &String| !q.starts_with(&dir) || *q == dir.trim_end_matches('/'));
+        } else if let Some(gone) = name.strip_prefix(".wh.") {
+            let gone = format!("{dir}{gone}");
+            all.retain(|q: &String| *q != gone && !q.starts_with(&format!("{gone}/")));
+        } else {
+            all.insert(p.to_string());
+        }
+        Ok(())
+    })?;
+    Ok(all.into_iter().collect())
+}
+
+/// What the layers install, read from the files themselves: every Python distribution by
+/// its `METADATA` and every `libnccl.so*` by the version string compiled into it.
+#[derive(Debug, Default, Serialize)]
+pub struct Contents {
+    /// Normalized distribution name -> (version as METADATA says, dist-info path).
+    pub dists: std::collections::BTreeMap<String, (String, String)>,
+    /// libnccl path -> the version it reports (`2.27.5`), when found.
+    pub nccl: std::collections::BTreeMap<String, Option<String>>,
+}
+
+/// Reads [`Contents`] out of every layer, later layers replacing earlier ones and whiteouts
+/// deleting, as a runtime would see the filesystem.
+pub fn contents(image: &Image) -> Result<Contents> {
+    let mut out = Contents::default();
+    each_entry(image, |path, entry| {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        if let Some(gone) = name.strip_prefix(".wh.") {
+            let gone = if dir.is_empty() {
+                gone.to_string()
+            } else {
+                format!("{dir}/{gone}")
+            };
+            out.dists.retain(|_, (_, p)| !p.starts_with(&gone));
+            out.nccl.retain(|p, _| !p.starts_with(&gone));
+            return Ok(());
+        }
+        if !entry.header().entry_type().is_file() {
+            return Ok(());
+        }
+        if name == "METADATA" && dir.ends_with(".dist-info") {
+            let mut text = String::new();
+            let _ = entry.by_ref().take(1 << 20).read_to_string(&mut text);
+            if let Some((dist, version)) = metadata_name_version(&text) {
+                out.dists
+                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
+            }
+        } else if name.starts_with("libnccl.so") {
+            out.nccl.insert(path.to_string(), nccl_version(entry)?);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// `Name` and `Version` of core metadata (the email-header part before the body).
+fn metadata_name_version(text: &str) -> Option<(String, String)> {
+    let mut name = None;
+    let mut version = None;
+    for line in text.lines() {
+        if line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.strip_prefix("Name:") {
+            name = Some(v.trim().to_string());
+        } else if let Some(v) = line.strip_prefix("Version:") {
+            version = Some(v.trim().to_string());
+        }
+    }
+    Some((name?, version?))
+}
+
+/// The `NCCL version X.Y.Z` string libnccl prints at init, found in the library's bytes.
+fn nccl_version(reader: &mut impl Read) -> std::io::Result<Option<String>> {
+    const NEEDLE: &[u8] = b"NCCL version ";
+    let finder = memchr::memmem::Finder::new(NEEDLE);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut keep = 0usize;
+    loop {
+        let n = reader.read(&mut buf[keep..])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let filled = keep + n;
+        if let Some(at) = finder.find(&buf[..filled]) {
+            let start = at + NEEDLE.len();
+            // The version follows within a few bytes; read on if the buffer ends first.
+            let mut tail = buf[start..filled].to_vec();
+            if tail.len() < 32 {
+                let mut more = vec![0u8; 32];
+                let m = reader.read(&mut more)?;
+                tail.extend_from_slice(&more[..m]);
+            }
+            let version: String = tail
+                .iter()
+                .take_while(|b| b.is_ascii_digit() || **b == b'.')
+                .map(|b| *b as char)
+                .collect();
+            std::io::copy(reader, &mut std::io::sink())?;
+            return Ok((!version.is_empty()).then_some(version.trim_end_matches('.').to_string()));
+        }
+        // Keep the last bytes in case the needle straddles two reads.
+        let carry = NEEDLE.len().min(filled);
+        buf.copy_within(filled - carry..filled, 0);
+        keep = carry;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_release_versions_are_read_from_libc() {
+        let text = b"xx GNU C Library (Debian GLIBC 2.36-9+deb12u4) stable release version 2.36.\n";
+        assert_eq!(release_version(text).as_deref(), Some("2.36"));
+        assert_eq!(release_version(b"nothing here"), None);
+    }
+}

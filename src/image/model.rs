@@ -1,0 +1,644 @@
+//! The one shape an image has in gpubake, whatever it was read from: an [`Image`] (the
+//! manifest as stored and as parsed, its digest, the config, the layers) and a [`Layer`]
+//! (digest, diff id, size, media type, and readers of its compressed and uncompressed bytes
+//! that check both digests). Every source (an OCI layout, a docker archive, an engine, a
+//! registry) produces an `Image` and every sink takes one; build, inspect, verify, certify and
+//! unpack read images only through these two types.
+//!
+//! The blobs of an image always sit in a [`Layout`]: the image's own layout, or a staging one
+//! that its source filled (an archive's members, a registry's downloads), kept for as long as
+//! the image is.
+
+use super::digest::{Digest, HashingReader, Tally, VerifyingReader};
+use super::layout::{Layout, MAX_JSON_BYTES, digest_of};
+use super::tarstream::{End, Padded};
+use crate::error::{Error, Result};
+use crate::interrupt::ScratchDir;
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::ops::ControlFlow;
+use std::path::{Component, Path, PathBuf};
+
+/// An operating system and CPU architecture, as image indexes name them (`linux/amd64`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Platform {
+    /// `linux`.
+    pub os: String,
+    /// `amd64`, `arm64`, ...
+    pub architecture: String,
+}
+
+impl Platform {
+    /// The platform this binary runs on, in Go's names (what image indexes use).
+    pub fn host() -> Self {
+        let architecture = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            "powerpc64" => "ppc64le",
+            other => other,
+        };
+        Platform {
+            os: "linux".into(),
+            architecture: architecture.into(),
+        }
+    }
+}
+
+impl std::str::FromStr for Platform {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        match text.split('/').collect::<Vec<_>>().as_slice() {
+            [os, arch] if !os.is_empty() && !arch.is_empty() => Ok(Platform {
+                os: os.to_string(),
+                architecture: arch.to_string(),
+            }),
+            _ => Err(Error::Usage(format!(
+                "--platform `{text}`: expected OS/ARCH, as in linux/amd64"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)
+    }
+}
+
+/// An image: its manifest and where its blobs are.
+pub struct Image {
+    store: Layout,
+    desc: Descriptor,
+    raw_manifest: Vec<u8>,
+    manifest: ImageManifest,
+    origin: Option<Origin>,
+    _staging: Option<ScratchDir>,
+}
+
+/// A registry repository that holds some of an image's blobs (the image was pulled from it,
+/// or built on a base that was), so a push to the same registry can mount them instead of
+/// uploading them again.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The registry's host (and port).
+    pub registry: String,
+    /// The repository.
+    pub repository: String,
+    /// The digests of the blobs it holds.
+    pub blobs: std::collections::HashSet<String>,
+}
+
+impl Image {
+    /// The image `desc` names in `store`; an index is descended into for `platform`.
+    /// `staging` is kept alive as long as the image: the directory its source filled.
+    pub fn in_layout(
+        store: Layout,
+        desc: &Descriptor,
+        platform: &Platform,
+        staging: Option<ScratchDir>,
+    ) -> Result<Image> {
+        let digest = digest_of(desc)?;
+        let bytes = store.read_blob(&digest, Some(desc.size()))?;
+        if *desc.media_type() == MediaType::ImageIndex
+            || desc.media_type().to_string()
+                == "application/vnd.docker.distribution.manifest.list.v2+json"
+        {
+            let index: ImageIndex = serde_json::from_slice(&bytes)
+                .map_err(|e| Error::image(store.describe(), format!("index {digest}: {e}")))?;
+            let pick = pick_platform(&index, platform)
+                .ok_or_else(|| {
+                    Error::image(
+                        store.describe(),
+                        format!("index {digest} has no {platform} image"),
+                    )
+                })?
+                .clone();
+            return Image::in_layout(store, &pick, platform, staging);
+        }
+        let manifest: ImageManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(store.describe(), format!("manifest {digest}: {e}")))?;
+        Ok(Image {
+            store,
+            desc: desc.clone(),
+            raw_manifest: bytes,
+            manifest,
+            origin: None,
+            _staging: staging,
+        })
+    }
+
+    /// The same image, known to have blobs in `origin`.
+    pub fn with_origin(mut self, origin: Option<Origin>) -> Image {
+        self.origin = origin;
+        self
+    }
+
+    /// The registry repository that holds some of its blobs, when known.
+    pub fn origin(&self) -> Option<&Origin> {
+        self.origin.as_ref()
+    }
+
+    /// The manifest's descriptor: its digest, size and media type.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.desc
+    }
+
+    /// The manifest's digest.
+    pub fn digest(&self) -> String {
+        self.desc.digest().to_string()
+    }
+
+    /// The manifest, parsed.
+    pub fn manifest(&self) -> &ImageManifest {
+        &self.manifest
+    }
+
+    /// The manifest exactly as stored: its digest is the image's.
+    pub fn raw_manifest(&self) -> &[u8] {
+        &self.raw_manifest
+    }
+
+    /// The layout holding the blobs.
+    pub fn store(&self) -> &Layout {
+        &self.store
+    }
+
+    /// Where the image was read from, for messages.
+    pub fn describe(&self) -> String {
+        self.store.describe()
+    }
+
+    /// The config blob, verified and capped in size as every manifest and config is.
+    pub fn config_bytes(&self) -> Result<Vec<u8>> {
+        let desc = self.manifest.config();
+        self.store.read_blob(&digest_of(desc)?, Some(desc.size()))
+    }
+
+    /// The config, parsed.
+    pub fn config(&self) -> Result<Value> {
+        let digest = digest_of(self.manifest.config())?;
+        serde_json::from_slice(&self.config_bytes()?)
+            .map_err(|e| Error::image(self.describe(), format!("config {digest}: {e}")))
+    }
+
+    /// The layers, base first, each with the diff id the config lists for it (None where the
+    /// config is unreadable or lists fewer).
+    pub fn layers(&self) -> Vec<Layer> {
+        let diff_ids = self
+            .config()
+            .map(|c| strings(&c["rootfs"]["diff_ids"]))
+            .unwrap_or_default();
+        self.manifest
+            .layers()
+            .iter()
+            .enumerate()
+            .map(|(i, desc)| Layer {
+                store: self.store.clone(),
+                desc: desc.clone(),
+                diff_id: diff_ids.get(i).cloned(),
+            })
+            .collect()
+    }
+
+    /// Copies the image's blobs and manifest into `store`, each verified on the way; blobs
+    /// already there are kept.
+    pub fn copy_to(&self, store: &Layout) -> Result<()> {
+        for desc in self.blobs() {
+            let digest = digest_of(desc)?;
+            if store.has_blob(&digest, desc.size()) {
+                continue;
+            }
+            let mut w = store.blob_writer()?;
+            std::io::copy(
+                &mut self.store.open_blob(&digest, Some(desc.size()))?,
+                &mut w,
+            )
+            .map_err(|e| Error::image(self.describe(), e.to_string()))?;
+            w.commit()?;
+        }
+        store.write_blob(&self.raw_manifest)?;
+        Ok(())
+    }
+
+    /// Every blob: the config, then the layers.
+    pub fn blobs(&self) -> impl Iterator<Item = &Descriptor> {
+        std::iter::once(self.manifest.config()).chain(self.manifest.layers())
+    }
+}
+
+/// The entry of an index for `platform`; an entry without a platform matches any.
+pub fn pick_platform<'a>(index: &'a ImageIndex, platform: &Platform) -> Option<&'a Descriptor> {
+    index.manifests().iter().find(|m| {
+        m.platform().as_ref().is_none_or(|p| {
+            p.os().to_string() == platform.os
+                && p.architecture().to_string() == platform.architecture
+        })
+    })
+}
+
+/// The strings of a JSON list (`Env`, `diff_ids`); empty when it is not one.
+pub fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One layer of an image.
+#[derive(Clone)]
+pub struct Layer {
+    store: Layout,
+    desc: Descriptor,
+    diff_id: Option<String>,
+}
+
+/// A layer's tar stream, as [`Layer::read_tar`] hands it out: decompressed, hashed for the
+/// diff id, and padded (see `tarstream`).
+pub type LayerTar<'a> = tar::Archive<Padded<HashingReader<Box<dyn Read + 'a>>>>;
+
+/// One entry of a layer, as [`Layer::each_entry`] visits it.
+pub type LayerEntry<'a> = tar::Entry<'a, Padded<Box<dyn Read>>>;
+
+impl Layer {
+    /// The layer's descriptor.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.desc
+    }
+
+    /// The compressed blob's digest.
+    pub fn digest(&self) -> Result<Digest> {
+        digest_of(&self.desc)
+    }
+
+    /// The compressed size.
+    pub fn size(&self) -> u64 {
+        self.desc.size()
+    }
+
+    /// The media type.
+    pub fn media_type(&self) -> &MediaType {
+        self.desc.media_type()
+    }
+
+    /// The uncompressed digest the config lists for this layer.
+    pub fn diff_id(&self) -> Option<&str> {
+        self.diff_id.as_deref()
+    }
+
+    /// The compressed bytes; reading fails at the end unless they match the digest and size.
+    pub fn compressed(&self) -> Result<VerifyingReader<BufReader<File>>> {
+        self.store.open_blob(&self.digest()?, Some(self.size()))
+    }
+
+    /// The tar stream, with a tally of the uncompressed bytes for the diff id.
+    pub fn uncompressed(&self) -> Result<(Box<dyn Read + '_>, Tally)> {
+        let digest = self.digest()?;
+        let reader = decompressor(self.media_type(), self.compressed()?)
+            .map_err(|e| Error::image(&digest, e.to_string()))?;
+        let (reader, tally) = HashingReader::new(reader);
+        Ok((Box::new(reader), tally))
+    }
+
+    /// True when the media type names a tar layer (plain, gzip or zstd).
+    pub fn is_tar(&self) -> bool {
+        let media = self.media_type().to_string();
+        // OCI's `tar`, `tar+gzip`, `tar+zstd`, and Docker's `rootfs.diff.tar.gzip`, the
+        // type of most images in registries.
+        ["tar", "tar+gzip", "tar+zstd", "tar.gzip"]
+            .iter()
+            .any(|s| media.ends_with(s))
+    }
+
+    /// Hands the layer's tar stream to `read`. With `whole`, the rest of the stream is read
+    /// after `read` returns and its uncompressed digest checked against the diff id, so the
+    /// blob digest and the diff id both cover everything. Errors name the layer.
+    pub fn read_tar<T>(
+        &self,
+        whole: bool,
+        read: impl FnOnce(&mut LayerTar<'_>, &End) -> std::io::Result<T>,
+    ) -> std::result::Result<T, String> {
+        let digest = self.digest().map_err(|e| e.to_string())?;
+        let raw = self.compressed().map_err(|e| e.to_string())?;
+        let reader = decompressor(self.media_type(), raw).map_err(|e| e.to_string())?;
+        let (reader, tally) = HashingReader::new(reader);
+        // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
+        let (reader, end) = Padded::new(reader);
+        let mut archive = tar::Archive::new(reader);
+        let out = read(&mut archive, &end).map_err(|e| format!("layer {digest}: {e}"))?;
+        if whole {
+            let mut rest = archive.into_inner();
+            std::io::copy(&mut rest, &mut std::io::sink())
+                .map_err(|e| format!("layer {digest}: {e}"))?;
+            let (got, _) = tally.finish();
+            let want = self.diff_id().unwrap_or("");
+            if got.as_str() != want {
+                return Err(format!(
+                    "layer {digest}: uncompressed content is {got}, but the config says {want}"
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Visits every entry with its path (no `./`, no trailing `/`) until `visit` breaks,
+    /// checking the stream's end but not the diff id (a visit may stop reading early). Errors
+    /// name the image and the layer.
+    pub fn each_entry(
+        &self,
+        mut visit: impl FnMut(&str, &mut LayerEntry<'_>) -> std::io::Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        let digest = self.digest()?;
+        let reader: Box<dyn Read> = decompressor(self.media_type(), self.compressed()?)
+            .map_err(|e| Error::image(&digest, e.to_string()))?;
+        let bad = |e: std::io::Error| {
+            Error::image(
+                format!("{}: layer {digest}", self.store.describe()),
+                e.to_string(),
+            )
+        };
+        let (reader, end) = Padded::new(reader);
+        let mut tar = tar::Archive::new(reader);
+        for entry in tar.entries().map_err(bad)? {
+            let mut entry = entry.map_err(bad)?;
+            end.saw(&entry);
+            let path = entry.path().map_err(bad)?.to_string_lossy().into_owned();
+            let path = path.trim_start_matches("./").trim_end_matches('/');
+            if visit(path, &mut entry).map_err(bad)?.is_break() {
+                break;
+            }
+        }
+        end.check().map_err(bad)
+    }
+
+    /// Reads the layer through: its digest, its uncompressed digest against the diff id, and
+    /// every entry's path and link target, none of which may leave the root.
+    pub fn scan(&self) -> std::result::Result<(), String> {
+        let digest = self.digest().map_err(|e| e.to_string())?;
+        // A blob whose media type names no layer is not read as one: its bytes could be
+        // anything, and a tar reader's complaint about them would hide the real problem.
+        if !self.is_tar() {
+            return Err(format!(
+                "layer {digest}: media type {} is not a layer",
+                self.media_type()
+            ));
+        }
+        let mut links = LayerLinks::default();
+        self.read_tar(true, |tar, end| {
+            for entry in tar.entries()? {
+                let entry = entry?;
+                end.saw(&entry);
+                check_entry(&entry).map_err(std::io::Error::other)?;
+                links.add(&entry).map_err(std::io::Error::other)?;
+            }
+            end.check()
+        })
+    }
+}
+
+/// A reader of a layer's tar stream, whatever its compression.
+pub fn decompressor<'a, R: Read + 'a>(
+    media_type: &MediaType,
+    raw: R,
+) -> std::io::Result<Box<dyn Read + 'a>> {
+    let text = media_type.to_string();
+    Ok(if text.ends_with("gzip") {
+        Box::new(flate2::read::MultiGzDecoder::new(raw))
+    } else if text.ends_with("zstd") {
+        Box::new(zstd::stream::read::Decoder::new(raw)?)
+    } else {
+        Box::new(raw)
+    })
+}
+
+/// Refuses entries that would land outside the root: absolute paths, `..`, hard links out of
+/// the tree, and relative symlinks that climb above `/`. Absolute symlink targets are fine:
+/// runtimes resolve them inside the root.
+fn check_entry<R: Read>(entry: &tar::Entry<R>) -> std::result::Result<(), String> {
+    let path = entry.path().map_err(|e| e.to_string())?;
+    let depth = depth_within(&path)
+        .ok_or_else(|| format!("entry `{}` escapes the root", path.display()))?;
+    let kind = entry.header().entry_type();
+    if let Some(target) = entry.link_name().map_err(|e| e.to_string())? {
+        if kind.is_hard_link() && depth_within(&target).is_none() {
+            return Err(format!(
+                "hard link `{}` -> `{}` escapes the root",
+                path.display(),
+                target.display()
+            ));
+        }
+        if kind.is_symlink() && !target.is_absolute() {
+            let mut level = depth as i64 - 1;
+            for c in target.components() {
+                match c {
+                    Component::ParentDir => level -= 1,
+                    Component::Normal(_) => level += 1,
+                    _ => {}
+                }
+                if level < 0 {
+                    return Err(format!(
+                        "symlink `{}` -> `{}` escapes the root",
+                        path.display(),
+                        target.display()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The symlinks a layer has made so far, so that a later entry of the same layer under one of
+/// them is seen for what it is: `esc -> /somewhere` then `esc/file` writes through the link.
+/// A runtime resolves such a path inside the root, but gpubake's own unpacker (`certify
+/// --runtime`) refuses a parent that resolves outside it, and verify and build refuse it too
+/// so that the three agree about which layers are sound. Links of lower layers are not seen:
+/// build does not read again the base layers a layout already holds.
+#[derive(Default)]
+struct LayerLinks(HashMap<PathBuf, PathBuf>);
+
+impl LayerLinks {
+    /// Follows the entry's parent through the links seen so far (relative ones stay inside
+    /// the root: `check_entry` refused the others), refuses one that goes through an
+    /// absolute link, and records the entry if it is a link itself.
+    fn add<R: Read>(&mut self, entry: &tar::Entry<R>) -> std::result::Result<(), String> {
+        let path = entry.path().map_err(|e| e.to_string())?;
+        let mut parts: Vec<PathBuf> = Vec::new();
+        let mut rest: VecDeque<PathBuf> = normal_parts(&path);
+        let name = rest.pop_back();
+        let mut hops = 0;
+        while let Some(part) = rest.pop_front() {
+            parts.push(part);
+            let here: PathBuf = parts.iter().collect();
+            let Some(target) = self.0.get(&here) else {
+                continue;
+            };
+            if target.is_absolute() {
+                return Err(format!(
+                    "entry `{}` lies under symlink `{}` -> `{}`: it would be written through \
+                     the link, which gpubake's unpacker refuses, so verify and build refuse it too",
+                    path.display(),
+                    here.display(),
+                    target.display()
+                ));
+            }
+            hops += 1;
+            if hops > 40 {
+                return Err(format!(
+                    "entry `{}`: too many levels of symlinks",
+                    path.display()
+                ));
+            }
+            // Replace the link by its target and walk the result again from the top.
+            parts.pop();
+            let mut resolved: VecDeque<PathBuf> =
+                normal_parts(&parts.iter().collect::<PathBuf>().join(target));
+            resolved.extend(rest.drain(..));
+            parts.clear();
+            rest = resolved;
+        }
+        let Some(name) = name else {
+            return Ok(());
+        };
+        let at: PathBuf = parts.iter().collect::<PathBuf>().join(name);
+        match entry.link_name().map_err(|e| e.to_string())? {
+            Some(target) if entry.header().entry_type().is_symlink() => {
+                self.0.insert(at, target.into_owned());
+            }
+            // Anything else at that path replaces a link made there before.
+            _ => {
+                self.0.remove(&at);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The normal components of a path inside the root, `..` applied (never above the root).
+fn normal_parts(path: &Path) -> VecDeque<PathBuf> {
+    let mut out = VecDeque::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => out.push_back(PathBuf::from(p)),
+            Component::ParentDir => {
+                out.pop_back();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The number of components of a relative path that stays inside the root; None otherwise.
+fn depth_within(path: &Path) -> Option<usize> {
+    let mut depth = 0usize;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => depth = depth.checked_sub(1)?,
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(depth)
+}
+
+/// Refuses metadata (a manifest, an index, a config) over the size registries accept.
+pub fn check_json_size(what: &str, len: u64) -> Result<()> {
+    if len > MAX_JSON_BYTES {
+        return Err(Error::image(
+            what,
+            format!("{len} bytes, more than the {MAX_JSON_BYTES} a manifest or config may have"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layout holding one uncompressed layer of `entries` (path, symlink target or None
+    /// for a file); returns the scan's verdict.
+    fn scan(entries: &[(&str, Option<&str>)]) -> std::result::Result<(), String> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, link) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_size(0);
+            match link {
+                Some(target) => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    b.append_link(&mut h, path, target).unwrap();
+                }
+                None => b.append_data(&mut h, path, std::io::empty()).unwrap(),
+            }
+        }
+        let bytes = b.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Layout::create(dir.path()).unwrap();
+        let (digest, size) = store.write_blob(&bytes).unwrap();
+        let desc = super::super::layout::descriptor(MediaType::ImageLayer, &digest, size);
+        Layer {
+            store,
+            desc,
+            diff_id: Some(digest.to_string()),
+        }
+        .scan()
+    }
+
+    #[test]
+    fn an_entry_written_through_an_absolute_link_of_its_layer_is_refused() {
+        let err = scan(&[("esc", Some("/tmp/outside")), ("esc/through", None)]).unwrap_err();
+        assert!(
+            err.contains("entry `esc/through` lies under symlink `esc` -> `/tmp/outside`"),
+            "{err}"
+        );
+        assert!(err.contains("unpacker refuses"), "{err}");
+        // Through a chain of relative links that ends in an absolute one.
+        let err = scan(&[
+            ("b", Some("/etc")),
+            ("d/", None),
+            ("d/a", Some("../b")),
+            ("d/a/passwd", None),
+        ])
+        .unwrap_err();
+        assert!(err.contains("symlink `b` -> `/etc`"), "{err}");
+        // Relative links that stay inside the root are followed, as the unpacker follows them.
+        scan(&[
+            ("usr/", None),
+            ("usr/lib/", None),
+            ("lib", Some("usr/lib")),
+            ("lib/x", None),
+        ])
+        .unwrap();
+        // A link replaced by a directory no longer counts.
+        scan(&[("esc", Some("/tmp")), ("esc/", None), ("esc/x", None)]).unwrap();
+        // Loops end.
+        let err = scan(&[("a", Some("b")), ("b", Some("a")), ("a/x", None)]).unwrap_err();
+        assert!(err.contains("too many levels"), "{err}");
+    }
+
+    #[test]
+    fn escaping_paths_are_found() {
+        assert_eq!(depth_within(Path::new("etc/passwd")), Some(2));
+        assert_eq!(depth_within(Path::new("../etc/passwd")), None);
+        assert_eq!(depth_within(Path::new("/etc/passwd")), None);
+        assert_eq!(depth_within(Path::new("a/../b")), Some(1));
+    }
+
+    #[test]
+    fn platforms_parse_and_the_host_is_linux() {
+        let p: Platform = "linux/arm64".parse().unwrap();
+        assert_eq!(p.architecture, "arm64");
+        assert!("linux".parse::<Platform>().is_err());
+        assert_eq!(Platform::host().os, "linux");
+    }
+}

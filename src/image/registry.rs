@@ -1,0 +1,1023 @@
+//! `docker://`: images pulled from and pushed to a registry over the OCI distribution API,
+//! through oci-client. Credentials come from where docker, podman and skopeo keep them
+//! (docker_credential: `config.json` with its credential helpers, then podman's `auth.json`).
+//!
+//! Pull: the manifest is read as the registry stores it (an index is descended into for the
+//! platform asked for), capped as every manifest and config is; each blob is downloaded into a
+//! layout, resumed with a Range request after a broken transfer, and verified whole.
+//! Push: the manifest goes up byte for byte (so its digest is the one the image has
+//! everywhere else); each blob is first asked for (HEAD), then mounted from another repository
+//! of the same registry where the image came from one, then uploaded as one stream read from
+//! its file. A failed upload starts the blob over from a reopened file, and after the uploads
+//! every blob is asked for once more, since some registries keep only part of an upload.
+//!
+//! oci-client is async; the async stays in this file, behind a runtime of its own.
+
+use super::digest::Digest;
+use super::layout::{Layout, MAX_JSON_BYTES, descriptor, digest_of};
+use super::model::{Image, Origin, Platform, pick_platform};
+use crate::error::{Error, Result};
+use crate::interrupt::ScratchDir;
+use futures_util::StreamExt;
+use oci_client::client::{
+    BlobResponse, Certificate, CertificateEncoding, ClientConfig, ClientProtocol,
+};
+use oci_client::errors::OciDistributionError;
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use oci_spec::image::{Descriptor, ImageIndex, MediaType};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How many times a blob transfer is tried before the push or pull gives up.
+const ATTEMPTS: u32 = 4;
+
+/// The manifest types gpubake reads.
+const MANIFEST_TYPES: [&str; 4] = [
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// How to reach registries: the options skopeo users know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// Check the registry's TLS certificate (`--tls-verify=false` turns it off).
+    pub tls_verify: bool,
+    /// A directory of extra CA certificates (`*.crt`, PEM), as skopeo's `--cert-dir`.
+    pub cert_dir: Option<PathBuf>,
+    /// A credentials file in docker's `config.json` format, read instead of the usual ones.
+    pub authfile: Option<PathBuf>,
+    /// The platform to pick from an index.
+    pub platform: Platform,
+    /// A layout where pulled blobs are kept between runs; a staging directory when None.
+    pub blob_cache: Option<PathBuf>,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Access {
+            tls_verify: true,
+            cert_dir: None,
+            authfile: None,
+            platform: Platform::host(),
+            blob_cache: None,
+        }
+    }
+}
+
+/// An image in a registry: `REGISTRY/NAME[:TAG][@DIGEST]`, and how to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// The reference as written after `docker://`.
+    pub reference: String,
+    /// How to reach the registry.
+    pub access: Access,
+}
+
+impl Remote {
+    fn parsed(&self) -> Result<Reference> {
+        self.reference.parse::<Reference>().map_err(|e| {
+            Error::Usage(format!(
+                "docker://{}: not an image reference ({e}); write docker://REGISTRY/NAME:TAG",
+                self.reference
+            ))
+        })
+    }
+}
+
+/// A client with its credentials for one registry.
+struct Session {
+    client: Client,
+    auth: RegistryAuth,
+    /// Where the credentials came from, for messages; None when there were none.
+    creds_from: Option<String>,
+    what: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Session {
+    fn open(remote: &Remote, reference: &Reference) -> Result<Session> {
+        // reqwest's rustls is built without a crypto provider of its own; ring is the one
+        // the rest of gpubake (ureq) uses. A second install is refused, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let registry = reference.resolve_registry().to_string();
+        let mut config = ClientConfig {
+            protocol: ClientProtocol::Https,
+            accept_invalid_certificates: !remote.access.tls_verify,
+            extra_root_certificates: certificates(&registry, remote.access.cert_dir.as_deref())?,
+            use_monolithic_push: true,
+            connect_timeout: Some(Duration::from_secs(30)),
+            read_timeout: Some(Duration::from_secs(300)),
+            ..ClientConfig::default()
+        };
+        let wanted = remote.access.platform.clone();
+        config.platform_resolver = Some(Box::new(move |entries| {
+            entries
+                .iter()
+                .find(|e| {
+                    e.platform.as_ref().is_some_and(|p| {
+                        p.os.to_string() == wanted.os
+                            && p.architecture.to_string() == wanted.architecture
+                    })
+                })
+                .map(|e| e.digest.clone())
+        }));
+        let (auth, creds_from) = credentials(&registry, remote.access.authfile.as_deref())?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Environment(format!("cannot start an async runtime: {e}")))?;
+        Ok(Session {
+            client: Client::new(config),
+            auth,
+            creds_from,
+            what: format!("docker://{}", remote.reference),
+            runtime,
+        })
+    }
+
+    /// Whether the repository has the blob (a HEAD request).
+    async fn has_blob(&self, reference: &Reference, digest: &Digest, doing: &str) -> Result<bool> {
+        self.client
+            .blob_exists(reference, digest.as_str())
+            .await
+            .map_err(|e| self.failed(doing, e))
+    }
+
+    /// The error for a failed request, saying what to do where there is something to do.
+    fn failed(&self, doing: &str, e: OciDistributionError) -> Error {
+        let text = e.to_string();
+        if is_unauthorized(&e) {
+            return match &self.creds_from {
+                None => Error::Environment(format!(
+                    "{}: the registry asks for credentials and none are configured for it \
+                     (looked in $DOCKER_CONFIG/config.json or ~/.docker/config.json, its \
+                     credential helpers, and podman's auth.json); log in with `docker login` \
+                     or `podman login`, or pass --authfile",
+                    self.what
+                )),
+                Some(from) => Error::Usage(format!(
+                    "{}: the registry refused the credentials from {from} while {doing} \
+                     (wrong user or password, or no {} access)",
+                    self.what,
+                    if doing.starts_with("push") {
+                        "push"
+                    } else {
+                        "pull"
+                    }
+                )),
+            };
+        }
+        let transport = match &e {
+            OciDistributionError::RequestError(r) => {
+                r.is_connect() || r.is_timeout() || r.is_request() || r.is_body()
+            }
+            OciDistributionError::IoError(_) => true,
+            _ => false,
+        };
+        let detail = chain(&e);
+        if detail.contains("certificate") {
+            return Error::Environment(format!(
+                "{}: the registry's TLS certificate is not trusted while {doing} ({detail}); \
+                 pass --cert-dir DIR holding its CA certificate as *.crt (or put it in \
+                 /etc/containers/certs.d/HOST:PORT/), or --tls-verify=false",
+                self.what
+            ));
+        }
+        if transport {
+            return Error::Environment(format!(
+                "{}: the registry did not answer while {doing}: {detail}",
+                self.what
+            ));
+        }
+        Error::image(
+            &self.what,
+            format!("{doing}: {text}{}", extra(&detail, &text)),
+        )
+    }
+}
+
+/// The error's sources, joined: reqwest hides the useful part (a refused certificate, a
+/// refused connection) a few levels down.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+fn extra(detail: &str, text: &str) -> String {
+    detail
+        .strip_prefix(text)
+        .map(str::to_string)
+        .unwrap_or_default()
+}
+
+/// True when the registry answered 401.
+fn is_unauthorized(e: &OciDistributionError) -> bool {
+    match e {
+        OciDistributionError::UnauthorizedError { .. } => true,
+        OciDistributionError::AuthenticationFailure(_) => true,
+        OciDistributionError::RequestError(r) => {
+            r.status() == Some(reqwest::StatusCode::UNAUTHORIZED)
+        }
+        OciDistributionError::ServerError { code, .. } => *code == 401,
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| format!("{:?}", e.code).eq_ignore_ascii_case("unauthorized")),
+        _ => false,
+    }
+}
+
+/// The extra CA certificates for `registry`: every `*.crt` in `cert_dir`, and in the
+/// per-registry directories docker and podman read (`/etc/docker/certs.d/HOST[:PORT]/`,
+/// `/etc/containers/certs.d/HOST[:PORT]/`).
+fn certificates(registry: &str, cert_dir: Option<&Path>) -> Result<Vec<Certificate>> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = cert_dir {
+        if !d.is_dir() {
+            return Err(Error::Usage(format!(
+                "--cert-dir {}: not a directory",
+                d.display()
+            )));
+        }
+        dirs.push(d.to_path_buf());
+    }
+    for base in ["/etc/docker/certs.d", "/etc/containers/certs.d"] {
+        dirs.push(Path::new(base).join(registry));
+    }
+    let mut certs = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "crt"))
+            .collect();
+        files.sort();
+        for file in files {
+            let data = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
+            if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+                return Err(Error::Usage(format!(
+                    "{}: not a PEM certificate",
+                    file.display()
+                )));
+            }
+            certs.push(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            });
+        }
+    }
+    Ok(certs)
+}
+
+/// The credentials for `registry` and where they came from: `authfile` when given, else
+/// docker's config (with its helpers), else podman's auth.json; anonymous when none has any.
+fn credentials(registry: &str, authfile: Option<&Path>) -> Result<(RegistryAuth, Option<String>)> {
+    use docker_credential::{CredentialRetrievalError as Lookup, DockerCredential};
+    let found = match authfile {
+        Some(path) => {
+            let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let got = docker_credential::get_credential_from_reader(file, registry);
+            match got {
+                Err(Lookup::NoCredentialConfigured) => {
+                    return Err(Error::Usage(format!(
+                        "--authfile {}: has no credentials for {registry}",
+                        path.display()
+                    )));
+                }
+                other => other.map(|c| (c, path.display().to_string())),
+            }
+        }
+        None => {
+            let docker = docker_config();
+            let from_docker = match &docker {
+                Some(path) if path.exists() => docker_credential::get_credential(registry)
+                    .map(|c| (c, path.display().to_string())),
+                _ => Err(Lookup::ConfigNotFound),
+            };
+            match from_docker {
+                Err(Lookup::NoCredentialConfigured | Lookup::ConfigNotFound) => {
+                    podman_credential(registry)
+                }
+                Err(Lookup::ConfigReadError) => {
+                    let path = docker.unwrap_or_default();
+                    return Err(Error::Usage(format!(
+                        "{}: unreadable as a docker config (JSON with `auths`)",
+                        path.display()
+                    )));
+                }
+                other => other,
+            }
+        }
+    };
+    match found {
+        Ok((DockerCredential::UsernamePassword(user, pass), from)) => {
+            Ok((RegistryAuth::Basic(user, pass), Some(from)))
+        }
+        Ok((DockerCredential::IdentityToken(_), from)) => Err(Error::Unsupported(format!(
+            "{from} holds an identity token for {registry}; gpubake logs in with a user and \
+             password (or a token used as the password)"
+        ))),
+        Err(Lookup::NoCredentialConfigured | Lookup::ConfigNotFound) => {
+            Ok((RegistryAuth::Anonymous, None))
+        }
+        Err(e) => Err(Error::Environment(format!(
+            "reading the credentials for {registry}: {e:?}"
+        ))),
+    }
+}
+
+/// Docker's config file: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
+fn docker_config() -> Option<PathBuf> {
+    match std::env::var_os("DOCKER_CONFIG") {
+        Some(dir) => Some(PathBuf::from(dir).join("config.json")),
+        None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker/config.json")),
+    }
+}
+
+/// Podman's login for `registry`, from `$REGISTRY_AUTH_FILE` or
+/// `$XDG_RUNTIME_DIR/containers/auth.json`; a file that is not there holds none.
+fn podman_credential(
+    registry: &str,
+) -> std::result::Result<
+    (docker_credential::DockerCredential, String),
+    docker_credential::CredentialRetrievalError,
+> {
+    use docker_credential::CredentialRetrievalError as Lookup;
+    let path = match std::env::var_os("REGISTRY_AUTH_FILE") {
+        Some(p) => PathBuf::from(p),
+        None => match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) => PathBuf::from(d).join("containers/auth.json"),
+            None => return Err(Lookup::ConfigNotFound),
+        },
+    };
+    if !path.exists() {
+        return Err(Lookup::ConfigNotFound);
+    }
+    docker_credential::get_podman_credential(registry).map(|c| (c, path.display().to_string()))
+}
+
+/// Refuses a manifest, index or config larger than registries accept.
+fn capped(what: &str, len: usize) -> Result<()> {
+    if len as u64 > MAX_JSON_BYTES {
+        return Err(Error::image(
+            what,
+            format!(
+                "{len} bytes, more than the {MAX_JSON_BYTES} a manifest or config may have; refusing it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The media type a manifest declares, or what its shape says.
+fn declared_type(bytes: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
+    match value["mediaType"].as_str() {
+        Some(t) => t.to_string(),
+        None if value["manifests"].is_array() => MediaType::ImageIndex.to_string(),
+        None => MediaType::ImageManifest.to_string(),
+    }
+}
+
+fn is_index(media_type: &str) -> bool {
+    media_type == MediaType::ImageIndex.to_string()
+        || media_type == "application/vnd.docker.distribution.manifest.list.v2+json"
+}
+
+/// Pulls the image into `into` (only the blobs it lacks) and returns it, read from there.
+/// `staging` is the directory `into` lives in when it is a temporary one.
+pub fn open(remote: &Remote, into: Layout, staging: Option<ScratchDir>) -> Result<Image> {
+    let reference = remote.parsed()?;
+    let session = Session::open(remote, &reference)?;
+    let desc = session
+        .runtime
+        .block_on(pull_async(&session, remote, &reference, &into))?;
+    let image = Image::in_layout(into, &desc, &remote.access.platform, staging)?;
+    let origin = Origin {
+        registry: reference.resolve_registry().to_string(),
+        repository: reference.repository().to_string(),
+        blobs: image.blobs().map(|d| d.digest().to_string()).collect(),
+    };
+    Ok(image.with_origin(Some(origin)))
+}
+
+async fn pull_async(
+    s: &Session,
+    remote: &Remote,
+    reference: &Reference,
+    into: &Layout,
+) -> Result<Descriptor> {
+    let (mut bytes, mut digest) = s
+        .client
+        .pull_manifest_raw(reference, &s.auth, &MANIFEST_TYPES)
+        .await
+        .map_err(|e| s.failed("reading the manifest", e))?;
+    capped(&s.what, bytes.len())?;
+    let mut media_type = declared_type(&bytes);
+    if is_index(&media_type) {
+        let index: ImageIndex = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(&s.what, format!("index {digest}: {e}")))?;
+        let platform = &remote.access.platform;
+        let pick = pick_platform(&index, platform).ok_or_else(|| {
+            Error::image(
+                &s.what,
+                format!("index {digest} has no {platform} image; pick one with --platform"),
+            )
+        })?;
+        let by_digest = reference.clone_with_digest(pick.digest().to_string());
+        (bytes, digest) = s
+            .client
+            .pull_manifest_raw(&by_digest, &s.auth, &MANIFEST_TYPES)
+            .await
+            .map_err(|e| s.failed("reading the platform's manifest", e))?;
+        capped(&s.what, bytes.len())?;
+        media_type = declared_type(&bytes);
+        if is_index(&media_type) {
+            return Err(Error::image(
+                &s.what,
+                format!("{digest} is an index inside an index; gpubake reads one level"),
+            ));
+        }
+    }
+    // oci-client checked the bytes against the digest the registry sent; check them against
+    // our own hash too, since that digest is what the image is known by from here on.
+    let ours = Digest::of(&bytes);
+    if ours.as_str() != digest {
+        return Err(Error::image(
+            &s.what,
+            format!("the manifest's bytes hash to {ours}, the registry says {digest}"),
+        ));
+    }
+    let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::image(&s.what, format!("manifest {digest}: {e}")))?;
+    let config = manifest.config();
+    if config.size() > MAX_JSON_BYTES {
+        return Err(Error::image(
+            &s.what,
+            format!(
+                "config {} is {} bytes, more than the {MAX_JSON_BYTES} a config may have; refusing it",
+                config.digest(),
+                config.size()
+            ),
+        ));
+    }
+    for desc in std::iter::once(config).chain(manifest.layers()) {
+        fetch_blob(s, reference, desc, into).await?;
+    }
+    into.write_blob(&bytes)?;
+    Ok(descriptor(
+        media_type.as_str().into(),
+        &ours,
+        bytes.len() as u64,
+    ))
+}
+
+/// Downloads one blob into `into` unless it is there, resuming a broken transfer where it
+/// stopped (when the registry honours Range) and verifying the whole blob at the end.
+async fn fetch_blob(
+    s: &Session,
+    reference: &Reference,
+    desc: &Descriptor,
+    into: &Layout,
+) -> Result<()> {
+    let digest = digest_of(desc)?;
+    if into.has_blob(&digest, desc.size()) {
+        return Ok(());
+    }
+    let wanted = OciDescriptor {
+        digest: digest.to_string(),
+        size: desc.size() as i64,
+        media_type: desc.media_type().to_string(),
+        ..OciDescriptor::default()
+    };
+    let mut writer = into.blob_writer()?;
+    let mut have: u64 = 0;
+    let mut last = String::new();
+    for attempt in 1..=ATTEMPTS {
+        if attempt > 1 {
+            tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+        }
+        let response = match s
+            .client
+            .pull_blob_stream_partial(reference, &wanted, have, None)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let e = s.failed(&format!("downloading blob {digest}"), e);
+                if !matches!(e, Error::Environment(_)) || is_missing_creds(&e) {
+                    return Err(e);
+                }
+                last = e.to_string();
+                continue;
+            }
+        };
+        let mut stream = match response {
+            BlobResponse::Partial(stream) => stream,
+            BlobResponse::Full(stream) => {
+                if have > 0 {
+                    // The registry ignored the Range: start the blob over.
+                    writer = into.blob_writer()?;
+                    have = 0;
+                }
+                stream
+            }
+        };
+        let mut broken = None;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    writer
+                        .write_all(&bytes)
+                        .map_err(|e| Error::io(into.root(), e))?;
+                    have += bytes.len() as u64;
+                    if have > desc.size() {
+                        return Err(Error::image(
+                            &s.what,
+                            format!(
+                                "blob {digest} is longer than the {} bytes its descriptor says",
+                                desc.size()
+                            ),
+                        ));
+                    }
+                }
+                Err(e) => {
+                    broken = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        match broken {
+            None if have == desc.size() => {
+                let (got, _) = writer.commit()?;
+                if got != digest {
+                    let _ = std::fs::remove_file(into.blob_path(&got));
+                    return Err(Error::image(
+                        &s.what,
+                        format!("blob {digest} arrived with content {got}"),
+                    ));
+                }
+                return Ok(());
+            }
+            None => {
+                last = format!("the transfer ended after {have} of {} bytes", desc.size());
+            }
+            Some(e) => last = e,
+        }
+    }
+    Err(Error::Environment(format!(
+        "{}: downloading blob {digest} failed {ATTEMPTS} times; last: {last}",
+        s.what
+    )))
+}
+
+fn is_missing_creds(e: &Error) -> bool {
+    e.to_string().contains("asks for credentials")
+}
+
+/// Pushes `image` to `remote` (by tag, `latest` when none is named) and returns the digest
+/// the registry now holds it under, which is the image's own.
+pub fn push(image: &Image, remote: &Remote) -> Result<String> {
+    let reference = remote.parsed()?;
+    if reference.digest().is_some() {
+        return Err(Error::Usage(format!(
+            "docker://{}: push to a tag, not a digest",
+            remote.reference
+        )));
+    }
+    let session = Session::open(remote, &reference)?;
+    session
+        .runtime
+        .block_on(push_async(&session, image, &reference))
+}
+
+async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result<String> {
+    s.client
+        .auth(reference, &s.auth, RegistryOperation::Push)
+        .await
+        .map_err(|e| s.failed("pushing: logging in", e))?;
+    let mount_from = image.origin().and_then(|o| {
+        (o.registry == reference.resolve_registry() && o.repository != reference.repository())
+            .then(|| Reference::with_tag(o.registry.clone(), o.repository.clone(), "latest".into()))
+            .map(|r| (r, &o.blobs))
+    });
+    let blobs: Vec<&Descriptor> = image.blobs().collect();
+    let (mut present, mut mounted, mut uploaded) = (0, 0, 0);
+    for desc in &blobs {
+        let digest = digest_of(desc)?;
+        if s.has_blob(reference, &digest, "pushing: asking for a blob")
+            .await?
+        {
+            present += 1;
+            continue;
+        }
+        if let Some((source, known)) = &mount_from
+            && known.contains(digest.as_str())
+            && s.client
+                .mount_blob(reference, source, digest.as_str())
+                .await
+                .is_ok()
+        {
+            mounted += 1;
+            continue;
+        }
+        upload(s, image, reference, desc, &digest).await?;
+        uploaded += 1;
+    }
+    eprintln!(
+        "{}: {uploaded} blobs uploaded, {mounted} mounted{}, {present} already there",
+        s.what,
+        match &mount_from {
+            Some((source, _)) if mounted > 0 => format!(" from {}", source.repository()),
+            _ => String::new(),
+        }
+    );
+    // Some registries keep only part of an upload and still answer 201: ask again.
+    for desc in &blobs {
+        let digest = digest_of(desc)?;
+        if !s
+            .has_blob(reference, &digest, "pushing: checking the uploaded blobs")
+            .await?
+        {
+            return Err(Error::Environment(format!(
+                "{}: the registry accepted blob {digest} but does not have it now",
+                s.what
+            )));
+        }
+    }
+    let media_type = image.descriptor().media_type().to_string();
+    let content_type = reqwest::header::HeaderValue::from_str(&media_type)
+        .map_err(|e| Error::image(&s.what, format!("media type {media_type}: {e}")))?;
+    s.client
+        .push_manifest_raw(reference, image.raw_manifest().to_vec(), content_type)
+        .await
+        .map_err(|e| s.failed("pushing the manifest", e))?;
+    Ok(image.digest())
+}
+
+/// Uploads one blob as a single stream from its file; each retry reopens the file and starts
+/// the blob over, since a stream half sent cannot be sent again.
+async fn upload(
+    s: &Session,
+    image: &Image,
+    reference: &Reference,
+    desc: &Descriptor,
+    digest: &Digest,
+) -> Result<()> {
+    let path = image.store().blob_path(digest);
+    let mut last = None;
+    for attempt in 1..=ATTEMPTS {
+        if attempt > 1 {
+            tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+        }
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| Error::io(&path, e))?;
+        let stream = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20)
+            .map(|chunk| chunk.map_err(OciDistributionError::from));
+        match s
+            .client
+            .push_blob_stream(reference, stream, digest.as_str(), Some(desc.size()))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                let e = s.failed(&format!("pushing blob {digest}"), e);
+                if !matches!(e, Error::Environment(_)) || is_missing_creds(&e) {
+                    return Err(e);
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.expect("at least one attempt"))
+}
+
+/// The artifact type of a gpubake certificate attached to an image.
+pub const CERTIFICATE_TYPE: &str = "application/vnd.gpubake.certificate.v1+json";
+
+/// The empty JSON object OCI 1.1 artifacts use as their config.
+const EMPTY_CONFIG: &[u8] = b"{}";
+const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
+
+/// An artifact that refers to an image (OCI 1.1 `subject`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Referrer {
+    /// The artifact manifest's digest.
+    pub digest: String,
+    /// Its `artifactType`.
+    pub artifact_type: String,
+    /// Its annotations.
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// Attaches `content` to the image `subject` (a manifest digest) in `remote`'s repository as
+/// an OCI 1.1 artifact of `artifact_type` whose `subject` is that manifest, and makes it
+/// findable: through the registry's referrers API when it answers, else by adding it to the
+/// `sha256-<hex>` tag's index (the referrers tag schema), creating that index when missing.
+/// Returns the artifact's digest.
+pub fn attach(
+    remote: &Remote,
+    subject: &str,
+    artifact_type: &str,
+    content: &[u8],
+    annotations: std::collections::BTreeMap<String, String>,
+) -> Result<String> {
+    let reference = remote.parsed()?;
+    let session = Session::open(remote, &reference)?;
+    session.runtime.block_on(attach_async(
+        &session,
+        &reference,
+        subject,
+        artifact_type,
+        content,
+        annotations,
+    ))
+}
+
+async fn attach_async(
+    s: &Session,
+    reference: &Reference,
+    subject: &str,
+    artifact_type: &str,
+    content: &[u8],
+    annotations: std::collections::BTreeMap<String, String>,
+) -> Result<String> {
+    s.client
+        .auth(reference, &s.auth, RegistryOperation::Push)
+        .await
+        .map_err(|e| s.failed("attaching: logging in", e))?;
+    let subject_ref = reference.clone_with_digest(subject.to_string());
+    let (subject_bytes, _) = s
+        .client
+        .pull_manifest_raw(&subject_ref, &s.auth, &MANIFEST_TYPES)
+        .await
+        .map_err(|e| s.failed("attaching: reading the image's manifest", e))?;
+    let content_digest = Digest::of(content);
+    for (bytes, digest) in [
+        (EMPTY_CONFIG, Digest::of(EMPTY_CONFIG)),
+        (content, content_digest.clone()),
+    ] {
+        if !s
+            .has_blob(reference, &digest, "attaching: asking for a blob")
+            .await?
+        {
+            s.client
+                .push_blob(reference, bytes.to_vec(), digest.as_str())
+                .await
+                .map_err(|e| s.failed("attaching: uploading a blob", e))?;
+        }
+    }
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MediaType::ImageManifest.to_string(),
+        "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_CONFIG_TYPE, "digest": Digest::of(EMPTY_CONFIG).as_str(), "size": EMPTY_CONFIG.len()},
+        "layers": [{"mediaType": artifact_type, "digest": content_digest.as_str(), "size": content.len()}],
+        "subject": {"mediaType": declared_type(&subject_bytes), "digest": subject, "size": subject_bytes.len()},
+        "annotations": annotations,
+    });
+    let bytes = super::layout::canonical_json(&manifest);
+    let digest = Digest::of(&bytes);
+    let content_type =
+        reqwest::header::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json");
+    s.client
+        .push_manifest_raw(
+            &reference.clone_with_digest(digest.to_string()),
+            bytes.clone(),
+            content_type,
+        )
+        .await
+        .map_err(|e| s.failed("attaching: pushing the artifact's manifest", e))?;
+    if referrers_async(s, reference, subject)
+        .await?
+        .iter()
+        .any(|r| r.digest == digest.as_str())
+    {
+        // The registry's referrers API lists it already.
+        return Ok(digest.to_string());
+    }
+    // The referrers tag schema: the index under tag `sha256-<hex>` lists the artifact.
+    let tag = reference_tag(reference, subject);
+    let mut index: serde_json::Value = match s
+        .client
+        .pull_manifest_raw(&tag, &s.auth, &MANIFEST_TYPES)
+        .await
+    {
+        Ok((bytes, _)) => {
+            capped(&s.what, bytes.len())?;
+            let value: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| Error::image(&s.what, format!("referrers index {subject}: {e}")))?;
+            if !value["manifests"].is_array() {
+                return Err(Error::image(
+                    &s.what,
+                    format!(
+                        "tag {} holds something other than a referrers index",
+                        tag.tag().unwrap_or("")
+                    ),
+                ));
+            }
+            value
+        }
+        Err(e) if is_not_found(&e) => serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MediaType::ImageIndex.to_string(),
+            "manifests": [],
+        }),
+        Err(e) => return Err(s.failed("attaching: reading the referrers index", e)),
+    };
+    let listed = index["manifests"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|d| d["digest"] == digest.as_str()));
+    if !listed {
+        index["manifests"]
+            .as_array_mut()
+            .expect("checked to be a list")
+            .push(serde_json::json!({
+                "mediaType": MediaType::ImageManifest.to_string(),
+                "digest": digest.as_str(),
+                "size": bytes.len(),
+                "artifactType": artifact_type,
+                "annotations": manifest["annotations"],
+            }));
+        let content_type =
+            reqwest::header::HeaderValue::from_static("application/vnd.oci.image.index.v1+json");
+        s.client
+            .push_manifest_raw(&tag, super::layout::canonical_json(&index), content_type)
+            .await
+            .map_err(|e| s.failed("attaching: writing the referrers index", e))?;
+    }
+    Ok(digest.to_string())
+}
+
+/// `REGISTRY/NAME:sha256-<hex>`, the tag the referrers tag schema keeps an image's
+/// referrers under.
+fn reference_tag(reference: &Reference, subject: &str) -> Reference {
+    let tag: String = subject.replacen(':', "-", 1).chars().take(128).collect();
+    Reference::with_tag(
+        reference.registry().to_string(),
+        reference.repository().to_string(),
+        tag,
+    )
+}
+
+fn is_not_found(e: &OciDistributionError) -> bool {
+    match e {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            let code = format!("{:?}", e.code).to_ascii_lowercase();
+            code.contains("unknown") || code.contains("notfound")
+        }),
+        OciDistributionError::RequestError(r) => r.status() == Some(reqwest::StatusCode::NOT_FOUND),
+        _ => false,
+    }
+}
+
+/// The artifacts that refer to the manifest `subject` in `remote`'s repository, each with
+/// its artifact type read from its own manifest.
+pub fn referrers(remote: &Remote, subject: &str) -> Result<Vec<Referrer>> {
+    let reference = remote.parsed()?;
+    let session = Session::open(remote, &reference)?;
+    session
+        .runtime
+        .block_on(referrers_async(&session, &reference, subject))
+}
+
+async fn referrers_async(
+    s: &Session,
+    reference: &Reference,
+    subject: &str,
+) -> Result<Vec<Referrer>> {
+    let subject_ref = reference.clone_with_digest(subject.to_string());
+    // pull_referrers takes no credentials of its own: it uses those stored for the registry.
+    s.client
+        .store_auth_if_needed(reference.resolve_registry(), &s.auth)
+        .await;
+    // The referrers API, or (on a 404) the tag schema's index, as the spec orders.
+    let index = s
+        .client
+        .pull_referrers(&subject_ref, None)
+        .await
+        .map_err(|e| s.failed("listing the image's referrers", e))?;
+    let mut out = Vec::new();
+    for entry in index.manifests {
+        let (bytes, _) = s
+            .client
+            .pull_manifest_raw(
+                &reference.clone_with_digest(entry.digest.clone()),
+                &s.auth,
+                &MANIFEST_TYPES,
+            )
+            .await
+            .map_err(|e| s.failed("reading a referrer", e))?;
+        capped(&s.what, bytes.len())?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        // A referrer must name this image as its subject; an index may be stale or forged.
+        if value["subject"]["digest"] != subject {
+            continue;
+        }
+        out.push(Referrer {
+            digest: entry.digest,
+            artifact_type: value["artifactType"]
+                .as_str()
+                .or(value["config"]["mediaType"].as_str())
+                .unwrap_or("")
+                .to_string(),
+            annotations: serde_json::from_value(value["annotations"].clone()).unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+/// The content (the first layer) of the artifact `digest`, verified and capped at 4 MiB.
+pub fn artifact_content(remote: &Remote, digest: &str) -> Result<Vec<u8>> {
+    let reference = remote.parsed()?;
+    let s = Session::open(remote, &reference)?;
+    s.runtime.block_on(async {
+        let by_digest = reference.clone_with_digest(digest.to_string());
+        let (bytes, _) = s
+            .client
+            .pull_manifest_raw(&by_digest, &s.auth, &MANIFEST_TYPES)
+            .await
+            .map_err(|e| s.failed("reading an artifact", e))?;
+        capped(&s.what, bytes.len())?;
+        let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(&s.what, format!("artifact {digest}: {e}")))?;
+        let layer = manifest
+            .layers()
+            .first()
+            .ok_or_else(|| Error::image(&s.what, format!("artifact {digest} has no content")))?;
+        if layer.size() > MAX_JSON_BYTES {
+            return Err(Error::image(
+                &s.what,
+                format!("artifact {digest} is over 4 MiB"),
+            ));
+        }
+        let wanted = OciDescriptor {
+            digest: layer.digest().to_string(),
+            size: layer.size() as i64,
+            media_type: layer.media_type().to_string(),
+            ..OciDescriptor::default()
+        };
+        let mut out = Vec::new();
+        s.client
+            .pull_blob(&reference, &wanted, &mut out)
+            .await
+            .map_err(|e| s.failed("reading an artifact's content", e))?;
+        Ok(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_say_what_they_are() {
+        assert!(is_index(&declared_type(
+            br#"{"schemaVersion":2,"manifests":[]}"#
+        )));
+        assert!(is_index(&declared_type(
+            br#"{"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json"}"#
+        )));
+        assert!(!is_index(&declared_type(
+            br#"{"schemaVersion":2,"layers":[]}"#
+        )));
+    }
+
+    #[test]
+    fn metadata_over_4_mib_from_a_registry_is_refused() {
+        assert!(capped("x", 4 << 20).is_ok());
+        let err = capped("x", (4 << 20) + 1).unwrap_err().to_string();
+        assert!(err.contains("more than the 4194304"), "{err}");
+    }
+
+    #[test]
+    fn a_cert_dir_must_hold_pem_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "not a certificate").unwrap();
+        let err = certificates("127.0.0.1:1", Some(dir.path()))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("not a PEM certificate"), "{err}");
+        assert!(certificates("127.0.0.1:1", Some(&dir.path().join("none"))).is_err());
+    }
+}

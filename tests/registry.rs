@@ -1,0 +1,776 @@
+//! `docker://` against a real registry: Debian's docker-registry (distribution 2.8) on a free
+//! 127.0.0.1 port, with htpasswd (bcrypt) logins and a self-signed TLS certificate, started by
+//! each test and killed at its end. skopeo reads what gpubake pushes.
+
+mod common;
+
+use common::{assert_exit, from_base, run, stderr, stdout, write};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const USER: &str = "baker";
+const PASSWORD: &str = "s3cret-pass";
+
+/// A registry of this test's own: its directory holds the config, the certificate, the
+/// htpasswd file, the stored images, a docker `config.json` with the right login (`auth/`),
+/// one with a wrong password (`wrong/`) and one with none (`none/`).
+struct Registry {
+    dir: tempfile::TempDir,
+    addr: String,
+    child: Option<Child>,
+}
+
+impl Registry {
+    /// Starts one; None (with the reason printed) where a tool is missing outside CI.
+    fn start() -> Option<Registry> {
+        if !common::tools()
+            || !common::have("docker-registry", "--version")
+            || !common::have("openssl", "version")
+            || !makes_htpasswd()
+        {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        run(Command::new("openssl").args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-addext",
+            // rustls (webpki) refuses a CA certificate as the server's own.
+            "basicConstraints=critical,CA:FALSE",
+            "-keyout",
+            &d.join("key.pem").display().to_string(),
+            "-out",
+            &d.join("cert.pem").display().to_string(),
+        ]));
+        std::fs::create_dir(d.join("certs")).unwrap();
+        std::fs::copy(d.join("cert.pem"), d.join("certs/ca.crt")).unwrap();
+        let htpasswd = run(Command::new("htpasswd").args(["-nbB", USER, PASSWORD]));
+        std::fs::write(d.join("htpasswd"), htpasswd).unwrap();
+        std::fs::write(
+            d.join("config.yml"),
+            format!(
+                "version: 0.1\n\
+                 log: {{level: warn}}\n\
+                 storage:\n  filesystem: {{rootdirectory: {data}}}\n  delete: {{enabled: true}}\n\
+                 http:\n  addr: {addr}\n  secret: gpubake-test\n  \
+                 tls: {{certificate: {dir}/cert.pem, key: {dir}/key.pem}}\n\
+                 auth:\n  htpasswd: {{realm: gpubake-test, path: {dir}/htpasswd}}\n",
+                data = d.join("data").display(),
+                dir = d.display(),
+            ),
+        )
+        .unwrap();
+        for (name, password) in [("auth", PASSWORD), ("wrong", "not-the-password")] {
+            let login = base64_encode(format!("{USER}:{password}").as_bytes());
+            write(
+                d,
+                &format!("{name}/config.json"),
+                &format!(r#"{{"auths": {{"{addr}": {{"auth": "{login}"}}}}}}"#),
+            );
+        }
+        std::fs::create_dir(d.join("none")).unwrap();
+        let mut registry = Registry {
+            dir,
+            addr,
+            child: None,
+        };
+        registry.serve();
+        Some(registry)
+    }
+
+    /// Starts (or restarts) the registry process and waits until it answers.
+    fn serve(&mut self) {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("registry.log"))
+            .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(self.dir.path().join("config.yml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("docker-registry starts");
+        self.child = Some(child);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(&self.addr).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the registry did not listen on {}: {}",
+                self.addr,
+                std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the registry process (SIGKILL), as a crash would.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `docker://ADDR/NAME`.
+    fn image(&self, name: &str) -> String {
+        format!("docker://{}/{name}", self.addr)
+    }
+
+    fn certs(&self) -> String {
+        self.dir.path().join("certs").display().to_string()
+    }
+
+    /// Runs gpubake with the docker config `which` (`auth`, `wrong` or `none`) and no other
+    /// credentials in reach.
+    fn gpubake(&self, which: &str, args: &[&str]) -> Output {
+        let empty = self.dir.path().join("none");
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(args)
+            .current_dir(common::root())
+            .env("DOCKER_CONFIG", self.dir.path().join(which))
+            .env("XDG_RUNTIME_DIR", &empty)
+            .env_remove("REGISTRY_AUTH_FILE")
+            .env_remove("GPUBAKE_PRESET_PATH")
+            .output()
+            .expect("the gpubake binary runs")
+    }
+
+    /// `gpubake copy SRC DEST`, trusting the registry's certificate.
+    fn copy(&self, which: &str, src: &str, dest: &str) -> Output {
+        self.gpubake(which, &["copy", src, dest, "--cert-dir", &self.certs()])
+    }
+
+    /// The manifest digest skopeo reads for `name`.
+    fn skopeo_digest(&self, name: &str) -> String {
+        let out = run(Command::new("skopeo").args([
+            "inspect",
+            "--cert-dir",
+            &self.certs(),
+            "--creds",
+            &format!("{USER}:{PASSWORD}"),
+            &self.image(name),
+        ]));
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["Digest"].as_str().unwrap().to_string()
+    }
+
+    /// Bytes of blob uploads the registry has received and not finished.
+    fn uploading(&self) -> u64 {
+        walkdir::WalkDir::new(self.dir.path().join("data"))
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                e.file_name() == "data"
+                    && e.path().components().any(|c| c.as_os_str() == "_uploads")
+            })
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// True when apache2-utils' htpasswd makes bcrypt lines; in CI its absence fails the test.
+fn makes_htpasswd() -> bool {
+    let ok = Command::new("htpasswd")
+        .args(["-nbB", "a", "b"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs htpasswd; it must run"
+        );
+        eprintln!("skipped: htpasswd is not available");
+    }
+    ok
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn recipe_in(dir: &Path, extra: &str) -> String {
+    write(
+        dir,
+        "recipe.yaml",
+        &format!("name: regtest\nbase: ubuntu:24.04\npytorch: '2.9'\npresets: [base]\n{extra}"),
+    )
+}
+
+/// The digest the image tagged `tag` has in the OCI layout `dir`.
+fn layout_digest(dir: &Path, tag: &str) -> String {
+    let out = run(Command::new("skopeo")
+        .arg("inspect")
+        .arg(format!("oci:{}:{tag}", dir.display())));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["Digest"].as_str().unwrap().to_string()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", stdout(out), stderr(out)))
+}
+
+#[test]
+fn a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    let base = from_base();
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &base,
+            "--to",
+            &format!("oci:{}:v1", layout.display()),
+        ],
+    );
+    assert_exit(&out, 0);
+    let target = reg.image("gpubake/app:v1");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &base,
+            "--to",
+            &target,
+            "--cert-dir",
+            &reg.certs(),
+            "--json",
+        ],
+    );
+    assert_exit(&out, 0);
+    let report = json_of(&out);
+    let want = layout_digest(&layout, "v1");
+    assert_eq!(report["manifest"].as_str(), Some(want.as_str()), "{report}");
+    assert_eq!(reg.skopeo_digest("gpubake/app:v1"), want);
+
+    // Read back: inspect shows the same digest, and verify re-hashes every blob.
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+    let out = reg.gpubake("auth", &["verify", &target, "--tls-verify=false"]);
+    assert_exit(&out, 0);
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "certify",
+            &target,
+            "--gpus",
+            "none",
+            "--cert-dir",
+            &reg.certs(),
+        ],
+    );
+    assert_exit(&out, 0);
+}
+
+#[test]
+fn a_registry_image_serves_as_the_base() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let base = from_base();
+    let remote_base = reg.image("library/busybox-base:1");
+    assert_exit(&reg.copy("auth", &base, &remote_base), 0);
+    let recipe = recipe_in(dir.path(), "");
+    let mut digests = Vec::new();
+    for (name, from) in [("local", base.as_str()), ("pulled", remote_base.as_str())] {
+        let out = reg.gpubake(
+            "auth",
+            &[
+                "build",
+                "--without-python",
+                &recipe,
+                "--from",
+                from,
+                "--to",
+                &format!("oci:{}:v1", dir.path().join(name).display()),
+                "--cert-dir",
+                &reg.certs(),
+                "--json",
+            ],
+        );
+        assert_exit(&out, 0);
+        digests.push(json_of(&out)["manifest"].as_str().unwrap().to_string());
+    }
+    // The same base, read from a layout or pulled, gives the same image.
+    assert_eq!(digests[0], digests[1]);
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &[
+                "verify",
+                &format!("oci:{}:v1", dir.path().join("pulled").display()),
+            ],
+        ),
+        0,
+    );
+}
+
+#[test]
+fn copy_round_trips_through_a_registry() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let base = from_base();
+    let remote = reg.image("copies/base:rt");
+    let back = format!("oci:{}:rt", dir.path().join("back").display());
+    let out = reg.copy("auth", &base, &remote);
+    assert_exit(&out, 0);
+    let out = reg.copy("auth", &remote, &back);
+    assert_exit(&out, 0);
+    let want = layout_digest(&common::base(), "latest");
+    assert_eq!(reg.skopeo_digest("copies/base:rt"), want);
+    assert_eq!(layout_digest(&dir.path().join("back"), "rt"), want);
+    assert_exit(&reg.gpubake("auth", &["verify", &back]), 0);
+    // Within one registry a copy mounts the blobs rather than uploading them again.
+    let out = reg.copy("auth", &remote, &reg.image("copies/again:rt"));
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("0 blobs uploaded")
+            && stderr(&out).contains("mounted from copies/base"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(reg.skopeo_digest("copies/again:rt"), want);
+    // And to a docker archive that skopeo reads.
+    let archive = dir.path().join("rt.tar");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "copy",
+            &remote,
+            &format!("docker-archive:{}", archive.display()),
+            "--cert-dir",
+            &reg.certs(),
+        ],
+    );
+    assert_exit(&out, 0);
+    run(Command::new("skopeo")
+        .arg("inspect")
+        .arg(format!("docker-archive:{}", archive.display())));
+}
+
+#[test]
+fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
+    let Some(reg) = Registry::start() else { return };
+    let base = from_base();
+    let target = reg.image("denied/base:1");
+    let certs = reg.certs();
+
+    let out = reg.gpubake("wrong", &["copy", &base, &target, "--cert-dir", &certs]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("refused the credentials"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("config.json"), "{}", stderr(&out));
+
+    let out = reg.gpubake("none", &["copy", &base, &target, "--cert-dir", &certs]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("asks for credentials"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("docker login"), "{}", stderr(&out));
+
+    let out = reg.gpubake("none", &["inspect", &target, "--cert-dir", &certs]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("asks for credentials"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The self-signed certificate without --cert-dir is refused, saying what to pass.
+    let out = reg.gpubake("auth", &["copy", &base, &target]);
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--cert-dir"), "{}", stderr(&out));
+
+    // An --authfile replaces the usual places.
+    let out = reg.gpubake(
+        "none",
+        &[
+            "copy",
+            &base,
+            &target,
+            "--cert-dir",
+            &certs,
+            "--authfile",
+            &reg.dir
+                .path()
+                .join("auth/config.json")
+                .display()
+                .to_string(),
+        ],
+    );
+    assert_exit(&out, 0);
+}
+
+#[test]
+fn a_registry_killed_mid_upload_leaves_a_push_that_a_retry_completes() {
+    let Some(mut reg) = Registry::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // A layer large enough to be caught mid-upload: 192 MiB that gzip cannot shrink.
+    let data = dir.path().join("big");
+    std::fs::create_dir(&data).unwrap();
+    common::noise(&data.join("noise.bin"), 192, 0x2545f4914f6cdd1d);
+    let recipe = recipe_in(dir.path(), "files:\n  - {src: big, dest: /data}\n");
+    let layout = dir.path().join("out");
+    let local = format!("oci:{}:v1", layout.display());
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &[
+                "build",
+                "--without-python",
+                &recipe,
+                "--from",
+                &from_base(),
+                "--to",
+                &local,
+            ],
+        ),
+        0,
+    );
+    let target = reg.image("big/app:v1");
+    let mut push = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["copy", &local, &target, "--cert-dir", &reg.certs()])
+        .env("DOCKER_CONFIG", reg.dir.path().join("auth"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while reg.uploading() < 16 << 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no upload was seen"
+        );
+        assert!(
+            push.try_wait().unwrap().is_none(),
+            "the push ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    reg.kill();
+    let out = push.wait_with_output().unwrap();
+    // Retries could not reach a dead registry: the push fails as the environment's fault,
+    // and leaves no tag behind.
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("did not answer"), "{}", stderr(&out));
+    reg.serve();
+    let out = Command::new("skopeo")
+        .args(["inspect", "--cert-dir", &reg.certs()])
+        .args(["--creds", &format!("{USER}:{PASSWORD}"), &target])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the tag exists after a failed push");
+    // The same push again completes, and the registry holds the image gpubake built.
+    let out = reg.copy("auth", &local, &target);
+    assert_exit(&out, 0);
+    assert_eq!(
+        reg.skopeo_digest("big/app:v1"),
+        layout_digest(&layout, "v1")
+    );
+    let back: PathBuf = dir.path().join("back");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "copy",
+            &target,
+            &format!("oci:{}:v1", back.display()),
+            "--cert-dir",
+            &reg.certs(),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_exit(
+        &reg.gpubake("auth", &["verify", &format!("oci:{}:v1", back.display())]),
+        0,
+    );
+}
+
+#[test]
+fn an_index_is_read_for_the_platform_asked_for() {
+    use gpubake::image::layout::{Layout, REF_NAME, digest_of};
+    use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The busybox base as linux/amd64, and the same layers under an arm64 config: two
+    // manifests in one index, pushed with skopeo.
+    let multi = dir.path().join("multi");
+    run(Command::new("cp").arg("-r").arg(common::base()).arg(&multi));
+    let layout = Layout::open(&multi).unwrap();
+    let amd = layout.find(Some("latest")).unwrap();
+    let manifest: ImageManifest =
+        serde_json::from_slice(&layout.read_blob(&digest_of(&amd).unwrap(), None).unwrap())
+            .unwrap();
+    let mut config: Value = serde_json::from_slice(
+        &layout
+            .read_blob(&digest_of(manifest.config()).unwrap(), None)
+            .unwrap(),
+    )
+    .unwrap();
+    config["architecture"] = Value::from("arm64");
+    let mut arm_manifest = manifest.clone();
+    arm_manifest.set_config(layout.write_json(&config, MediaType::ImageConfig).unwrap());
+    let arm = layout
+        .write_json(&arm_manifest, MediaType::ImageManifest)
+        .unwrap();
+    let entry = |desc: &oci_spec::image::Descriptor, arch: &str| {
+        let mut d = oci_spec::image::Descriptor::new(
+            MediaType::ImageManifest,
+            desc.size(),
+            desc.digest().clone(),
+        );
+        d.set_platform(Some(
+            oci_spec::image::PlatformBuilder::default()
+                .os(oci_spec::image::Os::Linux)
+                .architecture(oci_spec::image::Arch::from(arch))
+                .build()
+                .unwrap(),
+        ));
+        d
+    };
+    let index: ImageIndex = oci_spec::image::ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![entry(&amd, "amd64"), entry(&arm, "arm64")])
+        .build()
+        .unwrap();
+    let mut index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
+    index_desc.set_annotations(Some(std::collections::HashMap::from([(
+        REF_NAME.to_string(),
+        "multi".to_string(),
+    )])));
+    let mut top = layout.index().unwrap();
+    top.set_manifests(vec![index_desc]);
+    layout.write_index(&top).unwrap();
+    let remote = reg.image("multi/base:1");
+    run(Command::new("skopeo")
+        .args(["copy", "--all", "--dest-cert-dir", &reg.certs()])
+        .args(["--dest-creds", &format!("{USER}:{PASSWORD}")])
+        .arg(format!("oci:{}:multi", multi.display()))
+        .arg(&remote));
+
+    for (platform, want) in [(None, &amd), (Some("linux/arm64"), &arm)] {
+        let to = dir
+            .path()
+            .join(platform.unwrap_or("host").replace('/', "-"));
+        let mut args = vec![
+            "copy".to_string(),
+            remote.clone(),
+            format!("oci:{}:v1", to.display()),
+            "--cert-dir".into(),
+            reg.certs(),
+        ];
+        if let Some(p) = platform {
+            args.extend(["--platform".to_string(), p.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_exit(&reg.gpubake("auth", &args), 0);
+        assert_eq!(
+            layout_digest(&to, "v1"),
+            want.digest().to_string(),
+            "{platform:?}"
+        );
+    }
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "inspect",
+            &remote,
+            "--cert-dir",
+            &reg.certs(),
+            "--platform",
+            "linux/s390x",
+        ],
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("has no linux/s390x image"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("certified/app:v1");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from_base(),
+            "--to",
+            &target,
+            "--cert-dir",
+            &reg.certs(),
+            "--json",
+        ],
+    );
+    assert_exit(&out, 0);
+    let digest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    // Before: no certificate, so --certified fails naming the digest.
+    let out = reg.gpubake(
+        "auth",
+        &["verify", &target, "--certified", "--cert-dir", &reg.certs()],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("no certificate is attached"),
+        "{}",
+        stdout(&out)
+    );
+
+    let cert = dir.path().join("cert.json");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "certify",
+            &target,
+            "--gpus",
+            "none",
+            "--attach",
+            "--cert-dir",
+            &reg.certs(),
+            "--out",
+            &cert.display().to_string(),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("attached the certificate"),
+        "{}",
+        stderr(&out)
+    );
+
+    // distribution 2.8 has no referrers API: the artifact is listed in the index under the
+    // tag `sha256-<hex>`, which skopeo reads as any other manifest.
+    let tag = format!("certified/app:{}", digest.replacen(':', "-", 1));
+    let index: Value = serde_json::from_str(&run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--cert-dir",
+        &reg.certs(),
+        "--creds",
+        &format!("{USER}:{PASSWORD}"),
+        &reg.image(&tag),
+    ])))
+    .unwrap();
+    let listed = &index["manifests"][0];
+    assert_eq!(
+        listed["artifactType"], "application/vnd.gpubake.certificate.v1+json",
+        "{index}"
+    );
+    assert_eq!(
+        listed["annotations"]["io.gpubake.verdict"], "certified",
+        "{index}"
+    );
+    let artifact = listed["digest"].as_str().unwrap();
+    let manifest: Value = serde_json::from_str(&run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--cert-dir",
+        &reg.certs(),
+        "--creds",
+        &format!("{USER}:{PASSWORD}"),
+        &reg.image(&format!("certified/app@{artifact}")),
+    ])))
+    .unwrap();
+    assert_eq!(manifest["subject"]["digest"], digest.as_str(), "{manifest}");
+
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["referrers"][0]["digest"], artifact);
+    let out = reg.gpubake(
+        "auth",
+        &["verify", &target, "--certified", "--cert-dir", &reg.certs()],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!("{artifact} certifies {digest}")),
+        "{}",
+        stdout(&out)
+    );
+
+    // A second attachment adds to the index rather than replacing it.
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "certify",
+            &target,
+            "--gpus",
+            "none",
+            "--attach",
+            "--cert-dir",
+            &reg.certs(),
+        ],
+    );
+    assert_exit(&out, 0);
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    let referrers = json_of(&out)["referrers"].as_array().unwrap().len();
+    assert_eq!(referrers, 2);
+
+    // --attach on an image outside a registry is a usage error before any work.
+    let out = reg.gpubake(
+        "auth",
+        &["certify", &from_base(), "--gpus", "none", "--attach"],
+    );
+    assert_exit(&out, 2);
+}

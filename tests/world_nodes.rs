@@ -1,0 +1,640 @@
+//! `gpubake probe --world` across "nodes" this machine makes for the purpose:
+//! - Slurm's own daemons (munged, slurmctld, slurmd from Debian's slurm-wlm) started in a
+//!   temporary directory, with the ranks started by `srun`;
+//! - network namespaces joined by veth pairs, each rank in its own with its own address and
+//!   host name, under torchrun's variables and under Slurm's, with a rank that never comes,
+//!   one killed and one too slow.
+//!
+//! Both need root (scripts/test runs as root in CI and installs slurm-wlm): outside CI they
+//! skip with the reason; in CI (CI set) they fail instead. Without a GPU every rank's local
+//! probe exits 3 and NCCL across ranks is skipped with that reason; on a GPU node they step
+//! aside, as tests/world.rs does.
+
+mod common;
+
+use common::{have, stderr, stdout};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// True where the test can run: root, no GPU. In CI, not being root fails the test.
+fn runnable(what: &str) -> bool {
+    if Path::new("/dev/nvidia0").exists() {
+        eprintln!("skipped: a GPU is present; the local probes would take minutes");
+        return false;
+    }
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the tests as root; {what} needs it"
+        );
+        eprintln!("skipped: {what} needs root");
+        return false;
+    }
+    true
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free port below Linux's ephemeral range (32768 and up), so that no program's outgoing
+/// or passive socket takes it between this choice and its use: srun listens on several
+/// ephemeral ports of its own once started, and once took the world's.
+fn quiet_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 1000) as u16 * 10;
+    loop {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(offset < 2000, "no free port from {base}");
+        let port = base + offset;
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// True when `tool` is on PATH (srun and sinfo cannot even say their version without a
+/// cluster to ask); in CI its absence fails the test instead of skipping it.
+fn on_path(tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs {tool}; it must be on PATH"
+        );
+        eprintln!("skipped: {tool} is not on PATH");
+    }
+    found
+}
+
+/// Runs a setup command, failing the test with its words when it fails.
+fn sh(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        stderr(&out)
+    );
+}
+
+/// Waits for `child`, killing it and failing the test past `within`.
+fn finish(mut child: Child, within: Duration) -> Output {
+    let until = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "pid did not finish within {within:?}\n{}\n{}",
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The `world` checks of rank 0's JSON verdict, by name.
+fn world_checks(out: &Output) -> Vec<(String, String, String)> {
+    let json: Value = serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", stdout(out), stderr(out)));
+    json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap().to_string();
+            (text("name"), text("status"), text("detail"))
+        })
+        .collect()
+}
+
+fn check<'a>(checks: &'a [(String, String, String)], name: &str) -> (&'a str, &'a str) {
+    let c = checks
+        .iter()
+        .find(|c| c.0 == name)
+        .unwrap_or_else(|| panic!("no check {name}: {checks:?}"));
+    (&c.1, &c.2)
+}
+
+/// Processes this test started, stopped when it ends however it ends.
+struct Daemons(Vec<Child>);
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            // SAFETY: kill(2) on a child of this test that has not been reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        for child in &mut self.0 {
+            let until = Instant::now() + Duration::from_secs(5);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A one-node Slurm cluster in `dir`: munged with a key of its own, slurmctld and slurmd
+/// with a minimal slurm.conf (no cgroups, no accounting), root as Slurm's user.
+fn start_slurm(dir: &Path) -> Daemons {
+    use std::os::unix::fs::PermissionsExt;
+    // munged wants every directory above its socket searchable by all.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = dir.join("munge.key");
+    let socket = dir.join("munge.sock");
+    sh(
+        "mungekey",
+        &["--create", "--keyfile", key.to_str().unwrap()],
+    );
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    let munged = Command::new("munged")
+        .arg("--foreground")
+        // As root, and with the key outside /etc/munge: munged asks to be forced.
+        .arg("--force")
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--key-file={}", key.display()))
+        .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
+        .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+        .arg(format!("--log-file={}", dir.join("munged.log").display()))
+        .stdout(log("munged.out"))
+        .stderr(log("munged.err"))
+        .spawn()
+        .expect("munged starts");
+    let mut daemons = Daemons(vec![munged]);
+    let until = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(Instant::now() < until, "munged made no socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let conf = dir.join("slurm.conf");
+    let at = |name: &str| dir.join(name).display().to_string();
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    std::fs::create_dir_all(dir.join("spool")).unwrap();
+    let text = format!(
+        "ClusterName=gpubake\n\
+         SlurmctldHost=localhost(127.0.0.1)\n\
+         SlurmUser=root\n\
+         SlurmdUser=root\n\
+         AuthType=auth/munge\n\
+         AuthInfo=socket={socket}\n\
+         CredType=cred/munge\n\
+         SlurmctldPort={ctld}\n\
+         SlurmdPort={slurmd}\n\
+         StateSaveLocation={state}\n\
+         SlurmdSpoolDir={spool}\n\
+         SlurmctldPidFile={ctld_pid}\n\
+         SlurmdPidFile={slurmd_pid}\n\
+         SlurmctldLogFile={ctld_log}\n\
+         SlurmdLogFile={slurmd_log}\n\
+         ProctrackType=proctrack/linuxproc\n\
+         TaskPlugin=task/none\n\
+         SelectType=select/cons_tres\n\
+         SelectTypeParameters=CR_CPU\n\
+         SchedulerType=sched/builtin\n\
+         MpiDefault=none\n\
+         JobAcctGatherType=jobacct_gather/none\n\
+         AccountingStorageType=accounting_storage/none\n\
+         ReturnToService=2\n\
+         SlurmdParameters=config_overrides\n\
+         NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN\n\
+         PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
+        socket = socket.display(),
+        ctld = quiet_port(),
+        slurmd = quiet_port(),
+        state = at("state"),
+        spool = at("spool"),
+        ctld_pid = at("slurmctld.pid"),
+        slurmd_pid = at("slurmd.pid"),
+        ctld_log = at("slurmctld.log"),
+        slurmd_log = at("slurmd.log"),
+    );
+    std::fs::write(&conf, text).unwrap();
+    for (program, args) in [
+        ("slurmctld", vec!["-D", "-i", "-f"]),
+        ("slurmd", vec!["-D", "-N", "localhost", "-f"]),
+    ] {
+        let child = Command::new(program)
+            .args(args)
+            .arg(&conf)
+            .env("SLURM_CONF", &conf)
+            .stdout(log(&format!("{program}.out")))
+            .stderr(log(&format!("{program}.err")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        daemons.0.push(child);
+    }
+    // The node is ready once slurmd has registered with slurmctld.
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = Command::new("sinfo")
+            .args(["-h", "-o", "%t"])
+            .env("SLURM_CONF", &conf)
+            .output()
+            .unwrap();
+        if stdout(&state).trim() == "idle" {
+            break;
+        }
+        if Instant::now() > until {
+            let logs: String = ["slurmctld.log", "slurmd.log", "slurmctld.err", "slurmd.err"]
+                .iter()
+                .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
+                .collect();
+            panic!(
+                "the Slurm node never became idle: {}\n{logs}",
+                stdout(&state)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    daemons
+}
+
+#[test]
+fn srun_starts_every_rank_and_rank_zero_aggregates_them() {
+    if !runnable("starting Slurm's daemons") {
+        return;
+    }
+    if !(on_path("srun")
+        && on_path("sinfo")
+        && have("slurmctld", "-V")
+        && have("slurmd", "-V")
+        && have("munged", "--version")
+        && have("mungekey", "--version"))
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _cluster = start_slurm(dir.path());
+    let port = quiet_port().to_string();
+    let out_pattern = dir.path().join("out.%t");
+    let err_pattern = dir.path().join("err.%t");
+    let started = Instant::now();
+    let srun = Command::new("srun")
+        .args(["-N1", "-n3", "--kill-on-bad-exit=0", "-o"])
+        .arg(&out_pattern)
+        .arg("-e")
+        .arg(&err_pattern)
+        .arg(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["probe", "--world", "--json", "--world-timeout", "30"])
+        .args(["--world-port", &port])
+        .env("SLURM_CONF", dir.path().join("slurm.conf"))
+        // Variables of another launcher in the test's environment would win over Slurm's.
+        .env_remove("RANK")
+        .env_remove("MASTER_ADDR")
+        .env_remove("TORCHELASTIC_RUN_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let done = finish(srun, Duration::from_secs(90));
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let rank0 = Output {
+        status: done.status,
+        stdout: read("out.0").into_bytes(),
+        stderr: read("err.0").into_bytes(),
+    };
+    let checks = world_checks(&rank0);
+    let (status, summary) = check(&checks, "world");
+    assert_eq!(status, "FAIL", "{summary}");
+    assert!(
+        summary.starts_with("3 of 3 ranks reported (launched by Slurm srun")
+            && summary.contains("no GPU: 0, 1, 2"),
+        "{summary}\n{}",
+        stderr(&done)
+    );
+    let json: Value = serde_json::from_str(&read("out.0")).unwrap();
+    for r in 0..3usize {
+        let (_, detail) = check(&checks, &format!("rank {r}"));
+        assert!(detail.contains("no GPU (local exit 3)"), "{detail}");
+        let rank = &json["facts"]["world"]["ranks"][r];
+        assert_eq!(rank["state"], "reported", "{rank}");
+        assert_eq!(rank["report"]["no_gpu"], true);
+    }
+    assert_eq!(json["facts"]["world"]["place"]["launcher"], "slurm");
+    // Each rank learnt its place from srun: the other ranks print their own reports.
+    for r in 1..3 {
+        let text = read(&format!("out.{r}"));
+        assert!(text.contains("rank 0 at localhost:"), "rank {r}: {text}");
+    }
+    let (status, why) = check(&checks, "NCCL across ranks");
+    assert_eq!(status, "SKIP");
+    assert!(why.contains("no GPU on this node (local exit 3)"), "{why}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // srun reports the worst exit of its tasks: 3, every rank lacking a GPU.
+    assert_eq!(done.status.code(), Some(3), "{}", stderr(&done));
+}
+
+/// Network namespaces, one per rank: rank 0's holds the rendezvous address 10.T.0.1 on its
+/// loopback; every other one is joined to it by a veth pair on 10.T.I.0/24 with a route to
+/// that address. No bridge: the host's firewall (Docker's FORWARD policy) never sees them.
+struct Nodes {
+    names: Vec<String>,
+    subnet: u8,
+}
+
+impl Nodes {
+    fn make(subnet: u8, count: u8) -> Nodes {
+        let names: Vec<String> = (0..count)
+            .map(|i| format!("gbw{}-{subnet}-{i}", std::process::id() % 100_000))
+            .collect();
+        let nodes = Nodes { names, subnet };
+        for name in &nodes.names {
+            sh("ip", &["netns", "add", name]);
+            sh("ip", &["-n", name, "link", "set", "lo", "up"]);
+        }
+        let zero = &nodes.names[0];
+        sh(
+            "ip",
+            &["-n", zero, "addr", "add", &nodes.master(), "dev", "lo"],
+        );
+        for (i, name) in nodes.names.iter().enumerate().skip(1) {
+            let near = format!("p{i}");
+            sh(
+                "ip",
+                &[
+                    "link", "add", &near, "netns", zero, "type", "veth", "peer", "name", "eth0",
+                    "netns", name,
+                ],
+            );
+            let net = |host: u8| format!("10.{subnet}.{i}.{host}");
+            sh(
+                "ip",
+                &[
+                    "-n",
+                    zero,
+                    "addr",
+                    "add",
+                    &format!("{}/24", net(1)),
+                    "dev",
+                    &near,
+                ],
+            );
+            sh("ip", &["-n", zero, "link", "set", &near, "up"]);
+            sh(
+                "ip",
+                &[
+                    "-n",
+                    name,
+                    "addr",
+                    "add",
+                    &format!("{}/24", net(2)),
+                    "dev",
+                    "eth0",
+                ],
+            );
+            sh("ip", &["-n", name, "link", "set", "eth0", "up"]);
+            sh(
+                "ip",
+                &["-n", name, "route", "add", &nodes.master(), "via", &net(1)],
+            );
+        }
+        nodes
+    }
+
+    /// Rank 0's address, where MASTER_ADDR points.
+    fn master(&self) -> String {
+        format!("10.{}.0.1", self.subnet)
+    }
+
+    /// The address rank `i` connects from.
+    fn address(&self, i: usize) -> String {
+        if i == 0 {
+            self.master()
+        } else {
+            format!("10.{}.{i}.2", self.subnet)
+        }
+    }
+
+    /// Starts rank `rank` in its namespace, with host name `node-RANK` in a UTS namespace of
+    /// its own, the launcher's variables `vars` and nothing else from this environment.
+    fn rank(&self, rank: usize, args: &[&str], vars: &[(String, String)]) -> Child {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.names[rank],
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+            ])
+            .arg("hostname \"$0\" && exec \"$@\"")
+            .arg(format!("node-{rank}"))
+            .arg(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["probe", "--world", "--json"])
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec runs")
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of each veth pair, and so the pair.
+        for name in &self.names {
+            let _ = Command::new("ip").args(["netns", "delete", name]).output();
+        }
+    }
+}
+
+/// Which launcher's variables the ranks get.
+#[derive(Clone, Copy)]
+enum Launcher {
+    Torchrun,
+    Slurm,
+}
+
+fn vars(launcher: Launcher, rank: usize, nodes: &Nodes, port: u16) -> Vec<(String, String)> {
+    let pairs: Vec<(&str, String)> = match launcher {
+        Launcher::Torchrun => vec![
+            ("TORCHELASTIC_RUN_ID", "netns".into()),
+            ("RANK", rank.to_string()),
+            ("LOCAL_RANK", "0".into()),
+            ("WORLD_SIZE", nodes.names.len().to_string()),
+            ("LOCAL_WORLD_SIZE", "1".into()),
+            ("MASTER_ADDR", nodes.master()),
+            ("MASTER_PORT", (port - 1).to_string()),
+        ],
+        Launcher::Slurm => vec![
+            ("SLURM_JOB_ID", "77".into()),
+            ("SLURM_STEP_ID", "0".into()),
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_NTASKS", nodes.names.len().to_string()),
+            ("SLURM_LOCALID", "0".into()),
+            ("SLURM_NODEID", rank.to_string()),
+            (
+                "SLURM_NODELIST",
+                format!("node-[0-{}]", nodes.names.len() - 1),
+            ),
+            // node-0 is no name this machine resolves: say where task 0 is.
+            ("MASTER_ADDR", nodes.master()),
+        ],
+    };
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+const SOON: Duration = Duration::from_secs(30);
+
+/// Every rank present, then one missing, one killed and one slow, each judged within the
+/// deadline and named by its node's host name and address.
+fn ranks_as_nodes(launcher: Launcher, subnet: u8, name: &str) {
+    let nodes = Nodes::make(subnet, 3);
+    let start = |rank: usize, port: u16, args: &[&str], extra: &[(&str, &str)]| {
+        let mut vars = vars(launcher, rank, &nodes, port);
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let port = port.to_string();
+        let mut all = vec!["--world-port", &port];
+        all.extend(args);
+        nodes.rank(rank, &all, &vars)
+    };
+
+    // All present: each rank named by its own host and address.
+    let port = free_port();
+    let followers: Vec<Child> = (1..3).map(|r| start(r, port, &[], &[])).collect();
+    let out = finish(start(0, port, &["--world-timeout", "20"], &[]), SOON);
+    let checks = world_checks(&out);
+    for r in 0..3 {
+        let (status, detail) = check(&checks, &format!("rank {r}"));
+        assert_eq!(status, "FAIL", "{detail}");
+        let who = format!("node-{r} ({}) pid ", nodes.address(r));
+        assert!(
+            detail.starts_with(&who)
+                && detail.ends_with("no GPU (local exit 3); its report is in the JSON"),
+            "{name}: {detail}"
+        );
+    }
+    let (_, summary) = check(&checks, "world");
+    assert!(
+        summary.starts_with(&format!(
+            "3 of 3 ranks reported (launched by {name}; rank 0 on node-0"
+        )),
+        "{summary}"
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    for f in followers {
+        assert_eq!(finish(f, SOON).status.code(), Some(3));
+    }
+
+    // Rank 2 never comes: missing at the 2 s deadline.
+    let port = free_port();
+    let began = Instant::now();
+    let follower = start(1, port, &[], &[]);
+    let out = finish(start(0, port, &["--world-timeout", "2"], &[]), SOON);
+    let took = began.elapsed();
+    let checks = world_checks(&out);
+    assert_eq!(
+        check(&checks, "rank 2"),
+        ("FAIL", "missing: no hello within 2 s")
+    );
+    assert!(
+        check(&checks, "rank 1")
+            .1
+            .starts_with(&format!("node-1 ({})", nodes.address(1)))
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(finish(follower, SOON).status.code(), Some(3));
+
+    // Rank 2 is killed after its hello: dead, long before the 60 s deadline.
+    let port = free_port();
+    let began = Instant::now();
+    let doomed = start(
+        2,
+        port,
+        &[],
+        &[("GPUBAKE_WORLD_TEST_DIE_BEFORE_REPORT", "1")],
+    );
+    let follower = start(1, port, &[], &[]);
+    let out = finish(start(0, port, &["--world-timeout", "60"], &[]), SOON);
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        began.elapsed()
+    );
+    let checks = world_checks(&out);
+    let (status, detail) = check(&checks, "rank 2");
+    assert_eq!(status, "FAIL");
+    assert!(
+        detail.starts_with(&format!("dead: node-2 ({}) pid ", nodes.address(2))),
+        "{detail}"
+    );
+    assert!(check(&checks, "world").1.contains("dead: 2"), "{checks:?}");
+    assert_eq!(out.status.code(), Some(1));
+    let _ = finish(doomed, SOON);
+    assert_eq!(finish(follower, SOON).status.code(), Some(3));
+
+    // Rank 2 reports 30 s late against a 2 s deadline: slow.
+    let port = free_port();
+    let began = Instant::now();
+    let mut dawdler = start(
+        2,
+        port,
+        &["--world-timeout", "2"],
+        &[("GPUBAKE_WORLD_TEST_REPORT_DELAY_S", "30")],
+    );
+    let follower = start(1, port, &[], &[]);
+    let out = finish(start(0, port, &["--world-timeout", "2"], &[]), SOON);
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    let checks = world_checks(&out);
+    let (status, detail) = check(&checks, "rank 2");
+    assert_eq!(status, "FAIL");
+    assert!(
+        detail.starts_with(&format!("slow: node-2 ({}) pid ", nodes.address(2)))
+            && detail.contains("no report within 2 s of the broadcast"),
+        "{detail}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(finish(follower, SOON).status.code(), Some(3));
+    dawdler.kill().unwrap();
+    dawdler.wait().unwrap();
+}
+
+fn namespaces_work() -> bool {
+    if !runnable("making network namespaces") || !have("ip", "-V") || !have("unshare", "--version")
+    {
+        return false;
+    }
+    true
+}
+
+#[test]
+fn torchrun_ranks_in_network_namespaces_are_told_apart_and_judged() {
+    if namespaces_work() {
+        ranks_as_nodes(Launcher::Torchrun, 231, "torchrun");
+    }
+}
+
+#[test]
+fn slurm_ranks_in_network_namespaces_are_told_apart_and_judged() {
+    if namespaces_work() {
+        ranks_as_nodes(Launcher::Slurm, 232, "Slurm srun");
+    }
+}
