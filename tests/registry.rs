@@ -448,7 +448,7 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
 }
 
 #[test]
-fn a_registry_killed_mid_upload_leaves_a_push_that_a_retry_completes() {
+fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_that_resumes() {
     let Some(mut reg) = Registry::start() else {
         return;
     };
@@ -529,6 +529,52 @@ fn a_registry_killed_mid_upload_leaves_a_push_that_a_retry_completes() {
     assert_exit(&out, 0);
     assert_exit(
         &reg.gpubake("auth", &["verify", &format!("oci:{}:v1", back.display())]),
+        0,
+    );
+
+    // A pull cut by a registry crash resumes with a Range request once the registry is back,
+    // within the same run, and the blob is verified whole.
+    let resumed = dir.path().join("resumed");
+    let mut pull = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["copy", &target, &format!("oci:{}:v1", resumed.display())])
+        .args(["--cert-dir", &reg.certs()])
+        .env("DOCKER_CONFIG", reg.dir.path().join("auth"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let downloading = || {
+        std::fs::read_dir(resumed.join("blobs/sha256"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .filter_map(|e| e.metadata().ok())
+            .any(|m| m.len() > 16 << 20)
+    };
+    let start = Instant::now();
+    while !downloading() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no download was seen"
+        );
+        assert!(
+            pull.try_wait().unwrap().is_none(),
+            "the pull ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    reg.kill();
+    reg.serve();
+    let out = pull.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    assert!(stderr(&out).contains("resuming blob"), "{}", stderr(&out));
+    assert_eq!(layout_digest(&resumed, "v1"), layout_digest(&layout, "v1"));
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &["verify", &format!("oci:{}:v1", resumed.display())],
+        ),
         0,
     );
 }

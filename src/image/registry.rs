@@ -513,6 +513,9 @@ async fn fetch_blob(
         if attempt > 1 {
             tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
         }
+        if have > 0 {
+            eprintln!("{}: resuming blob {digest} at byte {have}", s.what);
+        }
         let response = match s
             .client
             .pull_blob_stream_partial(reference, &wanted, have, None)
