@@ -5,6 +5,7 @@
 mod common;
 
 use common::{assert_exit, from_base, run, stderr, stdout, write};
+use gpubake::image::digest::Digest;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -819,4 +820,222 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         &["certify", &from_base(), "--gpus", "none", "--attach"],
     );
     assert_exit(&out, 2);
+}
+
+/// A registry stand-in that answers the OCI 1.1 referrers API, which distribution does not:
+/// just enough of the distribution API over TLS for `registry::attach` and
+/// `registry::referrers` (every blob is there; manifests are kept; a manifest with a subject
+/// is listed under `/referrers/<subject>` and answered with `OCI-Subject`). It records each
+/// request line.
+struct ReferrersMock {
+    addr: String,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    manifests: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>>,
+}
+
+impl ReferrersMock {
+    fn start(cert: &Path, key: &Path) -> ReferrersMock {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = std::sync::Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![CertificateDer::from_pem_file(cert).unwrap()],
+                    PrivateKeyDer::from_pem_file(key).unwrap(),
+                )
+                .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mock = ReferrersMock {
+            addr,
+            requests: Default::default(),
+            manifests: Default::default(),
+        };
+        let (requests, manifests) = (mock.requests.clone(), mock.manifests.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                let _ = Self::serve(&mut tls, &requests, &manifests);
+            }
+        });
+        mock
+    }
+
+    fn serve(
+        tls: &mut (impl std::io::Read + std::io::Write),
+        requests: &std::sync::Mutex<Vec<String>>,
+        manifests: &std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+    ) -> std::io::Result<()> {
+        use std::io::{BufRead, Read};
+        let mut reader = std::io::BufReader::new(&mut *tls);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header)?;
+            if header.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = header.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        drop(reader);
+        let mut words = line.split_whitespace();
+        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        requests.lock().unwrap().push(format!("{method} {path}"));
+        let path = path.split('?').next().unwrap_or("");
+        let parts: Vec<&str> = path.trim_start_matches("/v2/").rsplitn(3, '/').collect();
+        let (status, extra, reply): (&str, String, Vec<u8>) = match (method, parts.as_slice()) {
+            ("GET", _) if path == "/v2/" => ("200 OK", String::new(), b"{}".to_vec()),
+            ("HEAD", [_, "blobs", _]) => ("200 OK", String::new(), Vec::new()),
+            ("PUT", [reference, "manifests", name]) => {
+                let digest = format!("sha256:{}", Digest::of(&body).hex());
+                let value: Value = serde_json::from_slice(&body).unwrap_or_default();
+                let mut kept = manifests.lock().unwrap();
+                kept.insert(format!("{name}:{reference}"), body.clone());
+                kept.insert(format!("{name}@{digest}"), body.clone());
+                let subject = value["subject"]["digest"].as_str().map(str::to_string);
+                if let Some(subject) = &subject {
+                    let entry = serde_json::to_vec(&serde_json::json!({
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": digest, "size": body.len(),
+                        "artifactType": value["artifactType"],
+                    }))
+                    .unwrap();
+                    let key = format!("referrers {name}@{subject}");
+                    let mut listed = kept.get(&key).cloned().unwrap_or_default();
+                    listed.extend_from_slice(&entry);
+                    listed.push(b'\n');
+                    kept.insert(key, listed);
+                }
+                let oci_subject = subject
+                    .map(|s| format!("OCI-Subject: {s}\r\n"))
+                    .unwrap_or_default();
+                let location = format!("Location: /v2/{name}/manifests/{digest}\r\n");
+                ("201 Created", oci_subject + &location, Vec::new())
+            }
+            ("GET" | "HEAD", [reference, "manifests", name]) => {
+                let sep = if reference.starts_with("sha256:") {
+                    '@'
+                } else {
+                    ':'
+                };
+                match manifests
+                    .lock()
+                    .unwrap()
+                    .get(&format!("{name}{sep}{reference}"))
+                {
+                    Some(bytes) => (
+                        "200 OK",
+                        format!(
+                            "Content-Type: {}\r\nDocker-Content-Digest: sha256:{}\r\n",
+                            "application/vnd.oci.image.manifest.v1+json",
+                            Digest::of(bytes).hex()
+                        ),
+                        if method == "GET" {
+                            bytes.clone()
+                        } else {
+                            Vec::new()
+                        },
+                    ),
+                    None => ("404 Not Found", String::new(), Vec::new()),
+                }
+            }
+            ("GET", [subject, "referrers", name]) => {
+                let listed = manifests
+                    .lock()
+                    .unwrap()
+                    .get(&format!("referrers {name}@{subject}"))
+                    .cloned()
+                    .unwrap_or_default();
+                let entries: Vec<Value> = listed
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| serde_json::from_slice(l).unwrap())
+                    .collect();
+                let index = serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.oci.image.index.v1+json",
+                    "manifests": entries,
+                });
+                (
+                    "200 OK",
+                    "Content-Type: application/vnd.oci.image.index.v1+json\r\n".into(),
+                    serde_json::to_vec(&index).unwrap(),
+                )
+            }
+            _ => ("404 Not Found", String::new(), Vec::new()),
+        };
+        write!(
+            tls,
+            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            reply.len()
+        )?;
+        if method != "HEAD" {
+            tls.write_all(&reply)?;
+        }
+        tls.flush()
+    }
+}
+
+#[test]
+fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index() {
+    use gpubake::image::registry::{self, Access, Remote};
+    let Some(reg) = Registry::start() else { return };
+    let mock = ReferrersMock::start(
+        &reg.dir.path().join("cert.pem"),
+        &reg.dir.path().join("key.pem"),
+    );
+    // The subject: the busybox base's manifest, as the mock keeps it.
+    let layout = gpubake::image::layout::Layout::open(&common::base()).unwrap();
+    let found = layout.find(Some("latest")).unwrap();
+    let subject_bytes = layout
+        .read_blob(&gpubake::image::layout::digest_of(&found).unwrap(), None)
+        .unwrap();
+    let subject = format!("sha256:{}", Digest::of(&subject_bytes).hex());
+    mock.manifests
+        .lock()
+        .unwrap()
+        .insert(format!("team/app@{subject}"), subject_bytes);
+    let remote = Remote {
+        reference: format!("{}/team/app:v1", mock.addr),
+        access: Access {
+            cert_dir: Some(PathBuf::from(reg.certs())),
+            ..Access::default()
+        },
+    };
+    let artifact = registry::attach(
+        &remote,
+        &subject,
+        registry::CERTIFICATE_TYPE,
+        br#"{"checks":[]}"#,
+        std::collections::BTreeMap::from([("io.gpubake.verdict".into(), "certified".into())]),
+    )
+    .unwrap();
+    let requests = mock.requests.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with(&format!("GET /v2/team/app/referrers/{subject}"))),
+        "{requests:#?}"
+    );
+    // The API listed the artifact, so no tag-schema index was written.
+    assert!(
+        !requests.iter().any(|r| r.contains("/manifests/sha256-")),
+        "{requests:#?}"
+    );
+    let listed = registry::referrers(&remote, &subject).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].digest, artifact);
+    assert_eq!(listed[0].artifact_type, registry::CERTIFICATE_TYPE);
 }
