@@ -822,6 +822,63 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     assert_exit(&out, 2);
 }
 
+#[test]
+fn build_sbom_is_written_and_attached_to_the_pushed_image() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("sbom/app:v1");
+    let sbom = dir.path().join("sbom.spdx.json");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from_base(),
+            "--to",
+            &target,
+            "--sbom",
+            &sbom.display().to_string(),
+            "--cert-dir",
+            &reg.certs(),
+            "--json",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("attached the SBOM"),
+        "{}",
+        stderr(&out)
+    );
+    let manifest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&sbom).unwrap()).unwrap();
+    assert_eq!(doc["spdxVersion"], "SPDX-2.3");
+    assert_eq!(doc["packages"][0]["versionInfo"], manifest.as_str());
+    let base = layout_digest(&common::base(), "latest");
+    assert_eq!(
+        doc["packages"][1]["checksums"][0]["checksumValue"],
+        base.trim_start_matches("sha256:")
+    );
+    assert!(
+        doc["packages"][0]["comment"]
+            .as_str()
+            .unwrap()
+            .contains("nccl="),
+        "{doc}"
+    );
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(
+        json_of(&out)["referrers"][0]["artifact_type"],
+        "application/spdx+json"
+    );
+}
+
 /// A registry stand-in that answers the OCI 1.1 referrers API, which distribution does not:
 /// just enough of the distribution API over TLS for `registry::attach` and
 /// `registry::referrers` (every blob is there; manifests are kept; a manifest with a subject

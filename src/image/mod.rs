@@ -10,6 +10,7 @@ pub mod layer;
 pub mod layout;
 pub mod model;
 pub mod registry;
+pub mod sbom;
 pub mod stack;
 pub mod tarstream;
 pub mod transport;
