@@ -1047,7 +1047,8 @@ impl ReferrersMock {
 
 #[test]
 fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index() {
-    use gpubake::image::registry::{self, Access, Remote};
+    use gpubake::image::referrers;
+    use gpubake::image::registry::{Access, Remote};
     let Some(reg) = Registry::start() else { return };
     let mock = ReferrersMock::start(
         &reg.dir.path().join("cert.pem"),
@@ -1071,10 +1072,10 @@ fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index()
             ..Access::default()
         },
     };
-    let artifact = registry::attach(
+    let artifact = referrers::attach(
         &remote,
         &subject,
-        registry::CERTIFICATE_TYPE,
+        referrers::CERTIFICATE_TYPE,
         br#"{"checks":[]}"#,
         std::collections::BTreeMap::from([("io.gpubake.verdict".into(), "certified".into())]),
     )
@@ -1091,8 +1092,8 @@ fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index()
         !requests.iter().any(|r| r.contains("/manifests/sha256-")),
         "{requests:#?}"
     );
-    let listed = registry::referrers(&remote, &subject).unwrap();
+    let listed = referrers::referrers(&remote, &subject).unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].digest, artifact);
-    assert_eq!(listed[0].artifact_type, registry::CERTIFICATE_TYPE);
+    assert_eq!(listed[0].artifact_type, referrers::CERTIFICATE_TYPE);
 }

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod layer;
 pub mod layout;
 pub mod model;
+pub mod referrers;
 pub mod registry;
 pub mod sbom;
 pub mod stack;

@@ -105,7 +105,7 @@ pub fn write(
     let bytes = serde_json::to_vec_pretty(doc).expect("SBOMs serialize");
     crate::fsutil::write_atomic(path, &bytes)?;
     match dest {
-        super::Transport::Registry(remote) => super::registry::attach(
+        super::Transport::Registry(remote) => super::referrers::attach(
             remote,
             manifest,
             SPDX_TYPE,
