@@ -233,6 +233,10 @@ enum Command {
         /// Look up presets here before the built-in ones (repeatable).
         #[arg(long, value_name = "DIR")]
         preset_dir: Vec<PathBuf>,
+        /// Write an SBOM here (SPDX 2.3 JSON: the base, every wheel with its sha256, the
+        /// pins); for a docker:// image, also attach it there as a referrer.
+        #[arg(long, value_name = "FILE")]
+        sbom: Option<PathBuf>,
         #[command(flatten)]
         registry: RegistryArgs,
         /// Print the result as JSON.
@@ -678,10 +682,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             template,
             driver,
             preset_dir,
+            sbom,
             registry,
             json,
         } => {
             let loaded = load_recipe(recipe.as_deref())?;
+            if let Some(path) = &sbom {
+                crate::fsutil::output_target(path)?;
+            }
             let to = registry.transport(&to)?;
             let from = from.map(|f| registry.transport(&f)).transpose()?;
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
@@ -743,11 +751,16 @@ pub fn run(cli: Cli) -> Result<i32> {
                 )?;
                 Some(closure)
             };
+            let wheels = closure
+                .as_ref()
+                .map(|c| c.wheels.clone())
+                .unwrap_or_default();
+            let epoch = crate::image::build::source_date_epoch()?;
             let opts = crate::image::BuildOptions {
                 to,
                 from,
                 compression,
-                epoch: crate::image::build::source_date_epoch()?,
+                epoch,
                 no_cache,
                 closure,
                 offline,
@@ -757,6 +770,19 @@ pub fn run(cli: Cli) -> Result<i32> {
             };
             let start = std::time::Instant::now();
             let report = crate::image::build(&loaded, &resolved, &opts)?;
+            if let Some(path) = &sbom {
+                use crate::image::sbom;
+                let doc = sbom::spdx(&sbom::Subject {
+                    lock: &resolved.lock,
+                    manifest: &report.manifest,
+                    base_digest: &report.base,
+                    wheels: &wheels,
+                    created: &crate::image::build::rfc3339(epoch),
+                });
+                if let Some(artifact) = sbom::write(&doc, path, &opts.to, &report.manifest)? {
+                    eprintln!("attached the SBOM to {} as {artifact}", report.image);
+                }
+            }
             if json {
                 println!(
                     "{}",

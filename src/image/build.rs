@@ -76,6 +76,8 @@ pub struct BuildReport {
     pub image: String,
     /// The manifest's digest.
     pub manifest: String,
+    /// The base's manifest digest.
+    pub base: String,
     /// The config's digest.
     pub config: String,
     /// Every layer, base first.
@@ -287,6 +289,7 @@ pub fn build(
     Ok(BuildReport {
         image: dest.to_string(),
         manifest: manifest_desc.digest().to_string(),
+        base: base.digest(),
         config: new_config.digest().to_string(),
         layers: lines,
     })
