@@ -113,10 +113,10 @@ pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    crate::image::registry::attach(
+    crate::image::referrers::attach(
         remote,
         digest,
-        crate::image::registry::CERTIFICATE_TYPE,
+        crate::image::referrers::CERTIFICATE_TYPE,
         &serde_json::to_vec_pretty(report).expect("reports serialize"),
         std::collections::BTreeMap::from([
             (

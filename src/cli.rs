@@ -239,8 +239,9 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Also write the image's SBOM here (atomically), after the image: the base by its
-        /// digest, every wheel with its sha256 and URL, the lock's pins. Not with
-        /// --engine-build, whose engine keeps no manifest of the image's own.
+        /// digest, every wheel with its sha256 and URL, the lock's pins. For a docker://
+        /// image it is also attached there as a referrer. Not with --engine-build, whose
+        /// engine keeps no manifest of the image's own.
         #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
         sbom: Option<PathBuf>,
         /// The SBOM's format: SPDX 2.3 JSON or CycloneDX 1.6 JSON.
@@ -763,11 +764,16 @@ pub fn run(cli: Cli) -> Result<i32> {
                 )?;
                 Some(closure)
             };
+            let wheels = closure
+                .as_ref()
+                .map(|c| c.wheels.clone())
+                .unwrap_or_default();
+            let epoch = crate::image::build::source_date_epoch()?;
             let opts = crate::image::BuildOptions {
                 to,
                 from,
                 compression,
-                epoch: crate::image::build::source_date_epoch()?,
+                epoch,
                 no_cache,
                 closure,
                 offline,
@@ -780,13 +786,23 @@ pub fn run(cli: Cli) -> Result<i32> {
             if let Some(path) = &sbom {
                 let subject = crate::sbom::Subject {
                     lock: &resolved.lock,
-                    wheels: opts.closure.as_ref().map_or(&[], |c| c.wheels.as_slice()),
-                    base_digest: &report.base_manifest,
+                    wheels: &wheels,
+                    base_digest: &report.base,
                     image_digest: &report.manifest,
                     epoch: opts.epoch,
                 };
-                crate::sbom::write(path, sbom_format, &subject)?;
+                let attached = crate::image::sbom::write(
+                    &subject.render(sbom_format)?,
+                    sbom_format.media_type(),
+                    path,
+                    &opts.to,
+                    &report.manifest,
+                    &crate::image::build::rfc3339(opts.epoch),
+                )?;
                 eprintln!("wrote the SBOM to {}", path.display());
+                if let Some(artifact) = attached {
+                    eprintln!("attached the SBOM to {} as {artifact}", report.image);
+                }
             }
             if json {
                 println!(

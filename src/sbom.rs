@@ -24,6 +24,16 @@ pub enum Format {
     Cyclonedx,
 }
 
+impl Format {
+    /// The document's media type, which is also its artifact type as a referrer.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            Format::Spdx => "application/spdx+json",
+            Format::Cyclonedx => "application/vnd.cyclonedx+json",
+        }
+    }
+}
+
 /// What an SBOM is made from.
 #[derive(Clone, Debug)]
 pub struct Subject<'a> {

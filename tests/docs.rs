@@ -473,6 +473,77 @@ const EXAMPLES: &[Example] = &[
             why: "it needs Slurm and a GPU per node",
         },
     },
+    // Registries: each test of tests/registry.rs starts its own registry (TLS, logins).
+    Example {
+        command: "gpubake build examples/debian-pytorch2.9.yaml --from docker://registry.example.com/base/bookworm:1 --to docker://registry.example.com/team/train:v1",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `build --from docker://… --to docker://…` against its own registry (a_registry_image_serves_as_the_base, a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
+    Example {
+        command: "gpubake copy docker://registry.example.com/team/train:v1 oci:./mirror:v1",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `copy docker://… oci:…` (copy_round_trips_through_a_registry)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
+    Example {
+        command: "gpubake verify docker://registry.example.com/team/train:v1 --cert-dir /etc/pki/registry",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `verify docker://… --cert-dir` (a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
+    Example {
+        command: "gpubake build examples/debian-pytorch2.9.yaml --from oci:./base:bookworm --to docker://registry.example.com/team/train:v1 --sbom train.spdx.json",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `build --to docker://… --sbom FILE` (build_sbom_is_written_and_attached_to_the_pushed_image)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
+    Example {
+        command: "gpubake certify docker://registry.example.com/team/train:v1 --gpus all --attach",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `certify docker://… --attach` (a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema, with --gpus none: no GPU here)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
+    Example {
+        command: "gpubake verify docker://registry.example.com/team/train:v1 --certified",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `verify docker://… --certified` (a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
+    Example {
+        command: "gpubake copy oci:./out:v1 docker://registry.example.com/team/train:v1",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs runs `copy oci:… docker://…` (copy_round_trips_through_a_registry)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
     Example {
         command: "gpubake compat --release 2.9",
         stage: Stage::Offline,
@@ -1201,10 +1272,17 @@ fn flags_by_command() -> Vec<(String, Vec<String>)> {
         }
     }
     let cmd = Cli::command();
+    // Global flags (`--allow-files-outside`, `--preset-dir`) are every command's.
+    let global: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
     cmd.get_subcommands()
         .filter(|s| !s.is_hide_set())
         .map(|s| {
             let mut flags = vec!["--help".to_string()];
+            flags.extend(global.iter().cloned());
             walk(s, &mut flags);
             (s.get_name().to_string(), flags)
         })

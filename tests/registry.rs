@@ -5,6 +5,7 @@
 mod common;
 
 use common::{assert_exit, from_base, run, stderr, stdout, write};
+use gpubake::image::digest::Digest;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -448,7 +449,7 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
 }
 
 #[test]
-fn a_registry_killed_mid_upload_leaves_a_push_that_a_retry_completes() {
+fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_that_resumes() {
     let Some(mut reg) = Registry::start() else {
         return;
     };
@@ -529,6 +530,52 @@ fn a_registry_killed_mid_upload_leaves_a_push_that_a_retry_completes() {
     assert_exit(&out, 0);
     assert_exit(
         &reg.gpubake("auth", &["verify", &format!("oci:{}:v1", back.display())]),
+        0,
+    );
+
+    // A pull cut by a registry crash resumes with a Range request once the registry is back,
+    // within the same run, and the blob is verified whole.
+    let resumed = dir.path().join("resumed");
+    let mut pull = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["copy", &target, &format!("oci:{}:v1", resumed.display())])
+        .args(["--cert-dir", &reg.certs()])
+        .env("DOCKER_CONFIG", reg.dir.path().join("auth"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let downloading = || {
+        std::fs::read_dir(resumed.join("blobs/sha256"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .filter_map(|e| e.metadata().ok())
+            .any(|m| m.len() > 16 << 20)
+    };
+    let start = Instant::now();
+    while !downloading() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no download was seen"
+        );
+        assert!(
+            pull.try_wait().unwrap().is_none(),
+            "the pull ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    reg.kill();
+    reg.serve();
+    let out = pull.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    assert!(stderr(&out).contains("resuming blob"), "{}", stderr(&out));
+    assert_eq!(layout_digest(&resumed, "v1"), layout_digest(&layout, "v1"));
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &["verify", &format!("oci:{}:v1", resumed.display())],
+        ),
         0,
     );
 }
@@ -773,4 +820,285 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         &["certify", &from_base(), "--gpus", "none", "--attach"],
     );
     assert_exit(&out, 2);
+}
+
+#[test]
+fn build_sbom_is_written_and_attached_to_the_pushed_image() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("sbom/app:v1");
+    let sbom = dir.path().join("sbom.spdx.json");
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from_base(),
+            "--to",
+            &target,
+            "--sbom",
+            &sbom.display().to_string(),
+            "--cert-dir",
+            &reg.certs(),
+            "--json",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("attached the SBOM"),
+        "{}",
+        stderr(&out)
+    );
+    let manifest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&sbom).unwrap()).unwrap();
+    assert_eq!(doc["spdxVersion"], "SPDX-2.3");
+    assert_eq!(doc["packages"][0]["versionInfo"], manifest.as_str());
+    let base = layout_digest(&common::base(), "latest");
+    assert_eq!(
+        doc["packages"][1]["checksums"][0]["checksumValue"],
+        base.trim_start_matches("sha256:")
+    );
+    // The lock's pins are annotations of the image.
+    assert!(
+        doc["packages"][0]["annotations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["comment"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("gpubake:pin:nccl=")),
+        "{doc}"
+    );
+    let out = reg.gpubake(
+        "auth",
+        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(
+        json_of(&out)["referrers"][0]["artifact_type"],
+        "application/spdx+json"
+    );
+}
+
+/// A registry stand-in that answers the OCI 1.1 referrers API, which distribution does not:
+/// just enough of the distribution API over TLS for `registry::attach` and
+/// `registry::referrers` (every blob is there; manifests are kept; a manifest with a subject
+/// is listed under `/referrers/<subject>` and answered with `OCI-Subject`). It records each
+/// request line.
+struct ReferrersMock {
+    addr: String,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    manifests: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>>,
+}
+
+impl ReferrersMock {
+    fn start(cert: &Path, key: &Path) -> ReferrersMock {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = std::sync::Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![CertificateDer::from_pem_file(cert).unwrap()],
+                    PrivateKeyDer::from_pem_file(key).unwrap(),
+                )
+                .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mock = ReferrersMock {
+            addr,
+            requests: Default::default(),
+            manifests: Default::default(),
+        };
+        let (requests, manifests) = (mock.requests.clone(), mock.manifests.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                let _ = Self::serve(&mut tls, &requests, &manifests);
+            }
+        });
+        mock
+    }
+
+    fn serve(
+        tls: &mut (impl std::io::Read + std::io::Write),
+        requests: &std::sync::Mutex<Vec<String>>,
+        manifests: &std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+    ) -> std::io::Result<()> {
+        use std::io::{BufRead, Read};
+        let mut reader = std::io::BufReader::new(&mut *tls);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header)?;
+            if header.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = header.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        drop(reader);
+        let mut words = line.split_whitespace();
+        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        requests.lock().unwrap().push(format!("{method} {path}"));
+        let path = path.split('?').next().unwrap_or("");
+        let parts: Vec<&str> = path.trim_start_matches("/v2/").rsplitn(3, '/').collect();
+        let (status, extra, reply): (&str, String, Vec<u8>) = match (method, parts.as_slice()) {
+            ("GET", _) if path == "/v2/" => ("200 OK", String::new(), b"{}".to_vec()),
+            ("HEAD", [_, "blobs", _]) => ("200 OK", String::new(), Vec::new()),
+            ("PUT", [reference, "manifests", name]) => {
+                let digest = format!("sha256:{}", Digest::of(&body).hex());
+                let value: Value = serde_json::from_slice(&body).unwrap_or_default();
+                let mut kept = manifests.lock().unwrap();
+                kept.insert(format!("{name}:{reference}"), body.clone());
+                kept.insert(format!("{name}@{digest}"), body.clone());
+                let subject = value["subject"]["digest"].as_str().map(str::to_string);
+                if let Some(subject) = &subject {
+                    let entry = serde_json::to_vec(&serde_json::json!({
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": digest, "size": body.len(),
+                        "artifactType": value["artifactType"],
+                    }))
+                    .unwrap();
+                    let key = format!("referrers {name}@{subject}");
+                    let mut listed = kept.get(&key).cloned().unwrap_or_default();
+                    listed.extend_from_slice(&entry);
+                    listed.push(b'\n');
+                    kept.insert(key, listed);
+                }
+                let oci_subject = subject
+                    .map(|s| format!("OCI-Subject: {s}\r\n"))
+                    .unwrap_or_default();
+                let location = format!("Location: /v2/{name}/manifests/{digest}\r\n");
+                ("201 Created", oci_subject + &location, Vec::new())
+            }
+            ("GET" | "HEAD", [reference, "manifests", name]) => {
+                let sep = if reference.starts_with("sha256:") {
+                    '@'
+                } else {
+                    ':'
+                };
+                match manifests
+                    .lock()
+                    .unwrap()
+                    .get(&format!("{name}{sep}{reference}"))
+                {
+                    Some(bytes) => (
+                        "200 OK",
+                        format!(
+                            "Content-Type: {}\r\nDocker-Content-Digest: sha256:{}\r\n",
+                            "application/vnd.oci.image.manifest.v1+json",
+                            Digest::of(bytes).hex()
+                        ),
+                        if method == "GET" {
+                            bytes.clone()
+                        } else {
+                            Vec::new()
+                        },
+                    ),
+                    None => ("404 Not Found", String::new(), Vec::new()),
+                }
+            }
+            ("GET", [subject, "referrers", name]) => {
+                let listed = manifests
+                    .lock()
+                    .unwrap()
+                    .get(&format!("referrers {name}@{subject}"))
+                    .cloned()
+                    .unwrap_or_default();
+                let entries: Vec<Value> = listed
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| serde_json::from_slice(l).unwrap())
+                    .collect();
+                let index = serde_json::json!({
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.oci.image.index.v1+json",
+                    "manifests": entries,
+                });
+                (
+                    "200 OK",
+                    "Content-Type: application/vnd.oci.image.index.v1+json\r\n".into(),
+                    serde_json::to_vec(&index).unwrap(),
+                )
+            }
+            _ => ("404 Not Found", String::new(), Vec::new()),
+        };
+        write!(
+            tls,
+            "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            reply.len()
+        )?;
+        if method != "HEAD" {
+            tls.write_all(&reply)?;
+        }
+        tls.flush()
+    }
+}
+
+#[test]
+fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index() {
+    use gpubake::image::referrers;
+    use gpubake::image::registry::{Access, Remote};
+    let Some(reg) = Registry::start() else { return };
+    let mock = ReferrersMock::start(
+        &reg.dir.path().join("cert.pem"),
+        &reg.dir.path().join("key.pem"),
+    );
+    // The subject: the busybox base's manifest, as the mock keeps it.
+    let layout = gpubake::image::layout::Layout::open(&common::base()).unwrap();
+    let found = layout.find(Some("latest")).unwrap();
+    let subject_bytes = layout
+        .read_blob(&gpubake::image::layout::digest_of(&found).unwrap(), None)
+        .unwrap();
+    let subject = format!("sha256:{}", Digest::of(&subject_bytes).hex());
+    mock.manifests
+        .lock()
+        .unwrap()
+        .insert(format!("team/app@{subject}"), subject_bytes);
+    let remote = Remote {
+        reference: format!("{}/team/app:v1", mock.addr),
+        access: Access {
+            cert_dir: Some(PathBuf::from(reg.certs())),
+            ..Access::default()
+        },
+    };
+    let artifact = referrers::attach(
+        &remote,
+        &subject,
+        referrers::CERTIFICATE_TYPE,
+        br#"{"checks":[]}"#,
+        std::collections::BTreeMap::from([("io.gpubake.verdict".into(), "certified".into())]),
+    )
+    .unwrap();
+    let requests = mock.requests.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with(&format!("GET /v2/team/app/referrers/{subject}"))),
+        "{requests:#?}"
+    );
+    // The API listed the artifact, so no tag-schema index was written.
+    assert!(
+        !requests.iter().any(|r| r.contains("/manifests/sha256-")),
+        "{requests:#?}"
+    );
+    let listed = referrers::referrers(&remote, &subject).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].digest, artifact);
+    assert_eq!(listed[0].artifact_type, referrers::CERTIFICATE_TYPE);
 }

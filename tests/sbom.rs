@@ -148,7 +148,7 @@ fn a_preflight_image_gets_a_valid_sbom_in_either_format() {
     assert_eq!(common::mode(&spdx_path), 0o600);
     let manifest = report["manifest"].as_str().unwrap();
     let base_digest = layout_digest(&base, "latest");
-    assert_eq!(report["base_manifest"], base_digest.as_str());
+    assert_eq!(report["base"], base_digest.as_str());
 
     let spdx = read_json(&spdx_path);
     let packages = spdx["packages"].as_array().unwrap();
@@ -272,7 +272,7 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
     let subject = Subject {
         lock: &resolved.lock,
         wheels: &wheels,
-        base_digest: &report.base_manifest,
+        base_digest: &report.base,
         image_digest: &report.manifest,
         epoch: 0,
     };

@@ -76,11 +76,10 @@ pub struct BuildReport {
     pub image: String,
     /// The manifest's digest.
     pub manifest: String,
+    /// The base's manifest digest.
+    pub base: String,
     /// The config's digest.
     pub config: String,
-    /// The digest of the base image's manifest, as the manifest's
-    /// `org.opencontainers.image.base.digest` annotation records it.
-    pub base_manifest: String,
     /// Every layer, base first.
     pub layers: Vec<LayerLine>,
 }
@@ -290,8 +289,8 @@ pub fn build(
     Ok(BuildReport {
         image: dest.to_string(),
         manifest: manifest_desc.digest().to_string(),
+        base: base.digest(),
         config: new_config.digest().to_string(),
-        base_manifest: base.digest(),
         layers: lines,
     })
 }

@@ -5,7 +5,7 @@
 use super::fs::{PRESET_PATH_IN_IMAGE, read_file};
 use super::layout::digest_of;
 use super::model::{Image, strings};
-use super::registry::{self, Referrer};
+use super::referrers::{self, Referrer};
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
@@ -98,7 +98,7 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
         layers,
         presets,
         referrers: match image {
-            Transport::Registry(remote) => Some(registry::referrers(remote, &img.digest())?),
+            Transport::Registry(remote) => Some(referrers::referrers(remote, &img.digest())?),
             _ => None,
         },
     })
@@ -227,11 +227,11 @@ pub fn verify_certified(image: &Transport) -> Result<Verification> {
     let mut v = verify_image(&img, image)?;
     let digest = img.digest();
     let mut found = Vec::new();
-    for r in registry::referrers(remote, &digest)?
+    for r in referrers::referrers(remote, &digest)?
         .into_iter()
-        .filter(|r| r.artifact_type == registry::CERTIFICATE_TYPE)
+        .filter(|r| r.artifact_type == referrers::CERTIFICATE_TYPE)
     {
-        let content = registry::artifact_content(remote, &r.digest)?;
+        let content = referrers::artifact_content(remote, &r.digest)?;
         let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
         let failed = cert["checks"]
             .as_array()

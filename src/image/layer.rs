@@ -919,8 +919,16 @@ fn append_entries<W: Write>(
                 // A file that changes size while it is read would corrupt the tar; `take`
                 // and the size check below catch it.
                 let mut reader = io::Read::take(file, len);
+                // Reading the source cannot fill a disk: a full disk here is the layer's
+                // destination, whichever write of the encoder's threads first found it.
                 tar.append_data(&mut h, &entry.path, &mut reader)
-                    .map_err(|e| Error::io(path, e))?;
+                    .map_err(|e| {
+                        if crate::error::out_of_space(&e) {
+                            Error::io(at, e)
+                        } else {
+                            Error::io(path, e)
+                        }
+                    })?;
             }
             Source::Symlink(target) => {
                 let mut h = header(&entry, 0, epoch);

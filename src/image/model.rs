@@ -9,8 +9,8 @@
 //! that its source filled (an archive's members, a registry's downloads), kept for as long as
 //! the image is.
 
-use super::digest::{Digest, HashingReader, Tally, VerifyingReader};
-use super::layout::{Layout, MAX_JSON_BYTES, digest_of};
+use super::digest::{Digest, HashingReader, VerifyingReader};
+use super::layout::{Layout, digest_of};
 use super::tarstream::{End, Padded};
 use crate::error::{Error, Result};
 use crate::interrupt::ScratchDir;
@@ -298,13 +298,28 @@ impl Layer {
         self.store.open_blob(&self.digest()?, Some(self.size()))
     }
 
-    /// The tar stream, with a tally of the uncompressed bytes for the diff id.
-    pub fn uncompressed(&self) -> Result<(Box<dyn Read + '_>, Tally)> {
+    /// The tar stream; reading fails at the end unless it matches the diff id (and the
+    /// compressed bytes their digest).
+    pub fn uncompressed(&self) -> Result<VerifyingReader<Box<dyn Read>>> {
         let digest = self.digest()?;
-        let reader = decompressor(self.media_type(), self.compressed()?)
+        let diff_id: Digest = self
+            .diff_id()
+            .ok_or_else(|| {
+                Error::image(
+                    self.store.describe(),
+                    format!("layer {digest}: the config lists no diff id for it"),
+                )
+            })?
+            .parse()
+            .map_err(|e: String| Error::image(self.store.describe(), e))?;
+        let reader: Box<dyn Read> = decompressor(self.media_type(), self.compressed()?)
             .map_err(|e| Error::image(&digest, e.to_string()))?;
-        let (reader, tally) = HashingReader::new(reader);
-        Ok((Box::new(reader), tally))
+        Ok(VerifyingReader::new(
+            reader,
+            diff_id,
+            None,
+            format!("{}: layer {digest} uncompressed", self.store.describe()),
+        ))
     }
 
     /// True when the media type names a tar layer (plain, gzip or zstd).
@@ -550,17 +565,6 @@ fn depth_within(path: &Path) -> Option<usize> {
     Some(depth)
 }
 
-/// Refuses metadata (a manifest, an index, a config) over the size registries accept.
-pub fn check_json_size(what: &str, len: u64) -> Result<()> {
-    if len > MAX_JSON_BYTES {
-        return Err(Error::image(
-            what,
-            format!("{len} bytes, more than the {MAX_JSON_BYTES} a manifest or config may have"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,6 +636,68 @@ mod tests {
         assert_eq!(depth_within(Path::new("../etc/passwd")), None);
         assert_eq!(depth_within(Path::new("/etc/passwd")), None);
         assert_eq!(depth_within(Path::new("a/../b")), Some(1));
+    }
+
+    /// An image of one gzip layer holding `etc/hello`, its config listing `diff_id`.
+    fn one_layer_image(dir: &Path, diff_id: Option<&str>) -> Image {
+        use std::io::Write;
+        let store = Layout::create(dir).unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(6);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut h, "etc/hello", &b"hello\n"[..])
+            .unwrap();
+        let plain = tar.into_inner().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&plain).unwrap();
+        let (digest, size) = store.write_blob(&gz.finish().unwrap()).unwrap();
+        let real = Digest::of(&plain).to_string();
+        let config = serde_json::json!({
+            "architecture": "amd64", "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": [diff_id.unwrap_or(&real)]},
+        });
+        let config = store.write_json(&config, MediaType::ImageConfig).unwrap();
+        let manifest = oci_spec::image::ImageManifestBuilder::default()
+            .schema_version(2u32)
+            .media_type(MediaType::ImageManifest)
+            .config(config)
+            .layers(vec![super::super::layout::descriptor(
+                MediaType::ImageLayerGzip,
+                &digest,
+                size,
+            )])
+            .build()
+            .unwrap();
+        let desc = store
+            .write_json(&manifest, MediaType::ImageManifest)
+            .unwrap();
+        Image::in_layout(store, &desc, &Platform::host(), None).unwrap()
+    }
+
+    #[test]
+    fn a_layer_reads_uncompressed_only_when_it_matches_its_diff_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = one_layer_image(dir.path(), None);
+        let layer = &image.layers()[0];
+        let mut out = Vec::new();
+        layer.uncompressed().unwrap().read_to_end(&mut out).unwrap();
+        assert!(layer.scan().is_ok());
+
+        let dir = tempfile::tempdir().unwrap();
+        let wrong = format!("sha256:{}", "0".repeat(64));
+        let image = one_layer_image(dir.path(), Some(&wrong));
+        let layer = &image.layers()[0];
+        let err = layer
+            .uncompressed()
+            .unwrap()
+            .read_to_end(&mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("uncompressed"), "{err}");
+        let err = layer.scan().unwrap_err();
+        assert!(err.contains("but the config says"), "{err}");
     }
 
     #[test]
