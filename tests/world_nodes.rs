@@ -3,7 +3,7 @@
 //!   temporary directory, with the ranks started by `srun`;
 //! - network namespaces joined by veth pairs, each rank in its own with its own address and
 //!   host name, under torchrun's variables and under Slurm's, with a rank that never comes,
-//!   one killed and one too slow.
+//!   one killed and one too slow; and the same three under a real `srun`.
 //!
 //! Both need root (scripts/test runs as root in CI and installs slurm-wlm): outside CI they
 //! skip with the reason; in CI (CI set) they fail instead. Without a GPU every rank's local
@@ -265,6 +265,42 @@ fn start_slurm(dir: &Path) -> Daemons {
     daemons
 }
 
+/// Runs `srun -N1 -n TASKS gpubake probe --world --json` on the cluster in `dir`, each task
+/// through `sh -c SCRIPT` when one is given (the script sees SLURM_PROCID and ends with
+/// `exec "$@"`). Returns srun's output and rank 0's, read from its output files.
+fn srun_world(dir: &Path, tasks: usize, timeout_s: &str, script: Option<&str>) -> (Output, Output) {
+    let port = quiet_port().to_string();
+    let mut srun = Command::new("srun");
+    srun.args(["-N1", &format!("-n{tasks}"), "--kill-on-bad-exit=0", "-o"])
+        .arg(dir.join("out.%t"))
+        .arg("-e")
+        .arg(dir.join("err.%t"));
+    if let Some(script) = script {
+        srun.args(["sh", "-c", script, "sh"]);
+    }
+    let srun = srun
+        .arg(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["probe", "--world", "--json", "--world-timeout", timeout_s])
+        .args(["--world-port", &port])
+        .env("SLURM_CONF", dir.join("slurm.conf"))
+        // Variables of another launcher in the test's environment would win over Slurm's.
+        .env_remove("RANK")
+        .env_remove("MASTER_ADDR")
+        .env_remove("TORCHELASTIC_RUN_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let done = finish(srun, Duration::from_secs(90));
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_default();
+    let rank0 = Output {
+        status: done.status,
+        stdout: read("out.0"),
+        stderr: read("err.0"),
+    };
+    (done, rank0)
+}
+
 #[test]
 fn srun_starts_every_rank_and_rank_zero_aggregates_them() {
     if !runnable("starting Slurm's daemons") {
@@ -281,34 +317,9 @@ fn srun_starts_every_rank_and_rank_zero_aggregates_them() {
     }
     let dir = tempfile::tempdir().unwrap();
     let _cluster = start_slurm(dir.path());
-    let port = quiet_port().to_string();
-    let out_pattern = dir.path().join("out.%t");
-    let err_pattern = dir.path().join("err.%t");
     let started = Instant::now();
-    let srun = Command::new("srun")
-        .args(["-N1", "-n3", "--kill-on-bad-exit=0", "-o"])
-        .arg(&out_pattern)
-        .arg("-e")
-        .arg(&err_pattern)
-        .arg(env!("CARGO_BIN_EXE_gpubake"))
-        .args(["probe", "--world", "--json", "--world-timeout", "30"])
-        .args(["--world-port", &port])
-        .env("SLURM_CONF", dir.path().join("slurm.conf"))
-        // Variables of another launcher in the test's environment would win over Slurm's.
-        .env_remove("RANK")
-        .env_remove("MASTER_ADDR")
-        .env_remove("TORCHELASTIC_RUN_ID")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let done = finish(srun, Duration::from_secs(90));
+    let (done, rank0) = srun_world(dir.path(), 3, "30", None);
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
-    let rank0 = Output {
-        status: done.status,
-        stdout: read("out.0").into_bytes(),
-        stderr: read("err.0").into_bytes(),
-    };
     let checks = world_checks(&rank0);
     let (status, summary) = check(&checks, "world");
     assert_eq!(status, "FAIL", "{summary}");
@@ -338,6 +349,64 @@ fn srun_starts_every_rank_and_rank_zero_aggregates_them() {
     assert!(started.elapsed() < Duration::from_secs(60));
     // srun reports the worst exit of its tasks: 3, every rank lacking a GPU.
     assert_eq!(done.status.code(), Some(3), "{}", stderr(&done));
+}
+
+/// Under srun, a rank that never starts the probe, one killed after the broadcast and one
+/// that reports too late are each named in rank 0's verdict, within the deadline.
+#[test]
+fn srun_ranks_missing_killed_and_slow_are_each_named() {
+    if !runnable("starting Slurm's daemons") {
+        return;
+    }
+    if !(on_path("srun") && have("slurmctld", "-V") && have("munged", "--version")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _cluster = start_slurm(dir.path());
+    // Task 1 exits before probing; task 2 dies once the broadcast arrived; task 3 reports
+    // 25 s late against a 5 s deadline.
+    let script = "case $SLURM_PROCID in \
+        1) exit 0 ;; \
+        2) export GPUBAKE_WORLD_TEST_DIE_BEFORE_REPORT=1 ;; \
+        3) export GPUBAKE_WORLD_TEST_REPORT_DELAY_S=25 ;; \
+        esac; exec \"$@\"";
+    let began = std::time::SystemTime::now();
+    let (done, rank0) = srun_world(dir.path(), 4, "5", Some(script));
+    let checks = world_checks(&rank0);
+    assert_eq!(
+        check(&checks, "rank 1"),
+        ("FAIL", "missing: no hello within 5 s"),
+        "{}",
+        stderr(&done)
+    );
+    let (status, detail) = check(&checks, "rank 2");
+    assert_eq!(status, "FAIL");
+    assert!(
+        detail.starts_with("dead: ") && detail.contains("(127.0.0.1) pid"),
+        "{detail}"
+    );
+    let (status, detail) = check(&checks, "rank 3");
+    assert_eq!(status, "FAIL");
+    assert!(
+        detail.starts_with("slow: ")
+            && detail.contains("(127.0.0.1) pid")
+            && detail.contains("no report within 5 s of the broadcast"),
+        "{detail}"
+    );
+    let (_, summary) = check(&checks, "world");
+    assert!(
+        summary.starts_with("1 of 4 ranks reported (launched by Slurm srun")
+            && summary.contains("missing: 1; dead: 2; slow: 3"),
+        "{summary}"
+    );
+    // Rank 0 wrote its verdict before the slow rank's 25 s were up: its deadlines held
+    // (5 s for the hellos, 5 s for the reports, and its own local probe before them).
+    let written = std::fs::metadata(dir.path().join("out.0"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let took = written.duration_since(began).unwrap();
+    assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
 /// Network namespaces, one per rank: rank 0's holds the rendezvous address 10.T.0.1 on its
