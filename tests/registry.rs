@@ -1219,8 +1219,9 @@ fn a_token_server_that_refuses_is_named_and_wrong_passwords_read_as_with_basic_a
 
 /// A registry stand-in over TLS whose manifests and config never end: `endless` answers its
 /// manifest with no Content-Length and bytes until the client hangs up, `huge` does the same
-/// under a Content-Length of 8 GiB, and `config` has a small manifest whose 2-byte config
-/// blob is answered endlessly. It counts the bytes it got out.
+/// under a Content-Length of 8 GiB, `config` has a small manifest whose 2-byte config blob is
+/// answered endlessly, and `listed` is a whole image whose referrers list never ends. It
+/// counts the bytes it got out.
 struct EndlessMock {
     addr: String,
     sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -1298,12 +1299,23 @@ impl EndlessMock {
                 b"",
                 true,
             ),
-            "/v2/config/manifests/1" => (
+            "/v2/config/manifests/1" | "/v2/listed/manifests/1" => (
                 format!("{manifest_type}Content-Length: {}\r\n", manifest.len()),
                 &manifest,
                 false,
             ),
             p if p == format!("/v2/config/blobs/{config_digest}") => (String::new(), b"", true),
+            p if p == format!("/v2/listed/blobs/{config_digest}") => {
+                ("Content-Length: 2\r\n".into(), b"{}", false)
+            }
+            p if p
+                == format!(
+                    "/v2/listed/referrers/sha256:{}",
+                    Digest::of(&manifest).hex()
+                ) =>
+            {
+                (String::new(), b"", true)
+            }
             _ => {
                 write!(tls, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
                 return tls.flush();
@@ -1356,6 +1368,10 @@ fn an_endless_or_oversized_manifest_or_config_is_refused_without_reading_it() {
             "manifest 1 is 8589934592 bytes by its Content-Length, more than the 4194304 bytes",
         ),
         ("config", "longer than the 2 bytes its descriptor says"),
+        (
+            "listed",
+            "the referrers list runs past 4194304 bytes (reading stopped there)",
+        ),
     ] {
         let before = mock.sent.load(std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();

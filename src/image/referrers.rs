@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use oci_client::Reference;
 use oci_client::RegistryOperation;
 use oci_client::manifest::OciDescriptor;
-use oci_spec::image::MediaType;
+use oci_spec::image::{ImageIndex, MediaType};
 
 /// The artifact type of a gpubake certificate attached to an image.
 pub const CERTIFICATE_TYPE: &str = "application/vnd.gpubake.certificate.v1+json";
@@ -191,22 +191,27 @@ async fn referrers_async(
     reference: &Reference,
     subject: &str,
 ) -> Result<Vec<Referrer>> {
-    let subject_ref = reference.clone_with_digest(subject.to_string());
-    // pull_referrers takes no credentials of its own: it uses those stored for the registry.
-    s.client
-        .store_auth_if_needed(reference.resolve_registry(), &s.auth)
-        .await;
     // The referrers API, or (on a 404) the tag schema's index, as the spec orders.
-    let index = s
-        .client
-        .pull_referrers(&subject_ref, None)
-        .await
-        .map_err(|e| s.failed("listing the image's referrers", e))?;
+    let doing = "listing the image's referrers";
+    let listed = s
+        .referrers_index(
+            reference,
+            subject,
+            &reference_tag(reference, subject),
+            doing,
+        )
+        .await?;
+    let index: ImageIndex = match listed {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(&s.what, format!("the referrers of {subject}: {e}")))?,
+        None => return Ok(Vec::new()),
+    };
     let mut out = Vec::new();
-    for entry in index.manifests {
+    for entry in index.manifests() {
+        let entry_digest = entry.digest().to_string();
         let (bytes, _) = s
             .manifest_needed(
-                &reference.clone_with_digest(entry.digest.clone()),
+                &reference.clone_with_digest(entry_digest.clone()),
                 "reading a referrer",
             )
             .await?;
@@ -216,7 +221,7 @@ async fn referrers_async(
             continue;
         }
         out.push(Referrer {
-            digest: entry.digest,
+            digest: entry_digest,
             artifact_type: value["artifactType"]
                 .as_str()
                 .or(value["config"]["mediaType"].as_str())

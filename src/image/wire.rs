@@ -1,8 +1,8 @@
 //! The registry requests gpubake makes itself rather than through oci-client, with the
 //! session's TLS settings and credentials:
 //!
-//! - manifest reads, whose bodies are refused past 4 MiB while they arrive (oci-client reads a
-//!   body whole before anyone can look at its size);
+//! - manifest and referrers-list reads, whose bodies are refused past 4 MiB while they arrive
+//!   (oci-client reads a body whole before anyone can look at its size);
 //! - the token requests of the bearer flow (the docker token protocol: `/v2/` answers 401 with
 //!   `WWW-Authenticate: Bearer realm=…,service=…`, the realm gives a token for the scopes asked
 //!   for), made first so that a token server's refusal is reported as one, and because a
@@ -195,9 +195,8 @@ impl Session {
     }
 
     /// The manifest `reference` names, as the registry stores it, with its digest; None when
-    /// the registry has none by that name. The body is refused once it passes
-    /// [`MAX_JSON_BYTES`] (or its Content-Length says it will), so a registry that sends an
-    /// endless or oversized manifest costs no more than the limit.
+    /// the registry has none by that name. Read as [`Self::capped_get`] reads, so a registry
+    /// that sends an endless or oversized manifest costs no more than the limit.
     pub(super) async fn manifest(
         &self,
         reference: &Reference,
@@ -208,13 +207,74 @@ impl Session {
             .or(reference.tag())
             .unwrap_or("latest")
             .to_string();
+        let path = format!("{}/manifests/{name}", reference.repository());
+        let accept = MANIFEST_TYPES.join(", ");
+        let Some((body, said_digest)) = self
+            .capped_get(
+                reference,
+                &path,
+                &accept,
+                &format!("manifest {name}"),
+                doing,
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let ours = Digest::of(&body).to_string();
+        for (whose, theirs) in [
+            ("the reference", reference.digest().map(str::to_string)),
+            ("the registry", said_digest),
+        ] {
+            if let Some(theirs) = theirs
+                && theirs != ours
+            {
+                return Err(Error::image(
+                    &self.what,
+                    format!("manifest {name}: its bytes hash to {ours}, {whose} says {theirs}"),
+                ));
+            }
+        }
+        Ok(Some((body, ours)))
+    }
+
+    /// The index the referrers API lists `subject`'s referrers in (in `reference`'s
+    /// repository), or, where the registry has no such API (a 404), the index the tag schema
+    /// keeps under `tag`; None when neither is there. Capped as manifests are.
+    pub(super) async fn referrers_index(
+        &self,
+        reference: &Reference,
+        subject: &str,
+        tag: &Reference,
+        doing: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let path = format!("{}/referrers/{subject}", reference.repository());
+        let accept = "application/vnd.oci.image.index.v1+json";
+        if let Some((body, _)) = self
+            .capped_get(reference, &path, accept, "the referrers list", doing)
+            .await?
+        {
+            return Ok(Some(body));
+        }
+        Ok(self.manifest(tag, doing).await?.map(|(body, _)| body))
+    }
+
+    /// GETs `/v2/PATH` with pull access to `reference`'s repository: the body and the
+    /// `Docker-Content-Digest` the registry sent, or None on a 404. The body is refused once
+    /// it passes [`MAX_JSON_BYTES`] (or its Content-Length says it will), so no more than the
+    /// limit is ever read or held.
+    async fn capped_get(
+        &self,
+        reference: &Reference,
+        path: &str,
+        accept: &str,
+        what: &str,
+        doing: &str,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
         let auth = self
             .authorization(&[scope(reference, "pull")], doing)
             .await?;
-        let mut request = self
-            .http
-            .get(self.url(&format!("{}/manifests/{name}", reference.repository())))
-            .header(ACCEPT, MANIFEST_TYPES.join(", "));
+        let mut request = self.http.get(self.url(path)).header(ACCEPT, accept);
         if let Some(auth) = auth {
             request = request.header(AUTHORIZATION, auth);
         }
@@ -240,15 +300,15 @@ impl Session {
                 .collect();
             return Err(Error::image(
                 &self.what,
-                format!("{doing}: manifest {name}: HTTP {status}: {said}"),
+                format!("{doing}: {what}: HTTP {status}: {said}"),
             ));
         }
-        let too_big = |what: String| {
+        let too_big = |how: String| {
             Error::image(
                 &self.what,
                 format!(
-                    "manifest {name} {what}, more than the {MAX_JSON_BYTES} bytes a manifest or \
-                     config may have; refusing it"
+                    "{what} {how}, more than the {MAX_JSON_BYTES} bytes a manifest or config \
+                     may have; refusing it"
                 ),
             )
         };
@@ -275,21 +335,7 @@ impl Session {
                 )));
             }
         }
-        let ours = Digest::of(&body).to_string();
-        for (whose, theirs) in [
-            ("the reference", reference.digest().map(str::to_string)),
-            ("the registry", said_digest),
-        ] {
-            if let Some(theirs) = theirs
-                && theirs != ours
-            {
-                return Err(Error::image(
-                    &self.what,
-                    format!("manifest {name}: its bytes hash to {ours}, {whose} says {theirs}"),
-                ));
-            }
-        }
-        Ok(Some((body, ours)))
+        Ok(Some((body, said_digest)))
     }
 
     /// [`Self::manifest`], where a missing manifest is an error.
