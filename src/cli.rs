@@ -33,22 +33,26 @@ struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    /// `text` as a transport, reaching registries as these options say.
-    fn transport(&self, text: &str) -> Result<crate::image::Transport> {
+    /// How to reach registries, as these options say.
+    fn access(&self) -> Result<crate::image::registry::Access> {
         let platform = match &self.platform {
             Some(p) => p.parse()?,
             None => crate::image::Platform::host(),
         };
-        let access = crate::image::registry::Access {
+        Ok(crate::image::registry::Access {
             tls_verify: self.tls_verify,
             cert_dir: self.cert_dir.clone(),
             authfile: self.authfile.clone(),
             platform,
             blob_cache: Some(crate::wheel::cache::WheelCache::default_root()?.join("layout")),
-        };
+        })
+    }
+
+    /// `text` as a transport, reaching registries as these options say.
+    fn transport(&self, text: &str) -> Result<crate::image::Transport> {
         Ok(text
             .parse::<crate::image::Transport>()?
-            .with_access(&access))
+            .with_access(&self.access()?))
     }
 }
 
@@ -199,7 +203,8 @@ enum Command {
         /// Where to write the image.
         #[arg(long, value_name = "DEST")]
         to: String,
-        /// The base image; the recipe's `base` when absent.
+        /// The base image; when absent, the recipe's `base`, pulled from its registry
+        /// (`nvidia/cuda:TAG` from Docker Hub, `HOST:PORT/NAME:TAG` from HOST:PORT).
         #[arg(long, value_name = "BASE")]
         from: Option<String>,
         /// Layer compression.
@@ -704,7 +709,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 crate::fsutil::output_target(path)?;
             }
             let to = registry.transport(&to)?;
-            let from = from.map(|f| registry.transport(&f)).transpose()?;
+            let explicit = from.is_some();
+            let from = match from {
+                Some(f) => Some(registry.transport(&f)?),
+                // Without --from the recipe's base is pulled from its registry, reached as
+                // these options say (the engine build leaves it to the engine).
+                None if !engine_build => Some(
+                    crate::image::Transport::of_base(&loaded.recipe.base)?
+                        .with_access(&registry.access()?),
+                ),
+                None => None,
+            };
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
@@ -714,7 +729,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                         .open()
                         .ok()
                         .and_then(|opened| crate::image::fs::base_glibc(&opened).ok().flatten());
-                    if let Some((v, what)) = &found {
+                    if let Some((v, what)) = &found
+                        && explicit
+                    {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \
                              not against the recipe's base `{}`",
@@ -782,7 +799,11 @@ pub fn run(cli: Cli) -> Result<i32> {
                 probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
             };
             let start = std::time::Instant::now();
-            let report = crate::image::build(&loaded, &resolved, &opts)?;
+            let report =
+                crate::image::build(&loaded, &resolved, &opts).map_err(|e| match &opts.from {
+                    Some(base) if !explicit => recipe_base_failed(e, base),
+                    _ => e,
+                })?;
             if let Some(path) = &sbom {
                 let subject = crate::sbom::Subject {
                     lock: &resolved.lock,
@@ -1137,6 +1158,23 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+    }
+}
+
+/// An error reading the recipe's own base (no --from), with the way around it: most bases
+/// are on registries a build machine may not reach.
+fn recipe_base_failed(e: Error, base: &crate::image::Transport) -> Error {
+    let hint = |m: &String| {
+        format!(
+            "{m}\nthe recipe's base is pulled from its registry when build has no --from; pass \
+             --from with a local copy (oci:DIR[:TAG], docker-archive:FILE) or another registry \
+             (docker://REGISTRY/NAME:TAG)"
+        )
+    };
+    match &e {
+        Error::Environment(m) if m.starts_with(&base.to_string()) => Error::Environment(hint(m)),
+        Error::Usage(m) if m.starts_with(&base.to_string()) => Error::Usage(hint(m)),
+        _ => e,
     }
 }
 

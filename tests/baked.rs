@@ -5,17 +5,13 @@
 
 mod common;
 
-use common::{assert_exit, gpubake_in, stderr, write};
+use common::{assert_exit, build_args, from_base, gpubake_in, stderr, write};
 use gpubake::image::layout::Layout;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn from_base() -> String {
-    format!("oci:{}:latest", common::base().display())
-}
 
 /// Runs `gpubake build --without-python RECIPE --from BASE --to oci:OUT:v1` in `cwd` with
 /// extra environment variables and arguments.
@@ -28,18 +24,8 @@ fn build_in(
 ) -> std::process::Output {
     let to = format!("oci:{}:v1", out.display());
     let from = from_base();
-    let mut args = vec![
-        "build",
-        "--without-python",
-        recipe,
-        "--from",
-        &from,
-        "--to",
-        &to,
-    ];
-    args.extend(extra);
     Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args(&args)
+        .args(build_args(recipe, &from, &to, extra))
         .current_dir(cwd)
         .env_remove("GPUBAKE_PRESET_PATH")
         .envs(env.iter().copied())
@@ -320,6 +306,13 @@ fn base_with_user(dir: &Path) -> PathBuf {
     layout
 }
 
+/// Runs `gpubake build --without-python RECIPE --from oci:BASE:latest --to TO` in `cwd`:
+/// a build on a base of the test's own (as [`base_with_user`] makes).
+fn build_on(cwd: &Path, recipe: &str, base: &Path, to: &str) -> std::process::Output {
+    let from = format!("oci:{}:latest", base.display());
+    gpubake_in(cwd, &build_args(recipe, &from, to, &[]))
+}
+
 #[test]
 fn gpubake_layers_keep_modes_add_nothing_world_writable_and_keep_the_base_user() {
     if !common::tools() {
@@ -353,20 +346,8 @@ fn gpubake_layers_keep_modes_add_nothing_world_writable_and_keep_the_base_user()
          \x20 - {src: app/run.sh, dest: /usr/local/bin/run, mode: '0750'}\n",
     );
     let out = dir.path().join("out");
-    let from = format!("oci:{}:latest", base.display());
     let to = format!("oci:{}:v1", out.display());
-    let built = gpubake_in(
-        dir.path(),
-        &[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from,
-            "--to",
-            &to,
-        ],
-    );
+    let built = build_on(dir.path(), &recipe, &base, &to);
     assert_exit(&built, 0);
     let base_image = read_image(&base, "latest");
     let image = read_image(&out, "v1");
@@ -426,18 +407,7 @@ fn gpubake_layers_keep_modes_add_nothing_world_writable_and_keep_the_base_user()
         "name: audit\nbase: ubuntu:24.04\npytorch: '2.9'\nfiles:\n\
          \x20 - {src: key.pem, dest: /etc/app/key.pem, mode: '0666'}\n",
     );
-    let refused = gpubake_in(
-        dir.path(),
-        &[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from,
-            "--to",
-            &to,
-        ],
-    );
+    let refused = build_on(dir.path(), &recipe, &base, &to);
     assert_exit(&refused, 2);
     let err = stderr(&refused);
     assert!(
@@ -460,20 +430,8 @@ fn the_image_runs_as_the_bases_user_in_the_engine() {
         "name: audit\nbase: ubuntu:24.04\npytorch: '2.9'\npresets: [base]\n",
     );
     let tag = format!("gpubake-audit-user:{}", std::process::id());
-    let from = format!("oci:{}:latest", base.display());
     let to = format!("docker-daemon:{tag}");
-    let built = gpubake_in(
-        dir.path(),
-        &[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from,
-            "--to",
-            &to,
-        ],
-    );
+    let built = build_on(dir.path(), &recipe, &base, &to);
     assert_exit(&built, 0);
     let run = Command::new("docker")
         .args([

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_exit, gpubake, stdout, write};
+use common::{assert_exit, build_args, from_base, gpubake, stdout, write};
 use gpubake::engine::{Engine, Gpus};
 use gpubake::image::layout::{Layout, REF_NAME};
 use oci_spec::image::{ImageManifest, MediaType};
@@ -22,15 +22,7 @@ fn build(dir: &Path, extra: &str) -> String {
         &format!("name: cert\nbase: x\npytorch: '2.9'\npresets: [base, nvlink]\n{extra}"),
     );
     let image = format!("oci:{}:v1", dir.join("out").display());
-    let out = gpubake(&[
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        &format!("oci:{}:latest", common::base().display()),
-        "--to",
-        &image,
-    ]);
+    let out = gpubake(&build_args(&recipe, &from_base(), &image, &[]));
     assert_exit(&out, 0);
     image
 }
@@ -225,15 +217,8 @@ fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
         "r.yaml",
         "name: p\nbase: x\npytorch: '2.9'\npresets: [base]\n",
     );
-    let out = gpubake(&[
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        &format!("oci:{}:latest", common::base().display()),
-        "--to",
-        &format!("docker-archive:{}:{tag}", archive.display()),
-    ]);
+    let to = format!("docker-archive:{}:{tag}", archive.display());
+    let out = gpubake(&build_args(&recipe, &from_base(), &to, &[]));
     assert_exit(&out, 0);
     engine.load(&archive).unwrap();
     let run = engine.run(

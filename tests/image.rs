@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_exit, from_base, gpubake, gpubake_in, run, stderr, stdout, write};
+use common::{assert_exit, build_args, from_base, gpubake, gpubake_in, run, stderr, stdout, write};
 use gpubake::image::Transport;
 use gpubake::image::digest::Digest;
 use gpubake::image::layout::{Layout, REF_NAME, descriptor};
@@ -25,23 +25,9 @@ fn recipe_in(dir: &Path, extra: &str) -> String {
     )
 }
 
-/// Builds and returns the JSON report.
+/// Builds `recipe` on the busybox base and returns the JSON report.
 fn build(recipe: &str, to: &str, extra: &[&str]) -> Value {
-    let from = from_base();
-    let mut args = vec![
-        "build",
-        "--without-python",
-        recipe,
-        "--from",
-        &from,
-        "--to",
-        to,
-        "--json",
-    ];
-    args.extend(extra);
-    let out = gpubake(&args);
-    assert_exit(&out, 0);
-    serde_json::from_str(&stdout(&out)).unwrap()
+    common::build_json_in(&common::root(), recipe, to, extra)
 }
 
 fn oci(dir: &Path, tag: &str) -> String {
@@ -167,16 +153,12 @@ fn two_builds_give_the_same_digest() {
     }
     // The epoch is part of the content.
     let other = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args([
-            "build",
-            "--without-python",
+        .args(build_args(
             &recipe,
-            "--from",
             &from_base(),
-            "--to",
             &oci(&dir.path().join("c"), "x"),
-            "--json",
-        ])
+            &["--json"],
+        ))
         .env("SOURCE_DATE_EPOCH", "1700000000")
         .output()
         .unwrap();
@@ -364,15 +346,7 @@ fn a_killed_build_leaves_the_previous_image_readable() {
     common::noise(&data.join("noise.bin"), 256, 0x9e3779b97f4a7c15);
     recipe_in(dir.path(), "files:\n  - {src: big, dest: /data}\n");
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args([
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from_base(),
-            "--to",
-            &oci(&layout, "v1"),
-        ])
+        .args(build_args(&recipe, &from_base(), &oci(&layout, "v1"), &[]))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -426,15 +400,7 @@ fn concurrent_builds_into_one_layout_both_land() {
     let layout = dir.path().join("shared");
     let spawn = |recipe: &str, tag: &str| {
         Command::new(env!("CARGO_BIN_EXE_gpubake"))
-            .args([
-                "build",
-                "--without-python",
-                recipe,
-                "--from",
-                &from_base(),
-                "--to",
-                &oci(&layout, tag),
-            ])
+            .args(build_args(recipe, &from_base(), &oci(&layout, tag), &[]))
             .output()
     };
     let (ra, rb) = std::thread::scope(|s| {
@@ -563,15 +529,12 @@ fn hostile_base_layers_are_refused() {
         let out_dir = dir.path().join("out");
         let out = gpubake_in(
             dir.path(),
-            &[
-                "build",
-                "--without-python",
+            &build_args(
                 &recipe,
-                "--from",
                 &format!("oci:{}:latest", base.display()),
-                "--to",
                 &oci(&out_dir, "x"),
-            ],
+                &[],
+            ),
         );
         assert_exit(&out, 2);
         assert!(
@@ -595,15 +558,12 @@ fn hostile_base_layers_are_refused() {
     );
     let out = gpubake_in(
         dir.path(),
-        &[
-            "build",
-            "--without-python",
+        &build_args(
             &recipe,
-            "--from",
             &format!("oci:{}:latest", ok.display()),
-            "--to",
             &oci(&dir.path().join("ok"), "x"),
-        ],
+            &[],
+        ),
     );
     assert_exit(&out, 0);
 }
@@ -624,15 +584,12 @@ fn hostile_archive_members_are_refused() {
     let archive = dir.path().join("evil.tar");
     std::fs::write(&archive, bytes).unwrap();
     let recipe = write(dir.path(), "r.yaml", "name: r\nbase: x\npytorch: '2.9'\n");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &format!("docker-archive:{}", archive.display()),
-        "--to",
         &oci(&dir.path().join("o"), "x"),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("points outside the archive"),
@@ -644,44 +601,30 @@ fn hostile_archive_members_are_refused() {
 #[test]
 fn unsupported_sources_say_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
+    // Without --from the recipe's base is pulled from its registry; one that does not answer
+    // (nothing listens on port 1) is the environment's fault, named with the way around it.
     let recipe = write(
         dir.path(),
         "r.yaml",
-        "name: r\nbase: nvidia/cuda:12.8.1-runtime-ubuntu24.04\npytorch: '2.9'\n",
+        "name: r\nbase: 127.0.0.1:1/team/base:1\npytorch: '2.9'\n",
     );
     let to = oci(&dir.path().join("o"), "x");
     let out = gpubake(&["build", "--without-python", &recipe, "--to", &to]);
-    assert_exit(&out, 2);
+    assert_exit(&out, 3);
     for said in [
-        "pass --from docker://nvidia/cuda:12.8.1-runtime-ubuntu24.04 to pull it",
-        "--from oci:DIR[:TAG]",
+        "docker://127.0.0.1:1/team/base:1: the registry did not answer",
+        "pass --from with a local copy (oci:DIR[:TAG]",
     ] {
         assert!(stderr(&out).contains(said), "{}", stderr(&out));
     }
-    let out = gpubake(&[
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        "docker://",
-        "--to",
-        &to,
-    ]);
+    let out = gpubake(&build_args(&recipe, "docker://", &to, &[]));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("docker:// needs an image"),
         "{}",
         stderr(&out)
     );
-    let out = gpubake(&[
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        "oci:/nonexistent/layout",
-        "--to",
-        &to,
-    ]);
+    let out = gpubake(&build_args(&recipe, "oci:/nonexistent/layout", &to, &[]));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("oci:/nonexistent/layout")
@@ -792,19 +735,7 @@ fn path_spelling_and_working_directory_do_not_change_the_digest() {
     let mut digests = Vec::new();
     for (i, (cwd, recipe, from)) in spellings.iter().enumerate() {
         let to = format!("oci:{}:x", dir.path().join(format!("out{i}")).display());
-        let out = common::gpubake_in(
-            cwd,
-            &[
-                "build",
-                "--without-python",
-                recipe,
-                "--from",
-                from,
-                "--to",
-                &to,
-                "--json",
-            ],
-        );
+        let out = common::gpubake_in(cwd, &build_args(recipe, from, &to, &["--json"]));
         assert_exit(&out, 0);
         let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
         digests.push(report["manifest"].as_str().unwrap().to_string());
@@ -904,30 +835,19 @@ fn layers_other_tools_write_are_read() {
             "hello\n"
         );
         let built = dir.path().join(format!("built{i}"));
-        let out = gpubake(&[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from,
-            "--to",
-            &oci(&built, "x"),
-        ]);
+        let out = gpubake(&build_args(&recipe, &from, &oci(&built, "x"), &[]));
         assert_exit(&out, 0);
         assert_exit(&gpubake(&["verify", &oci(&built, "x")]), 0);
     }
 
     // A `docker save` archive that stops after its last member's data reads as well.
     let archive = dir.path().join("image.tar");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &format!("oci:{}:latest", bases[0].display()),
-        "--to",
         &format!("docker-archive:{}:cut/test:v1", archive.display()),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 0);
     let cut = dir.path().join("cut.tar");
     std::fs::write(&cut, cut_after_last_data(&std::fs::read(&archive).unwrap())).unwrap();
@@ -986,15 +906,12 @@ fn base_configs_without_diff_ids_are_bad_input() {
     for (name, config, layers, expected) in cases {
         let base = image_of(&dir.path().join(name), &config, &layers);
         let from = format!("oci:{}:latest", base.display());
-        let out = gpubake(&[
-            "build",
-            "--without-python",
+        let out = gpubake(&build_args(
             &recipe,
-            "--from",
             &from,
-            "--to",
             &oci(&dir.path().join("out"), name),
-        ]);
+            &[],
+        ));
         assert_exit(&out, 2);
         let err = stderr(&out);
         assert!(
@@ -1023,15 +940,7 @@ fn layouts_and_archives_follow_the_umask() {
         oci(&out, "x"),
         format!("docker-archive:{}:mode/test:v1", archive.display()),
     ] {
-        let args = [
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from,
-            "--to",
-            &to,
-        ];
+        let args = build_args(&recipe, &from, &to, &[]);
         assert_exit(&common::gpubake_umask("022", &args), 0);
     }
     let mut files = vec![out.join("index.json"), out.join("oci-layout"), archive];
@@ -1055,7 +964,7 @@ fn an_interrupted_build_leaves_nothing_behind() {
     let archive = dir.path().join("base.tar");
     let copied = std::process::Command::new("skopeo")
         .arg("copy")
-        .arg(format!("oci:{}:latest", common::base().display()))
+        .arg(from_base())
         .arg(format!("docker-archive:{}:base:latest", archive.display()))
         .output()
         .unwrap();
@@ -1121,19 +1030,16 @@ fn docker_archive_outputs_write_through_links_and_never_replace_devices() {
         "r.yaml",
         "name: r\nbase: x\npytorch: '2.9'\npresets: [base]\n",
     );
-    let base = format!("oci:{}:latest", common::base().display());
+    let base = from_base();
     let real = dir.path().join("real.tar");
     let link = dir.path().join("link.tar");
     std::os::unix::fs::symlink("real.tar", &link).unwrap();
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &format!("docker-archive:{}", link.display()),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 0);
     assert!(
         std::fs::symlink_metadata(&link)
@@ -1143,15 +1049,7 @@ fn docker_archive_outputs_write_through_links_and_never_replace_devices() {
     );
     assert!(std::fs::metadata(&real).unwrap().len() > 0);
 
-    let out = gpubake(&[
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        &base,
-        "--to",
-        "docker-archive:/dev/null",
-    ]);
+    let out = gpubake(&build_args(&recipe, &base, "docker-archive:/dev/null", &[]));
     assert_exit(&out, 2);
     assert!(stderr(&out).contains("is a device"), "{}", stderr(&out));
     use std::os::unix::fs::FileTypeExt;
@@ -1182,15 +1080,12 @@ fn the_real_base_glibc_is_checked_and_named() {
     assert!(stderr(&refused).contains("glibc"), "{}", stderr(&refused));
 
     let out_dir = dir.path().join("out");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
-        &format!("oci:{}:latest", common::base().display()),
-        "--to",
+        &from_base(),
         out_dir.to_str().unwrap(),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 0);
     assert!(
         stderr(&out).contains("checking the wheels against glibc"),
@@ -1249,15 +1144,12 @@ fn a_layer_with_a_media_type_that_is_no_layer_is_named_so() {
     let mut index = layout.index_or_empty().unwrap();
     index.set_manifests(vec![desc]);
     layout.write_index(&index).unwrap();
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &format!("oci:{}:latest", root.display()),
-        "--to",
         &oci(&dir.path().join("out"), "x"),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("media type application/x-not-a-layer is not a layer"),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_exit, from_base, run, stderr, stdout, write};
+use common::{assert_exit, build_args, from_base, run, stderr, stdout, write};
 use gpubake::image::digest::Digest;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -14,22 +14,72 @@ use std::time::{Duration, Instant};
 const USER: &str = "baker";
 const PASSWORD: &str = "s3cret-pass";
 
+/// How a test registry checks its clients.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    /// Basic credentials against an htpasswd file.
+    Htpasswd,
+    /// Bearer tokens from `tests/fixtures/token-server.py`, which takes the same login and
+    /// refuses the user `outsider` whatever it asks.
+    Token,
+}
+
+/// A user the token server knows and refuses (403) everything.
+const OUTSIDER: &str = "outsider";
+
 /// A registry of this test's own: its directory holds the config, the certificate, the
 /// htpasswd file, the stored images, a docker `config.json` with the right login (`auth/`),
-/// one with a wrong password (`wrong/`) and one with none (`none/`).
+/// one with a wrong password (`wrong/`), one for the token server's refused user
+/// (`outsider/`) and one with none (`none/`). With [`Auth::Token`], `scopes.log` lists the
+/// scopes of each token request, one request a line.
 struct Registry {
     dir: tempfile::TempDir,
     addr: String,
     child: Option<Child>,
+    token_server: Option<Child>,
+}
+
+/// A self-signed certificate for 127.0.0.1 in `d`: `cert.pem`, `key.pem`, and `certs/ca.crt`
+/// (the directory `--cert-dir` takes).
+fn make_certificate(d: &Path) {
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        "-addext",
+        // rustls (webpki) refuses a CA certificate as the server's own.
+        "basicConstraints=critical,CA:FALSE",
+        "-keyout",
+        &d.join("key.pem").display().to_string(),
+        "-out",
+        &d.join("cert.pem").display().to_string(),
+    ]));
+    std::fs::create_dir(d.join("certs")).unwrap();
+    std::fs::copy(d.join("cert.pem"), d.join("certs/ca.crt")).unwrap();
 }
 
 impl Registry {
-    /// Starts one; None (with the reason printed) where a tool is missing outside CI.
+    /// Starts one checking basic credentials; None (with the reason printed) where a tool is
+    /// missing outside CI.
     fn start() -> Option<Registry> {
+        Registry::start_with(Auth::Htpasswd)
+    }
+
+    /// Starts one checking its clients as `auth` says.
+    fn start_with(auth: Auth) -> Option<Registry> {
         if !common::tools()
             || !common::have("docker-registry", "--version")
             || !common::have("openssl", "version")
             || !makes_htpasswd()
+            || (auth == Auth::Token && !common::have("python3", "--version"))
         {
             return None;
         }
@@ -41,30 +91,31 @@ impl Registry {
             .unwrap()
             .port();
         let addr = format!("127.0.0.1:{port}");
-        run(Command::new("openssl").args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-addext",
-            // rustls (webpki) refuses a CA certificate as the server's own.
-            "basicConstraints=critical,CA:FALSE",
-            "-keyout",
-            &d.join("key.pem").display().to_string(),
-            "-out",
-            &d.join("cert.pem").display().to_string(),
-        ]));
-        std::fs::create_dir(d.join("certs")).unwrap();
-        std::fs::copy(d.join("cert.pem"), d.join("certs/ca.crt")).unwrap();
-        let htpasswd = run(Command::new("htpasswd").args(["-nbB", USER, PASSWORD]));
-        std::fs::write(d.join("htpasswd"), htpasswd).unwrap();
+        make_certificate(d);
+        let (auth_config, token_server) = match auth {
+            Auth::Htpasswd => {
+                let htpasswd = run(Command::new("htpasswd").args(["-nbB", USER, PASSWORD]));
+                std::fs::write(d.join("htpasswd"), htpasswd).unwrap();
+                (
+                    format!(
+                        "htpasswd: {{realm: gpubake-test, path: {}/htpasswd}}",
+                        d.display()
+                    ),
+                    None,
+                )
+            }
+            Auth::Token => {
+                let (realm, child) = start_token_server(d);
+                (
+                    format!(
+                        "token: {{realm: \"{realm}\", service: gpubake-test-registry, \
+                         issuer: gpubake-test-issuer, rootcertbundle: {}/token-cert.pem}}",
+                        d.display()
+                    ),
+                    Some(child),
+                )
+            }
+        };
         std::fs::write(
             d.join("config.yml"),
             format!(
@@ -73,14 +124,18 @@ impl Registry {
                  storage:\n  filesystem: {{rootdirectory: {data}}}\n  delete: {{enabled: true}}\n\
                  http:\n  addr: {addr}\n  secret: gpubake-test\n  \
                  tls: {{certificate: {dir}/cert.pem, key: {dir}/key.pem}}\n\
-                 auth:\n  htpasswd: {{realm: gpubake-test, path: {dir}/htpasswd}}\n",
+                 auth:\n  {auth_config}\n",
                 data = d.join("data").display(),
                 dir = d.display(),
             ),
         )
         .unwrap();
-        for (name, password) in [("auth", PASSWORD), ("wrong", "not-the-password")] {
-            let login = base64_encode(format!("{USER}:{password}").as_bytes());
+        for (name, user, password) in [
+            ("auth", USER, PASSWORD),
+            ("wrong", USER, "not-the-password"),
+            (OUTSIDER, OUTSIDER, PASSWORD),
+        ] {
+            let login = base64_encode(format!("{user}:{password}").as_bytes());
             write(
                 d,
                 &format!("{name}/config.json"),
@@ -92,9 +147,19 @@ impl Registry {
             dir,
             addr,
             child: None,
+            token_server,
         };
         registry.serve();
         Some(registry)
+    }
+
+    /// The scopes each token request asked for since the last call, one request a line
+    /// (sorted within the line), and the log emptied.
+    fn token_requests(&self) -> Vec<String> {
+        let log = self.dir.path().join("scopes.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        std::fs::write(&log, "").unwrap();
+        text.lines().map(str::to_string).collect()
     }
 
     /// Starts (or restarts) the registry process and waits until it answers.
@@ -156,23 +221,45 @@ impl Registry {
             .expect("the gpubake binary runs")
     }
 
+    /// [`Self::gpubake`] with `--cert-dir` trusting the registry's certificate.
+    fn trusted(&self, which: &str, args: &[&str]) -> Output {
+        let certs = self.certs();
+        let mut args = args.to_vec();
+        args.extend(["--cert-dir", &certs]);
+        self.gpubake(which, &args)
+    }
+
     /// `gpubake copy SRC DEST`, trusting the registry's certificate.
     fn copy(&self, which: &str, src: &str, dest: &str) -> Output {
-        self.gpubake(which, &["copy", src, dest, "--cert-dir", &self.certs()])
+        self.trusted(which, &["copy", src, dest])
+    }
+
+    /// `skopeo inspect ARGS… docker://ADDR/NAME` with the right login, trusting the
+    /// registry's certificate.
+    fn skopeo_inspect(&self, args: &[&str], name: &str) -> Output {
+        Command::new("skopeo")
+            .arg("inspect")
+            .args(args)
+            .args(["--cert-dir", &self.certs()])
+            .args(["--creds", &format!("{USER}:{PASSWORD}")])
+            .arg(self.image(name))
+            .output()
+            .expect("skopeo runs")
+    }
+
+    /// What skopeo prints for `name` (`--raw`: the manifest as stored), as JSON.
+    fn skopeo_json(&self, args: &[&str], name: &str) -> Value {
+        let out = self.skopeo_inspect(args, name);
+        assert!(out.status.success(), "skopeo: {}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
     }
 
     /// The manifest digest skopeo reads for `name`.
     fn skopeo_digest(&self, name: &str) -> String {
-        let out = run(Command::new("skopeo").args([
-            "inspect",
-            "--cert-dir",
-            &self.certs(),
-            "--creds",
-            &format!("{USER}:{PASSWORD}"),
-            &self.image(name),
-        ]));
-        let v: Value = serde_json::from_str(&out).unwrap();
-        v["Digest"].as_str().unwrap().to_string()
+        self.skopeo_json(&[], name)["Digest"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Bytes of blob uploads the registry has received and not finished.
@@ -193,7 +280,62 @@ impl Registry {
 impl Drop for Registry {
     fn drop(&mut self) {
         self.kill();
+        if let Some(mut child) = self.token_server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
+}
+
+/// Starts `tests/fixtures/token-server.py` for a registry in `d`, with a signing key and
+/// certificate of its own (`token-key.pem`, `token-cert.pem`: the registry's rootcertbundle);
+/// returns its realm and its process.
+fn start_token_server(d: &Path) -> (String, Child) {
+    run(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=gpubake-test-token-signer",
+        "-keyout",
+        &d.join("token-key.pem").display().to_string(),
+        "-out",
+        &d.join("token-cert.pem").display().to_string(),
+    ]));
+    let port_file = d.join("token-port");
+    let child = Command::new("python3")
+        .arg(common::root().join("tests/fixtures/token-server.py"))
+        .arg("--port-file")
+        .arg(&port_file)
+        .arg("--key")
+        .arg(d.join("token-key.pem"))
+        .arg("--cert")
+        .arg(d.join("token-cert.pem"))
+        .args(["--issuer", "gpubake-test-issuer"])
+        .args(["--service", "gpubake-test-registry"])
+        .args(["--user", USER, "--password", PASSWORD, "--refuse", OUTSIDER])
+        .arg("--log")
+        .arg(d.join("scopes.log"))
+        .stderr(std::fs::File::create(d.join("token-server.log")).unwrap())
+        .spawn()
+        .expect("python3 runs the token server");
+    let start = Instant::now();
+    let port = loop {
+        if let Ok(port) = std::fs::read_to_string(&port_file) {
+            break port;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the token server did not start: {}",
+            std::fs::read_to_string(d.join("token-server.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (format!("http://127.0.0.1:{port}/token"), child)
 }
 
 /// True when apache2-utils' htpasswd makes bcrypt lines; in CI its absence fails the test.
@@ -248,33 +390,11 @@ fn a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout() {
     let base = from_base();
     let out = reg.gpubake(
         "auth",
-        &[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &base,
-            "--to",
-            &format!("oci:{}:v1", layout.display()),
-        ],
+        &build_args(&recipe, &base, &format!("oci:{}:v1", layout.display()), &[]),
     );
     assert_exit(&out, 0);
     let target = reg.image("gpubake/app:v1");
-    let out = reg.gpubake(
-        "auth",
-        &[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &base,
-            "--to",
-            &target,
-            "--cert-dir",
-            &reg.certs(),
-            "--json",
-        ],
-    );
+    let out = reg.trusted("auth", &build_args(&recipe, &base, &target, &["--json"]));
     assert_exit(&out, 0);
     let report = json_of(&out);
     let want = layout_digest(&layout, "v1");
@@ -282,25 +402,12 @@ fn a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout() {
     assert_eq!(reg.skopeo_digest("gpubake/app:v1"), want);
 
     // Read back: inspect shows the same digest, and verify re-hashes every blob.
-    let out = reg.gpubake(
-        "auth",
-        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
-    );
+    let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     assert_exit(&out, 0);
     assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
     let out = reg.gpubake("auth", &["verify", &target, "--tls-verify=false"]);
     assert_exit(&out, 0);
-    let out = reg.gpubake(
-        "auth",
-        &[
-            "certify",
-            &target,
-            "--gpus",
-            "none",
-            "--cert-dir",
-            &reg.certs(),
-        ],
-    );
+    let out = reg.trusted("auth", &["certify", &target, "--gpus", "none"]);
     assert_exit(&out, 0);
 }
 
@@ -314,20 +421,14 @@ fn a_registry_image_serves_as_the_base() {
     let recipe = recipe_in(dir.path(), "");
     let mut digests = Vec::new();
     for (name, from) in [("local", base.as_str()), ("pulled", remote_base.as_str())] {
-        let out = reg.gpubake(
+        let out = reg.trusted(
             "auth",
-            &[
-                "build",
-                "--without-python",
+            &build_args(
                 &recipe,
-                "--from",
                 from,
-                "--to",
                 &format!("oci:{}:v1", dir.path().join(name).display()),
-                "--cert-dir",
-                &reg.certs(),
-                "--json",
-            ],
+                &["--json"],
+            ),
         );
         assert_exit(&out, 0);
         digests.push(json_of(&out)["manifest"].as_str().unwrap().to_string());
@@ -373,14 +474,12 @@ fn copy_round_trips_through_a_registry() {
     assert_eq!(reg.skopeo_digest("copies/again:rt"), want);
     // And to a docker archive that skopeo reads.
     let archive = dir.path().join("rt.tar");
-    let out = reg.gpubake(
+    let out = reg.trusted(
         "auth",
         &[
             "copy",
             &remote,
             &format!("docker-archive:{}", archive.display()),
-            "--cert-dir",
-            &reg.certs(),
         ],
     );
     assert_exit(&out, 0);
@@ -394,9 +493,8 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
     let Some(reg) = Registry::start() else { return };
     let base = from_base();
     let target = reg.image("denied/base:1");
-    let certs = reg.certs();
 
-    let out = reg.gpubake("wrong", &["copy", &base, &target, "--cert-dir", &certs]);
+    let out = reg.trusted("wrong", &["copy", &base, &target]);
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("refused the credentials"),
@@ -405,7 +503,7 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
     );
     assert!(stderr(&out).contains("config.json"), "{}", stderr(&out));
 
-    let out = reg.gpubake("none", &["copy", &base, &target, "--cert-dir", &certs]);
+    let out = reg.trusted("none", &["copy", &base, &target]);
     assert_exit(&out, 3);
     assert!(
         stderr(&out).contains("asks for credentials"),
@@ -414,7 +512,7 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
     );
     assert!(stderr(&out).contains("docker login"), "{}", stderr(&out));
 
-    let out = reg.gpubake("none", &["inspect", &target, "--cert-dir", &certs]);
+    let out = reg.trusted("none", &["inspect", &target]);
     assert_exit(&out, 3);
     assert!(
         stderr(&out).contains("asks for credentials"),
@@ -429,14 +527,12 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
     assert!(stderr(&out).contains("--cert-dir"), "{}", stderr(&out));
 
     // An --authfile replaces the usual places.
-    let out = reg.gpubake(
+    let out = reg.trusted(
         "none",
         &[
             "copy",
             &base,
             &target,
-            "--cert-dir",
-            &certs,
             "--authfile",
             &reg.dir
                 .path()
@@ -462,18 +558,7 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
     let layout = dir.path().join("out");
     let local = format!("oci:{}:v1", layout.display());
     assert_exit(
-        &reg.gpubake(
-            "auth",
-            &[
-                "build",
-                "--without-python",
-                &recipe,
-                "--from",
-                &from_base(),
-                "--to",
-                &local,
-            ],
-        ),
+        &reg.gpubake("auth", &build_args(&recipe, &from_base(), &local, &[])),
         0,
     );
     let target = reg.image("big/app:v1");
@@ -503,11 +588,7 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
     assert_exit(&out, 3);
     assert!(stderr(&out).contains("did not answer"), "{}", stderr(&out));
     reg.serve();
-    let out = Command::new("skopeo")
-        .args(["inspect", "--cert-dir", &reg.certs()])
-        .args(["--creds", &format!("{USER}:{PASSWORD}"), &target])
-        .output()
-        .unwrap();
+    let out = reg.skopeo_inspect(&[], "big/app:v1");
     assert!(!out.status.success(), "the tag exists after a failed push");
     // The same push again completes, and the registry holds the image gpubake built.
     let out = reg.copy("auth", &local, &target);
@@ -517,15 +598,9 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
         layout_digest(&layout, "v1")
     );
     let back: PathBuf = dir.path().join("back");
-    let out = reg.gpubake(
+    let out = reg.trusted(
         "auth",
-        &[
-            "copy",
-            &target,
-            &format!("oci:{}:v1", back.display()),
-            "--cert-dir",
-            &reg.certs(),
-        ],
+        &["copy", &target, &format!("oci:{}:v1", back.display())],
     );
     assert_exit(&out, 0);
     assert_exit(
@@ -651,31 +726,19 @@ fn an_index_is_read_for_the_platform_asked_for() {
             "copy".to_string(),
             remote.clone(),
             format!("oci:{}:v1", to.display()),
-            "--cert-dir".into(),
-            reg.certs(),
         ];
         if let Some(p) = platform {
             args.extend(["--platform".to_string(), p.to_string()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert_exit(&reg.gpubake("auth", &args), 0);
+        assert_exit(&reg.trusted("auth", &args), 0);
         assert_eq!(
             layout_digest(&to, "v1"),
             want.digest().to_string(),
             "{platform:?}"
         );
     }
-    let out = reg.gpubake(
-        "auth",
-        &[
-            "inspect",
-            &remote,
-            "--cert-dir",
-            &reg.certs(),
-            "--platform",
-            "linux/s390x",
-        ],
-    );
+    let out = reg.trusted("auth", &["inspect", &remote, "--platform", "linux/s390x"]);
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("has no linux/s390x image"),
@@ -690,28 +753,14 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     let dir = tempfile::tempdir().unwrap();
     let recipe = recipe_in(dir.path(), "");
     let target = reg.image("certified/app:v1");
-    let out = reg.gpubake(
+    let out = reg.trusted(
         "auth",
-        &[
-            "build",
-            "--without-python",
-            &recipe,
-            "--from",
-            &from_base(),
-            "--to",
-            &target,
-            "--cert-dir",
-            &reg.certs(),
-            "--json",
-        ],
+        &build_args(&recipe, &from_base(), &target, &["--json"]),
     );
     assert_exit(&out, 0);
     let digest = json_of(&out)["manifest"].as_str().unwrap().to_string();
     // Before: no certificate, so --certified fails naming the digest.
-    let out = reg.gpubake(
-        "auth",
-        &["verify", &target, "--certified", "--cert-dir", &reg.certs()],
-    );
+    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
     assert_exit(&out, 1);
     assert!(
         stdout(&out).contains("no certificate is attached"),
@@ -720,7 +769,7 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     );
 
     let cert = dir.path().join("cert.json");
-    let out = reg.gpubake(
+    let out = reg.trusted(
         "auth",
         &[
             "certify",
@@ -728,8 +777,6 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
             "--gpus",
             "none",
             "--attach",
-            "--cert-dir",
-            &reg.certs(),
             "--out",
             &cert.display().to_string(),
         ],
@@ -744,16 +791,7 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     // distribution 2.8 has no referrers API: the artifact is listed in the index under the
     // tag `sha256-<hex>`, which skopeo reads as any other manifest.
     let tag = format!("certified/app:{}", digest.replacen(':', "-", 1));
-    let index: Value = serde_json::from_str(&run(Command::new("skopeo").args([
-        "inspect",
-        "--raw",
-        "--cert-dir",
-        &reg.certs(),
-        "--creds",
-        &format!("{USER}:{PASSWORD}"),
-        &reg.image(&tag),
-    ])))
-    .unwrap();
+    let index = reg.skopeo_json(&["--raw"], &tag);
     let listed = &index["manifests"][0];
     assert_eq!(
         listed["artifactType"], "application/vnd.gpubake.certificate.v1+json",
@@ -764,28 +802,13 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         "{index}"
     );
     let artifact = listed["digest"].as_str().unwrap();
-    let manifest: Value = serde_json::from_str(&run(Command::new("skopeo").args([
-        "inspect",
-        "--raw",
-        "--cert-dir",
-        &reg.certs(),
-        "--creds",
-        &format!("{USER}:{PASSWORD}"),
-        &reg.image(&format!("certified/app@{artifact}")),
-    ])))
-    .unwrap();
+    let manifest = reg.skopeo_json(&["--raw"], &format!("certified/app@{artifact}"));
     assert_eq!(manifest["subject"]["digest"], digest.as_str(), "{manifest}");
 
-    let out = reg.gpubake(
-        "auth",
-        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
-    );
+    let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     assert_exit(&out, 0);
     assert_eq!(json_of(&out)["referrers"][0]["digest"], artifact);
-    let out = reg.gpubake(
-        "auth",
-        &["verify", &target, "--certified", "--cert-dir", &reg.certs()],
-    );
+    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
     assert_exit(&out, 0);
     assert!(
         stdout(&out).contains(&format!("{artifact} certifies {digest}")),
@@ -794,23 +817,9 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     );
 
     // A second attachment adds to the index rather than replacing it.
-    let out = reg.gpubake(
-        "auth",
-        &[
-            "certify",
-            &target,
-            "--gpus",
-            "none",
-            "--attach",
-            "--cert-dir",
-            &reg.certs(),
-        ],
-    );
+    let out = reg.trusted("auth", &["certify", &target, "--gpus", "none", "--attach"]);
     assert_exit(&out, 0);
-    let out = reg.gpubake(
-        "auth",
-        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
-    );
+    let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     let referrers = json_of(&out)["referrers"].as_array().unwrap().len();
     assert_eq!(referrers, 2);
 
@@ -829,22 +838,14 @@ fn build_sbom_is_written_and_attached_to_the_pushed_image() {
     let recipe = recipe_in(dir.path(), "");
     let target = reg.image("sbom/app:v1");
     let sbom = dir.path().join("sbom.spdx.json");
-    let out = reg.gpubake(
+    let out = reg.trusted(
         "auth",
-        &[
-            "build",
-            "--without-python",
+        &build_args(
             &recipe,
-            "--from",
             &from_base(),
-            "--to",
             &target,
-            "--sbom",
-            &sbom.display().to_string(),
-            "--cert-dir",
-            &reg.certs(),
-            "--json",
-        ],
+            &["--sbom", &sbom.display().to_string(), "--json"],
+        ),
     );
     assert_exit(&out, 0);
     assert!(
@@ -873,10 +874,7 @@ fn build_sbom_is_written_and_attached_to_the_pushed_image() {
                 .starts_with("gpubake:pin:nccl=")),
         "{doc}"
     );
-    let out = reg.gpubake(
-        "auth",
-        &["inspect", &target, "--cert-dir", &reg.certs(), "--json"],
-    );
+    let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     assert_exit(&out, 0);
     assert_eq!(
         json_of(&out)["referrers"][0]["artifact_type"],
@@ -1101,4 +1099,351 @@ fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index()
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].digest, artifact);
     assert_eq!(listed[0].artifact_type, referrers::CERTIFICATE_TYPE);
+}
+
+#[test]
+fn bearer_tokens_push_and_pull_with_the_scopes_each_request_needs() {
+    let Some(reg) = Registry::start_with(Auth::Token) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = from_base();
+    let want = layout_digest(&common::base(), "latest");
+    let first = reg.image("tok/base:1");
+    assert_exit(&reg.copy("auth", &base, &first), 0);
+    // The push logs in for pull and push on its repository, and asks for no other.
+    let asked = reg.token_requests();
+    assert!(
+        asked.contains(&"repository:tok/base:pull,push".to_string()),
+        "{asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .all(|line| line == "repository:tok/base:pull,push"
+                || line == "repository:tok/base:pull"),
+        "{asked:?}"
+    );
+    assert_eq!(reg.skopeo_digest("tok/base:1"), want);
+
+    // Within the registry the blobs are mounted: one token for push on the target and pull
+    // on the source, and nothing pushed to the source.
+    let out = reg.copy("auth", &first, &reg.image("tok/again:1"));
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("0 blobs uploaded") && stderr(&out).contains("mounted from tok/base"),
+        "{}",
+        stderr(&out)
+    );
+    let asked = reg.token_requests();
+    assert!(
+        asked.contains(&"repository:tok/again:pull,push repository:tok/base:pull".to_string()),
+        "{asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|line| line.contains("tok/base:pull,push")),
+        "{asked:?}"
+    );
+    assert_eq!(reg.skopeo_digest("tok/again:1"), want);
+
+    // Pulled back through the token flow, every blob verified.
+    let back = format!("oci:{}:v1", dir.path().join("back").display());
+    assert_exit(&reg.copy("auth", &reg.image("tok/again:1"), &back), 0);
+    assert_eq!(layout_digest(&dir.path().join("back"), "v1"), want);
+    assert!(
+        reg.token_requests()
+            .iter()
+            .all(|line| line == "repository:tok/again:pull"),
+    );
+    assert_exit(&reg.gpubake("auth", &["verify", &back]), 0);
+}
+
+#[test]
+fn a_token_server_that_refuses_is_named_and_wrong_passwords_read_as_with_basic_auth() {
+    let Some(tokens) = Registry::start_with(Auth::Token) else {
+        return;
+    };
+    let Some(basic) = Registry::start() else {
+        return;
+    };
+    let base = from_base();
+    // A wrong password: the same exit code and words whichever way the registry checks it.
+    let said: Vec<String> = [&tokens, &basic]
+        .iter()
+        .map(|reg| {
+            let out = reg.copy("wrong", &base, &reg.image("denied/base:1"));
+            assert_exit(&out, 2);
+            stderr(&out)
+                .replace(&reg.addr, "REGISTRY")
+                .replace(&reg.dir.path().display().to_string(), "DIR")
+        })
+        .collect();
+    assert_eq!(said[0], said[1]);
+    assert!(
+        said[0].contains("refused the credentials from DIR/wrong/config.json"),
+        "{}",
+        said[0]
+    );
+    // The same for a pull.
+    let dir = tempfile::tempdir().unwrap();
+    let into = format!("oci:{}:1", dir.path().join("x").display());
+    let out = tokens.copy("wrong", &tokens.image("denied/base:1"), &into);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("refused the credentials"),
+        "{}",
+        stderr(&out)
+    );
+
+    // No credentials at all: the token server answers 401, read as the registry's would be.
+    let out = tokens.copy("none", &base, &tokens.image("denied/base:1"));
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("asks for credentials"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A token server that says no (403) is named, with its status and its words.
+    let out = tokens.copy(OUTSIDER, &base, &tokens.image("denied/base:1"));
+    assert_exit(&out, 2);
+    let text = stderr(&out);
+    assert!(
+        text.contains("the registry's token server http://127.0.0.1:")
+            && text.contains("refused a token for repository:denied/base:pull,push")
+            && text.contains("HTTP 403")
+            && text.contains("outsider may not use this registry"),
+        "{text}"
+    );
+}
+
+/// A registry stand-in over TLS whose manifests and config never end: `endless` answers its
+/// manifest with no Content-Length and bytes until the client hangs up, `huge` does the same
+/// under a Content-Length of 8 GiB, `config` has a small manifest whose 2-byte config blob is
+/// answered endlessly, and `listed` is a whole image whose referrers list never ends. It
+/// counts the bytes it got out.
+struct EndlessMock {
+    addr: String,
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What the endless answers are made of: 1 GiB at most, so that a client that read it all
+/// would show it in its memory, and the test would still end.
+const ENDLESS: u64 = 1 << 30;
+
+impl EndlessMock {
+    fn start(dir: &Path) -> EndlessMock {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = std::sync::Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![CertificateDer::from_pem_file(dir.join("cert.pem")).unwrap()],
+                    PrivateKeyDer::from_pem_file(dir.join("key.pem")).unwrap(),
+                )
+                .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mock = EndlessMock {
+            addr: listener.local_addr().unwrap().to_string(),
+            sent: Default::default(),
+        };
+        let sent = mock.sent.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (config, sent) = (config.clone(), sent.clone());
+                std::thread::spawn(move || {
+                    let conn = rustls::ServerConnection::new(config).unwrap();
+                    let mut tls = rustls::StreamOwned::new(conn, stream);
+                    let _ = Self::serve(&mut tls, &sent);
+                });
+            }
+        });
+        mock
+    }
+
+    fn serve(
+        tls: &mut (impl std::io::Read + std::io::Write),
+        sent: &std::sync::atomic::AtomicU64,
+    ) -> std::io::Result<()> {
+        use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(&mut *tls);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header)?;
+            if header.trim().is_empty() {
+                break;
+            }
+        }
+        drop(reader);
+        let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+        let config_digest = format!("sha256:{}", Digest::of(b"{}").hex());
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": config_digest, "size": 2},
+            "layers": [],
+        }))
+        .unwrap();
+        let manifest_type = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+        let (head, small, endless): (String, &[u8], bool) = match path.as_str() {
+            "/v2/" => ("Content-Length: 2\r\n".into(), b"{}", false),
+            "/v2/endless/manifests/1" => (manifest_type.into(), b"", true),
+            "/v2/huge/manifests/1" => (
+                format!("{manifest_type}Content-Length: {}\r\n", 8u64 << 30),
+                b"",
+                true,
+            ),
+            "/v2/config/manifests/1" | "/v2/listed/manifests/1" => (
+                format!("{manifest_type}Content-Length: {}\r\n", manifest.len()),
+                &manifest,
+                false,
+            ),
+            p if p == format!("/v2/config/blobs/{config_digest}") => (String::new(), b"", true),
+            p if p == format!("/v2/listed/blobs/{config_digest}") => {
+                ("Content-Length: 2\r\n".into(), b"{}", false)
+            }
+            p if p
+                == format!(
+                    "/v2/listed/referrers/sha256:{}",
+                    Digest::of(&manifest).hex()
+                ) =>
+            {
+                (String::new(), b"", true)
+            }
+            _ => {
+                write!(tls, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
+                return tls.flush();
+            }
+        };
+        write!(tls, "HTTP/1.1 200 OK\r\n{head}Connection: close\r\n\r\n")?;
+        tls.write_all(small)?;
+        if endless {
+            // Spaces: a JSON body that could still turn out valid, so only a limit stops it.
+            let chunk = vec![b' '; 64 << 10];
+            let mut out = 0;
+            while out < ENDLESS {
+                tls.write_all(&chunk)?;
+                out += chunk.len() as u64;
+                sent.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        tls.flush()
+    }
+}
+
+/// The largest resident set of any child this test process has waited for, in bytes.
+fn children_max_rss() -> u64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes the struct it is given and nothing else.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) },
+        0
+    );
+    usage.ru_maxrss as u64 * 1024
+}
+
+#[test]
+fn an_endless_or_oversized_manifest_or_config_is_refused_without_reading_it() {
+    if !common::have("openssl", "version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    make_certificate(dir.path());
+    let mock = EndlessMock::start(dir.path());
+    let certs = dir.path().join("certs").display().to_string();
+    for (name, said) in [
+        (
+            "endless",
+            "manifest 1 runs past 4194304 bytes (reading stopped there), more than the 4194304 \
+             bytes a manifest or config may have",
+        ),
+        (
+            "huge",
+            "manifest 1 is 8589934592 bytes by its Content-Length, more than the 4194304 bytes",
+        ),
+        ("config", "longer than the 2 bytes its descriptor says"),
+        (
+            "listed",
+            "the referrers list runs past 4194304 bytes (reading stopped there)",
+        ),
+    ] {
+        let before = mock.sent.load(std::sync::atomic::Ordering::Relaxed);
+        let start = Instant::now();
+        let reference = format!("docker://{}/{name}:1", mock.addr);
+        let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["inspect", &reference, "--cert-dir", &certs])
+            .env("DOCKER_CONFIG", dir.path())
+            .env("GPUBAKE_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        let took = start.elapsed();
+        assert_exit(&out, 2);
+        let text = stderr(&out);
+        assert!(
+            text.contains(&reference) && text.contains(said),
+            "{name}: {text}"
+        );
+        let sent = mock.sent.load(std::sync::atomic::Ordering::Relaxed) - before;
+        // Quickly, and with the mock still far from done: the body was not read through.
+        assert!(took < Duration::from_secs(30), "{name}: {took:?}");
+        assert!(sent < ENDLESS / 4, "{name}: {sent} bytes went out");
+        // gpubake's memory stays near the limit's, nowhere near the 1 GiB on offer.
+        let rss = children_max_rss();
+        assert!(rss < 200 << 20, "{name}: {rss} bytes resident");
+        eprintln!("{name}: refused in {took:?}; {sent} bytes sent; largest child {rss} bytes");
+    }
+}
+
+#[test]
+fn a_recipes_base_is_pulled_from_its_registry_when_build_has_no_from() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let remote_base = reg.image("team/base:1");
+    assert_exit(&reg.copy("auth", &from_base(), &remote_base), 0);
+    let recipe = write(
+        dir.path(),
+        "recipe.yaml",
+        &format!(
+            "name: regtest\nbase: {}/team/base:1\npytorch: '2.9'\npresets: [base]\n",
+            reg.addr
+        ),
+    );
+    let mut digests = Vec::new();
+    for (name, from) in [("named", Some(remote_base.as_str())), ("recipe", None)] {
+        let to = format!("oci:{}:v1", dir.path().join(name).display());
+        let mut args = vec!["build", "--without-python", &recipe, "--to", &to, "--json"];
+        if let Some(from) = from {
+            args.extend(["--from", from]);
+        }
+        let out = reg.trusted("auth", &args);
+        assert_exit(&out, 0);
+        digests.push(json_of(&out)["manifest"].as_str().unwrap().to_string());
+    }
+    assert_eq!(digests[0], digests[1]);
+    // The registry's options apply to the recipe's base too: without the certificate, the
+    // pull is refused, naming the image and --from.
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "build",
+            "--without-python",
+            &recipe,
+            "--to",
+            &format!("oci:{}:v1", dir.path().join("untrusted").display()),
+        ],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains(&format!(
+            "{remote_base}: the registry's TLS certificate is not trusted"
+        )) && stderr(&out).contains("pass --from with a local copy"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_exit, gpubake, have, stdout, write};
+use common::{assert_exit, gpubake, have, write};
 use gpubake::image::{BuildOptions, Compression};
 use gpubake::sbom::{Format, Subject};
 use serde_json::Value;
@@ -113,27 +113,15 @@ fn a_preflight_image_gets_a_valid_sbom_in_either_format() {
         "recipe.yaml",
         "name: sbomtest\nbase: ubuntu:24.04\npytorch: '2.9'\npresets: [base]\n",
     );
-    let base = common::base();
-    let from = format!("oci:{}:latest", base.display());
     let build = |to: &Path, sbom: &Path, format: &str| -> Value {
         let to = format!("oci:{}:v1", to.display());
         let sbom = sbom.display().to_string();
-        let out = gpubake(&[
-            "build",
-            "--without-python",
+        common::build_json_in(
+            &common::root(),
             &recipe,
-            "--from",
-            &from,
-            "--to",
             &to,
-            "--json",
-            "--sbom",
-            &sbom,
-            "--sbom-format",
-            format,
-        ]);
-        assert_exit(&out, 0);
-        serde_json::from_str(&stdout(&out)).unwrap()
+            &["--sbom", &sbom, "--sbom-format", format],
+        )
     };
 
     let spdx_path = dir.path().join("image.spdx.json");
@@ -147,7 +135,7 @@ fn a_preflight_image_gets_a_valid_sbom_in_either_format() {
     let report = build(&dir.path().join("a"), &spdx_path, "spdx");
     assert_eq!(common::mode(&spdx_path), 0o600);
     let manifest = report["manifest"].as_str().unwrap();
-    let base_digest = layout_digest(&base, "latest");
+    let base_digest = layout_digest(&common::base(), "latest");
     assert_eq!(report["base"], base_digest.as_str());
 
     let spdx = read_json(&spdx_path);

@@ -126,24 +126,9 @@ pub fn build(
 ) -> Result<BuildReport> {
     let base_ref = match &opts.from {
         Some(t) => t.clone(),
-        // The recipe's `base:` is an image reference (`nvidia/cuda:12.8.1-…`), read as a
-        // transport only when it names one: a plain reference is a registry image, never a
-        // directory, and a build reaches a registry only when told to (`--from docker://`).
-        None => Some(&loaded.recipe.base)
-            .filter(|b| {
-                ["oci:", "docker-archive:", "docker-daemon:"]
-                    .iter()
-                    .any(|t| b.starts_with(t))
-            })
-            .and_then(|b| b.parse::<Transport>().ok())
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "the recipe's base `{0}` is a registry image, which build does not fetch \
-                     unasked; pass --from docker://{0} to pull it, or a local copy: \
-                     --from oci:DIR[:TAG] or --from docker-archive:FILE",
-                    loaded.recipe.base
-                ))
-            })?,
+        // The recipe's `base:` is an image reference (`nvidia/cuda:12.8.1-…`), pulled from its
+        // registry, or a transport where it names one.
+        None => Transport::of_base(&loaded.recipe.base)?,
     };
     let dest = opts.to.clone().supported()?;
     // An archive that could never be written (a device, a directory) is refused before any

@@ -16,6 +16,7 @@ pub mod stack;
 pub mod tarstream;
 pub mod transport;
 pub mod unpack;
+mod wire;
 
 pub use build::{BuildOptions, BuildReport, build};
 pub use layer::Compression;

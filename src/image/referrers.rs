@@ -6,13 +6,12 @@
 
 use super::digest::Digest;
 use super::layout::MAX_JSON_BYTES;
-use super::registry::{MANIFEST_TYPES, Remote, Session, capped, declared_type};
+use super::registry::{Remote, Session, declared_type};
 use crate::error::{Error, Result};
 use oci_client::Reference;
 use oci_client::RegistryOperation;
-use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
-use oci_spec::image::MediaType;
+use oci_spec::image::{ImageIndex, MediaType};
 
 /// The artifact type of a gpubake certificate attached to an image.
 pub const CERTIFICATE_TYPE: &str = "application/vnd.gpubake.certificate.v1+json";
@@ -70,10 +69,8 @@ async fn attach_async(
         .map_err(|e| s.failed("attaching: logging in", e))?;
     let subject_ref = reference.clone_with_digest(subject.to_string());
     let (subject_bytes, _) = s
-        .client
-        .pull_manifest_raw(&subject_ref, &s.auth, &MANIFEST_TYPES)
-        .await
-        .map_err(|e| s.failed("attaching: reading the image's manifest", e))?;
+        .manifest_needed(&subject_ref, "attaching: reading the image's manifest")
+        .await?;
     let content_digest = Digest::of(content);
     for (bytes, digest) in [
         (EMPTY_CONFIG, Digest::of(EMPTY_CONFIG)),
@@ -121,12 +118,10 @@ async fn attach_async(
     // The referrers tag schema: the index under tag `sha256-<hex>` lists the artifact.
     let tag = reference_tag(reference, subject);
     let mut index: serde_json::Value = match s
-        .client
-        .pull_manifest_raw(&tag, &s.auth, &MANIFEST_TYPES)
-        .await
+        .manifest(&tag, "attaching: reading the referrers index")
+        .await?
     {
-        Ok((bytes, _)) => {
-            capped(&s.what, bytes.len())?;
+        Some((bytes, _)) => {
             let value: serde_json::Value = serde_json::from_slice(&bytes)
                 .map_err(|e| Error::image(&s.what, format!("referrers index {subject}: {e}")))?;
             if !value["manifests"].is_array() {
@@ -140,12 +135,11 @@ async fn attach_async(
             }
             value
         }
-        Err(e) if is_not_found(&e) => serde_json::json!({
+        None => serde_json::json!({
             "schemaVersion": 2,
             "mediaType": MediaType::ImageIndex.to_string(),
             "manifests": [],
         }),
-        Err(e) => return Err(s.failed("attaching: reading the referrers index", e)),
     };
     let listed = index["manifests"]
         .as_array()
@@ -182,19 +176,6 @@ fn reference_tag(reference: &Reference, subject: &str) -> Reference {
     )
 }
 
-fn is_not_found(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            let code = format!("{:?}", e.code).to_ascii_lowercase();
-            code.contains("unknown") || code.contains("notfound")
-        }),
-        OciDistributionError::RequestError(r) => r.status() == Some(reqwest::StatusCode::NOT_FOUND),
-        _ => false,
-    }
-}
-
 /// The artifacts that refer to the manifest `subject` in `remote`'s repository, each with
 /// its artifact type read from its own manifest.
 pub fn referrers(remote: &Remote, subject: &str) -> Result<Vec<Referrer>> {
@@ -210,36 +191,37 @@ async fn referrers_async(
     reference: &Reference,
     subject: &str,
 ) -> Result<Vec<Referrer>> {
-    let subject_ref = reference.clone_with_digest(subject.to_string());
-    // pull_referrers takes no credentials of its own: it uses those stored for the registry.
-    s.client
-        .store_auth_if_needed(reference.resolve_registry(), &s.auth)
-        .await;
     // The referrers API, or (on a 404) the tag schema's index, as the spec orders.
-    let index = s
-        .client
-        .pull_referrers(&subject_ref, None)
-        .await
-        .map_err(|e| s.failed("listing the image's referrers", e))?;
+    let doing = "listing the image's referrers";
+    let listed = s
+        .referrers_index(
+            reference,
+            subject,
+            &reference_tag(reference, subject),
+            doing,
+        )
+        .await?;
+    let index: ImageIndex = match listed {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(&s.what, format!("the referrers of {subject}: {e}")))?,
+        None => return Ok(Vec::new()),
+    };
     let mut out = Vec::new();
-    for entry in index.manifests {
+    for entry in index.manifests() {
+        let entry_digest = entry.digest().to_string();
         let (bytes, _) = s
-            .client
-            .pull_manifest_raw(
-                &reference.clone_with_digest(entry.digest.clone()),
-                &s.auth,
-                &MANIFEST_TYPES,
+            .manifest_needed(
+                &reference.clone_with_digest(entry_digest.clone()),
+                "reading a referrer",
             )
-            .await
-            .map_err(|e| s.failed("reading a referrer", e))?;
-        capped(&s.what, bytes.len())?;
+            .await?;
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
         // A referrer must name this image as its subject; an index may be stale or forged.
         if value["subject"]["digest"] != subject {
             continue;
         }
         out.push(Referrer {
-            digest: entry.digest,
+            digest: entry_digest,
             artifact_type: value["artifactType"]
                 .as_str()
                 .or(value["config"]["mediaType"].as_str())
@@ -257,12 +239,7 @@ pub fn artifact_content(remote: &Remote, digest: &str) -> Result<Vec<u8>> {
     let s = Session::open(remote, &reference)?;
     s.runtime.block_on(async {
         let by_digest = reference.clone_with_digest(digest.to_string());
-        let (bytes, _) = s
-            .client
-            .pull_manifest_raw(&by_digest, &s.auth, &MANIFEST_TYPES)
-            .await
-            .map_err(|e| s.failed("reading an artifact", e))?;
-        capped(&s.what, bytes.len())?;
+        let (bytes, _) = s.manifest_needed(&by_digest, "reading an artifact").await?;
         let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::image(&s.what, format!("artifact {digest}: {e}")))?;
         let layer = manifest

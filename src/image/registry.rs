@@ -2,9 +2,14 @@
 //! through oci-client. Credentials come from where docker, podman and skopeo keep them
 //! (docker_credential: `config.json` with its credential helpers, then podman's `auth.json`).
 //!
+//! Registries that answer with a bearer challenge get tokens from their token server; gpubake
+//! asks for them itself where it matters (see [`super::wire`]): at login, so that a refusal is
+//! named as one, and for a mount, which needs pull on a second repository.
+//!
 //! Pull: the manifest is read as the registry stores it (an index is descended into for the
-//! platform asked for), capped as every manifest and config is; each blob is downloaded into a
-//! layout, resumed with a Range request after a broken transfer, and verified whole.
+//! platform asked for), refused once past 4 MiB while it arrives; each blob is downloaded into
+//! a layout (the config, like every blob, no further than its descriptor's size, which is
+//! capped too), resumed with a Range request after a broken transfer, and verified whole.
 //! Push: the manifest goes up byte for byte (so its digest is the one the image has
 //! everywhere else); each blob is first asked for (HEAD), then mounted from another repository
 //! of the same registry where the image came from one, then uploaded as one stream read from
@@ -93,6 +98,11 @@ impl Remote {
 pub(super) struct Session {
     pub(super) client: Client,
     pub(super) auth: RegistryAuth,
+    /// A client of the same TLS settings for the requests gpubake makes itself (see
+    /// [`super::wire`]).
+    pub(super) http: reqwest::Client,
+    /// `HOST[:PORT]` as requests address it (`index.docker.io` for Docker Hub).
+    pub(super) registry: String,
     /// Where the credentials came from, for messages; None when there were none.
     creds_from: Option<String>,
     pub(super) what: String,
@@ -105,10 +115,12 @@ impl Session {
         // the rest of gpubake (ureq) uses. A second install is refused, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let registry = reference.resolve_registry().to_string();
+        let roots = certificates(&registry, remote.access.cert_dir.as_deref())?;
+        let http = http_client(&roots, remote.access.tls_verify)?;
         let mut config = ClientConfig {
             protocol: ClientProtocol::Https,
             accept_invalid_certificates: !remote.access.tls_verify,
-            extra_root_certificates: certificates(&registry, remote.access.cert_dir.as_deref())?,
+            extra_root_certificates: roots,
             use_monolithic_push: true,
             connect_timeout: Some(Duration::from_secs(30)),
             read_timeout: Some(Duration::from_secs(300)),
@@ -131,9 +143,15 @@ impl Session {
             .enable_all()
             .build()
             .map_err(|e| Error::Environment(format!("cannot start an async runtime: {e}")))?;
+        let client = Client::new(config);
+        // Requests oci-client makes without taking credentials (blob reads, HEADs) use the
+        // ones stored for the registry.
+        runtime.block_on(client.store_auth_if_needed(&registry, &auth));
         Ok(Session {
-            client: Client::new(config),
+            client,
             auth,
+            http,
+            registry,
             creds_from,
             what: format!("docker://{}", remote.reference),
             runtime,
@@ -153,29 +171,35 @@ impl Session {
             .map_err(|e| self.failed(doing, e))
     }
 
+    /// The error for a registry (or its token server) answering 401 while `doing`: no
+    /// credentials, or ones it does not take.
+    pub(super) fn refused(&self, doing: &str) -> Error {
+        match &self.creds_from {
+            None => Error::Environment(format!(
+                "{}: the registry asks for credentials and none are configured for it \
+                     (looked in $DOCKER_CONFIG/config.json or ~/.docker/config.json, its \
+                     credential helpers, and podman's auth.json); log in with `docker login` \
+                     or `podman login`, or pass --authfile",
+                self.what
+            )),
+            Some(from) => Error::Usage(format!(
+                "{}: the registry refused the credentials from {from} while {doing} \
+                     (wrong user or password, or no {} access)",
+                self.what,
+                if doing.starts_with("push") {
+                    "push"
+                } else {
+                    "pull"
+                }
+            )),
+        }
+    }
+
     /// The error for a failed request, saying what to do where there is something to do.
     pub(super) fn failed(&self, doing: &str, e: OciDistributionError) -> Error {
         let text = e.to_string();
         if is_unauthorized(&e) {
-            return match &self.creds_from {
-                None => Error::Environment(format!(
-                    "{}: the registry asks for credentials and none are configured for it \
-                     (looked in $DOCKER_CONFIG/config.json or ~/.docker/config.json, its \
-                     credential helpers, and podman's auth.json); log in with `docker login` \
-                     or `podman login`, or pass --authfile",
-                    self.what
-                )),
-                Some(from) => Error::Usage(format!(
-                    "{}: the registry refused the credentials from {from} while {doing} \
-                     (wrong user or password, or no {} access)",
-                    self.what,
-                    if doing.starts_with("push") {
-                        "push"
-                    } else {
-                        "pull"
-                    }
-                )),
-            };
+            return self.refused(doing);
         }
         let transport = match &e {
             OciDistributionError::RequestError(r) => {
@@ -208,7 +232,7 @@ impl Session {
 
 /// The error's sources, joined: reqwest hides the useful part (a refused certificate, a
 /// refused connection) a few levels down.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut parts = vec![e.to_string()];
     let mut source = e.source();
     while let Some(s) = source {
@@ -288,6 +312,26 @@ fn certificates(registry: &str, cert_dir: Option<&Path>) -> Result<Vec<Certifica
         }
     }
     Ok(certs)
+}
+
+/// The HTTP client for gpubake's own requests, trusting what oci-client's trusts.
+fn http_client(roots: &[Certificate], tls_verify: bool) -> Result<reqwest::Client> {
+    let mut extra = Vec::new();
+    for cert in roots {
+        extra.push(
+            reqwest::Certificate::from_pem(&cert.data).map_err(|e| {
+                Error::Usage(format!("an extra CA certificate does not parse: {e}"))
+            })?,
+        );
+    }
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(!tls_verify)
+        .tls_certs_merge(extra)
+        .connect_timeout(Duration::from_secs(30))
+        .read_timeout(Duration::from_secs(300))
+        .user_agent(concat!("gpubake/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::Environment(format!("cannot set up an HTTP client: {e}")))
 }
 
 /// The credentials for `registry` and where they came from: `authfile` when given, else
@@ -377,19 +421,6 @@ fn podman_credential(
     docker_credential::get_podman_credential(registry).map(|c| (c, path.display().to_string()))
 }
 
-/// Refuses a manifest, index or config larger than registries accept.
-pub(super) fn capped(what: &str, len: usize) -> Result<()> {
-    if len as u64 > MAX_JSON_BYTES {
-        return Err(Error::image(
-            what,
-            format!(
-                "{len} bytes, more than the {MAX_JSON_BYTES} a manifest or config may have; refusing it"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// The media type a manifest declares, or what its shape says.
 pub(super) fn declared_type(bytes: &[u8]) -> String {
     let value: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
@@ -428,12 +459,7 @@ async fn pull_async(
     reference: &Reference,
     into: &Layout,
 ) -> Result<Descriptor> {
-    let (mut bytes, mut digest) = s
-        .client
-        .pull_manifest_raw(reference, &s.auth, &MANIFEST_TYPES)
-        .await
-        .map_err(|e| s.failed("reading the manifest", e))?;
-    capped(&s.what, bytes.len())?;
+    let (mut bytes, mut digest) = s.manifest_needed(reference, "reading the manifest").await?;
     let mut media_type = declared_type(&bytes);
     if is_index(&media_type) {
         let index: ImageIndex = serde_json::from_slice(&bytes)
@@ -447,11 +473,8 @@ async fn pull_async(
         })?;
         let by_digest = reference.clone_with_digest(pick.digest().to_string());
         (bytes, digest) = s
-            .client
-            .pull_manifest_raw(&by_digest, &s.auth, &MANIFEST_TYPES)
-            .await
-            .map_err(|e| s.failed("reading the platform's manifest", e))?;
-        capped(&s.what, bytes.len())?;
+            .manifest_needed(&by_digest, "reading the platform's manifest")
+            .await?;
         media_type = declared_type(&bytes);
         if is_index(&media_type) {
             return Err(Error::image(
@@ -460,15 +483,9 @@ async fn pull_async(
             ));
         }
     }
-    // oci-client checked the bytes against the digest the registry sent; check them against
-    // our own hash too, since that digest is what the image is known by from here on.
+    // Session::manifest checked the bytes against their digest, which is what the image is
+    // known by from here on.
     let ours = Digest::of(&bytes);
-    if ours.as_str() != digest {
-        return Err(Error::image(
-            &s.what,
-            format!("the manifest's bytes hash to {ours}, the registry says {digest}"),
-        ));
-    }
     let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::image(&s.what, format!("manifest {digest}: {e}")))?;
     let config = manifest.config();
@@ -616,6 +633,12 @@ pub fn push(image: &Image, remote: &Remote) -> Result<String> {
 }
 
 async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result<String> {
+    // The token server is asked first, by gpubake, so that its refusal is reported as one.
+    s.authorization(
+        &[super::wire::scope(reference, "pull,push")],
+        "pushing: logging in",
+    )
+    .await?;
     s.client
         .auth(reference, &s.auth, RegistryOperation::Push)
         .await
@@ -637,10 +660,8 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
         }
         if let Some((source, known)) = &mount_from
             && known.contains(digest.as_str())
-            && s.client
-                .mount_blob(reference, source, digest.as_str())
-                .await
-                .is_ok()
+            // A mount that fails for any reason leaves the upload to do the work.
+            && matches!(s.mount(reference, source, &digest).await, Ok(true))
         {
             mounted += 1;
             continue;
@@ -732,13 +753,6 @@ mod tests {
         assert!(!is_index(&declared_type(
             br#"{"schemaVersion":2,"layers":[]}"#
         )));
-    }
-
-    #[test]
-    fn metadata_over_4_mib_from_a_registry_is_refused() {
-        assert!(capped("x", 4 << 20).is_ok());
-        let err = capped("x", (4 << 20) + 1).unwrap_err().to_string();
-        assert!(err.contains("more than the 4194304"), "{err}");
     }
 
     #[test]

@@ -126,6 +126,27 @@ impl fmt::Display for Transport {
 }
 
 impl Transport {
+    /// A recipe's `base:` as a transport. One written with a transport (`oci:DIR:TAG`,
+    /// `docker-archive:FILE`, `docker-daemon:NAME:TAG`, `docker://…`) is that; a plain image
+    /// reference (`nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04`,
+    /// `registry.example:5000/team/base:1`) is a registry image, named as docker names it:
+    /// the first part is a registry when it has a `.` or a `:` or is `localhost`, else the
+    /// image is on Docker Hub, under `library/` when it has one part. Never a directory:
+    /// `base: ubuntu` must not read a directory that happens to be called so.
+    pub fn of_base(base: &str) -> Result<Transport> {
+        let prefixed = ["oci:", "docker-archive:", "docker-daemon:", "docker://"]
+            .iter()
+            .any(|t| base.starts_with(t));
+        if prefixed {
+            return base.parse();
+        }
+        let transport: Transport = format!("docker://{base}").parse()?;
+        if let Transport::Registry(remote) = &transport {
+            remote.parsed()?;
+        }
+        Ok(transport)
+    }
+
     /// The same transport, reaching registries as `access` says.
     pub fn with_access(self, access: &Access) -> Self {
         match self {
@@ -249,6 +270,40 @@ mod tests {
 
     fn t(s: &str) -> Transport {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_recipes_base_is_named_as_docker_names_images() {
+        let registry = |base: &str| match Transport::of_base(base).unwrap() {
+            Transport::Registry(r) => {
+                let parsed = r.parsed().unwrap();
+                (
+                    parsed.resolve_registry().to_string(),
+                    parsed.repository().to_string(),
+                )
+            }
+            other => panic!("{base}: {other}"),
+        };
+        let hub = |repo: &str| ("index.docker.io".to_string(), repo.to_string());
+        assert_eq!(registry("ubuntu:24.04"), hub("library/ubuntu"));
+        assert_eq!(
+            registry("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"),
+            hub("nvidia/cuda")
+        );
+        assert_eq!(
+            registry("registry.example:5000/team/base:1"),
+            ("registry.example:5000".into(), "team/base".into())
+        );
+        assert_eq!(
+            registry("localhost/base"),
+            ("localhost".into(), "base".into())
+        );
+        // A transport written out is read as one; a plain word is never a directory.
+        assert!(matches!(
+            Transport::of_base("oci:./base:bookworm").unwrap(),
+            Transport::Oci { .. }
+        ));
+        assert!(Transport::of_base("Not A Reference").is_err());
     }
 
     #[test]

@@ -112,6 +112,38 @@ pub fn from_base() -> String {
     format!("oci:{}:latest", base().display())
 }
 
+/// The arguments of a build without the Python stack, the one most image tests make:
+/// `build --without-python RECIPE --from FROM --to TO`, then `extra`.
+pub fn build_args<'a>(
+    recipe: &'a str,
+    from: &'a str,
+    to: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "build",
+        "--without-python",
+        recipe,
+        "--from",
+        from,
+        "--to",
+        to,
+    ];
+    args.extend(extra);
+    args
+}
+
+/// Builds `recipe` on the busybox base into `to` (`--json` added), in `dir`, and returns the
+/// build's JSON report, failing the test unless the build succeeds.
+pub fn build_json_in(dir: &Path, recipe: &str, to: &str, extra: &[&str]) -> serde_json::Value {
+    let from = from_base();
+    let mut args = build_args(recipe, &from, to, &["--json"]);
+    args.extend(extra);
+    let out = gpubake_in(dir, &args);
+    assert_exit(&out, 0);
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
 /// A minimal recipe with the given extra lines.
 pub fn recipe(extra: &str) -> String {
     format!("name: test\nbase: ubuntu:24.04\n{extra}")
