@@ -13,6 +13,8 @@
 # Rank 0's verdicts (JSON) and a summary go to OUTDIR; everything else (the other rank's
 # reports, standard error, NCCL's own logs) into OUTDIR/raw.tgz.
 # usage: benches/h200-world.sh BINARY OUTDIR
+# BINARY must read the test variable that kills rank 1 (dead-rank): a release build reads it
+# only with `cargo build --release --features world-test-hooks`.
 set -uo pipefail
 bin=$1
 out=$2
