@@ -15,7 +15,7 @@ out=$(realpath -m "$4")
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
+. "$(dirname "$0")/lib.sh"
 
 # crun from Debian's packages, private to this run.
 for deb in "$debs"/*.deb; do dpkg -x "$deb" "$work/crun"; done
@@ -29,7 +29,7 @@ crun --version | head -1
 spec_dir=$out/cdi
 mkdir -p "$spec_dir"
 driver_dir=${DRIVER_DIR:-/usr/local/nvidia/lib64}
-nvidia_site=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia 2>/dev/null | head -1)
+nvidia_site=$(nvidia_site)
 python3 - "$spec_dir/nvidia.yaml" "$driver_dir" "$nvidia_site" <<'PY'
 import glob, json, os, re, sys
 spec_file, driver_dir, nvidia_site = sys.argv[1:]

@@ -13,13 +13,16 @@
 # Rank 0's verdicts (JSON) and a summary go to OUTDIR; everything else (the other rank's
 # reports, standard error, NCCL's own logs) into OUTDIR/raw.tgz.
 # usage: benches/h200-world.sh BINARY OUTDIR
+# BINARY must read the test variable that kills rank 1 (dead-rank): a release build reads it
+# only with `cargo build --release --features world-test-hooks`.
 set -uo pipefail
 bin=$1
 out=$2
 mkdir -p "$out"
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
-export NCCL_NVLS_ENABLE=0 MASTER_ADDR=127.0.0.1 WORLD_SIZE=2 TORCHELASTIC_RUN_ID=h200-world
+. "$(dirname "$0")/lib.sh"
+export MASTER_ADDR=127.0.0.1 WORLD_SIZE=2 TORCHELASTIC_RUN_ID=h200-world
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader
 nvidia-smi topo -m | head -4
 
@@ -44,16 +47,7 @@ world() {
   local status=$?
   wait
   echo "== $name: rank 0 exit $status in $((SECONDS - start)) s"
-  python3 - "$out/world-$name-rank0.json" <<'PY'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("  no verdict:", e); sys.exit()
-for c in d["checks"]:
-    if c["phase"] == "world":
-        print(f"  {c['status']:4}  {c['name']}: {c['detail']}")
-PY
+  world_checks "$out/world-$name-rank0.json"
 }
 
 world one-node 29411 60 "" ""

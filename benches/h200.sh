@@ -17,7 +17,7 @@ devices=${DEVICES:-0}
 ngpu=$(echo "$devices" | tr ',' '\n' | wc -l)
 # The worker takes GPUs by PCI address: CUDA's ordinals need not follow nvidia-smi's indices.
 addresses=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$devices" | paste -sd, -)
-export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$out"
 
 work=$(mktemp -d)
@@ -26,18 +26,12 @@ trap 'rm -rf "$work"' EXIT
 # later file replace a value already set: an empty private file keeps ~/.nccl.conf out.
 : >"$work/nccl.conf"
 
-# The worker finds NCCL and NVRTC by their plain names, as `gpubake probe` arranges it.
-shim=$work/shim
-mkdir -p "$shim"
-nccl=$(ls /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -1)
-nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -1)
-[ -n "$nccl" ] && ln -s "$nccl" "$shim/libnccl.so"
-[ -n "$nvrtc" ] && ln -s "$nvrtc" "$shim/libnvrtc.so"
+lib_shim "$work/shim"
 # worker FILE ARGS...: runs the worker, its JSON result into FILE, and says how long it took.
 worker() {
   local file=$1; shift
   local start=$SECONDS
-  LD_LIBRARY_PATH="$shim:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" "$bin" probe-worker --pci-bus-ids "$addresses" --result "$file" "$@" >/dev/null
+  LD_LIBRARY_PATH="$SHIM_PATH" "$bin" probe-worker --pci-bus-ids "$addresses" --result "$file" "$@" >/dev/null
   echo "  $(basename "$file"): $((SECONDS - start)) s"
 }
 

@@ -8,6 +8,7 @@
 # the script stops when that file sets anything, rather than measure a mix of settings.
 # usage: benches/nccl-truth.sh BINARY OUTDIR [CASES]
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 bin=$1
 out=$2
 cases=${3:-$(dirname "$0")/nccl-truth-cases.txt}
@@ -20,13 +21,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 : >"$work/empty-nccl.conf"
 
-# The worker finds NCCL and NVRTC by their plain names, as `gpubake probe` arranges it.
-shim=$work/shim
-mkdir -p "$shim"
-nccl=$(ls /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null | head -1)
-nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | grep -v builtins | head -1)
-[ -n "$nccl" ] && ln -s "$nccl" "$shim/libnccl.so"
-[ -n "$nvrtc" ] && ln -s "$nvrtc" "$shim/libnvrtc.so"
+lib_shim "$work/shim"
 
 raw=$out/nccl-truth-raw.jsonl
 : >"$raw"
@@ -37,7 +32,7 @@ while IFS= read -r line; do
   dir=$work/case$n
   mkdir -p "$dir"
   env_args=(NCCL_CONF_FILE="$work/empty-nccl.conf" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH,TUNING
-            NCCL_DEBUG_FILE="$dir/nccl.%p.log" LD_LIBRARY_PATH="$shim:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}")
+            NCCL_DEBUG_FILE="$dir/nccl.%p.log" LD_LIBRARY_PATH="$SHIM_PATH")
   if [ "$line" != "-" ]; then
     name=${line%%=*}
     value=${line#*=}

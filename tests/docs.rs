@@ -939,20 +939,7 @@ fn the_image_examples_run_as_documented() {
     // The engine's copy of the base, for the stand-ins that run in a container or build
     // with the engine.
     let base_tag = format!("gpubake-docs-debian:{}", std::process::id());
-    let out = Command::new("skopeo")
-        .args([
-            "copy",
-            "--quiet",
-            &format!("oci:{}:bookworm", base.display()),
-        ])
-        .arg(format!("docker-daemon:{base_tag}"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::stack::base_into_engine(&base, &base_tag);
     ws.values.push(("{base_tag}", base_tag.clone()));
     // The install stand-in: the small closure, its wheels in a wheel cache laid out as
     // `render --context` lays it out.

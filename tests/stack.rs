@@ -259,20 +259,7 @@ fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
     // The rendered Dockerfile, built by the engine from its context, installs the same tree.
     let engine_tag = format!("gpubake-stack-engine:{}", std::process::id());
     let base_tag = format!("gpubake-debian:{}", std::process::id());
-    let out = Command::new("skopeo")
-        .args([
-            "copy",
-            "--quiet",
-            &format!("oci:{}:bookworm", base.display()),
-        ])
-        .arg(format!("docker-daemon:{base_tag}"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::stack::base_into_engine(&base, &base_tag);
     let mut lock = resolved.lock.clone();
     lock.base = base_tag.clone();
     let plan = ContextPlan::for_recipe(&loaded, true).unwrap();

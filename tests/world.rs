@@ -345,3 +345,72 @@ fn launcher_variables_that_do_not_add_up_are_exit_2_naming_them() {
     // --world-port without --world is a usage error from clap.
     assert_exit(&common::gpubake(&["probe", "--world-port", "4000"]), 2);
 }
+
+/// `--world-nccl-log DIR` without a GPU: no rank runs NCCL, so the directory is made but
+/// left empty, each rank says why on standard error, and the verdict is the usual one
+/// without GPUs (exit 3, NCCL's rows SKIP).
+#[test]
+fn an_nccl_log_directory_without_gpus_is_left_empty_with_the_reason() {
+    if gpu_present() {
+        return;
+    }
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("nccl-logs");
+    let logs_arg = ["--world-nccl-log", logs.to_str().unwrap()];
+    let follower = rank(1, 2, port, &logs_arg, &[]);
+    let leader = rank(0, 2, port, &[&["--json"][..], &logs_arg].concat(), &[]);
+    let out = finish(leader, SOON);
+    assert_exit(&out, 3);
+    let (_, checks) = verdict(&out);
+    let (status, why) = check(&checks, "NCCL across ranks");
+    assert_eq!(status, "SKIP", "{why}");
+    assert!(
+        check(&checks, "world")
+            .1
+            .starts_with("2 of 2 ranks reported"),
+        "{checks:?}"
+    );
+    let follower = finish(follower, SOON);
+    assert_exit(&follower, 3);
+    for (r, out) in [(0, &out), (1, &follower)] {
+        let err = stderr(out);
+        let said = format!(
+            "gpubake: --world-nccl-log: no NCCL log as {}/nccl-rank{r} from the run under \
+             the preset: no GPU on this node (local exit 3)",
+            logs.display()
+        );
+        assert!(err.contains(&said), "rank {r}: {err}");
+    }
+    let kept: Vec<_> = std::fs::read_dir(&logs)
+        .expect("the directory is made even when nothing fills it")
+        .collect();
+    assert!(kept.is_empty(), "{kept:?}");
+}
+
+/// A directory that cannot be made is refused before the probe runs, naming it.
+#[test]
+fn an_nccl_log_directory_that_cannot_be_made_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let inside = file.join("logs");
+    let started = Instant::now();
+    let out = finish(
+        rank(
+            0,
+            1,
+            free_port(),
+            &["--world-nccl-log", inside.to_str().unwrap()],
+            &[],
+        ),
+        SOON,
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(&format!("--world-nccl-log {}:", inside.display())),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -1,78 +1,113 @@
 //! How each launcher's variables read into a `Place`; which launcher applies, and in what
-//! order they are tried, is `Place::from_env`'s.
+//! order they are tried, is `Place::from_env`'s. Every value is read through `Vars`, so each
+//! error names its variable; each launcher also returns the `Names` it read the counts from.
 
 use super::hostlist;
-use super::place::{EnvError, Launcher, Place, Vars, env_error};
+use super::place::{EnvError, Launcher, Names, Place, Vars, env_error};
 
 const NO_MASTER: &str = "unset: this launcher does not say where rank 0 runs; set MASTER_ADDR \
      to rank 0's host name or address";
 
+/// One process per pod: its local rank is 0 of 1, from no variable.
+const ONE_PER_POD: (&str, &str) = ("", "");
+
 /// torchrun, or `RANK`/`WORLD_SIZE` set by a PyTorchJob or by hand.
-pub(super) fn torch_style(vars: &Vars, node: &str, launcher: Launcher) -> Result<Place, EnvError> {
-    let torchrun = launcher == Launcher::Torchrun;
-    Ok(Place {
-        rank: vars.required_number("RANK", launcher)?,
-        world_size: vars.required_number("WORLD_SIZE", launcher)?,
+pub(super) fn torch_style(
+    vars: &Vars,
+    node: &str,
+    launcher: Launcher,
+) -> Result<(Place, Names), EnvError> {
+    let names = Names {
+        rank: "RANK",
+        size: "WORLD_SIZE",
+        local_rank: "LOCAL_RANK",
+        local_size: "LOCAL_WORLD_SIZE",
+    };
+    let place = Place {
+        rank: vars.required_number(names.rank, launcher)?,
+        world_size: vars.required_number(names.size, launcher)?,
         // Without torchrun each pod runs one process.
-        local_rank: if torchrun {
-            vars.required_number("LOCAL_RANK", launcher)?
+        local_rank: if launcher == Launcher::Torchrun {
+            vars.required_number(names.local_rank, launcher)?
         } else {
-            vars.number("LOCAL_RANK")?.unwrap_or(0)
+            vars.number(names.local_rank)?.unwrap_or(0)
         },
-        local_world_size: vars.number("LOCAL_WORLD_SIZE")?,
+        local_world_size: vars.number(names.local_size)?,
         node: node.to_string(),
-        master_addr: vars.required("MASTER_ADDR", NO_MASTER)?.to_string(),
+        master_addr: vars.master_addr(&["MASTER_ADDR"], NO_MASTER)?,
         master_port: vars.port("MASTER_PORT")?,
         job: vars.text("TORCHELASTIC_RUN_ID").map(String::from),
         launcher,
-    })
+    };
+    Ok((place, names))
 }
 
-pub(super) fn open_mpi(vars: &Vars, node: &str) -> Result<Place, EnvError> {
-    let launcher = Launcher::OpenMpi;
-    Ok(Place {
-        rank: vars.required_number("OMPI_COMM_WORLD_RANK", launcher)?,
-        world_size: vars.required_number("OMPI_COMM_WORLD_SIZE", launcher)?,
-        local_rank: vars.required_number("OMPI_COMM_WORLD_LOCAL_RANK", launcher)?,
-        local_world_size: vars.number("OMPI_COMM_WORLD_LOCAL_SIZE")?,
+/// An MPI launcher's four variables, which say nothing of where rank 0 runs: `MASTER_ADDR`
+/// does, passed on as `pass_on` says.
+fn mpi(
+    vars: &Vars,
+    node: &str,
+    launcher: Launcher,
+    names: Names,
+    pass_on: &str,
+) -> Result<(Place, Names), EnvError> {
+    let place = Place {
+        rank: vars.required_number(names.rank, launcher)?,
+        world_size: vars.required_number(names.size, launcher)?,
+        local_rank: vars.required_number(names.local_rank, launcher)?,
+        local_world_size: vars.number(names.local_size)?,
         node: node.to_string(),
-        master_addr: vars
-            .required(
-                "MASTER_ADDR",
-                &format!("{NO_MASTER} (mpirun -x MASTER_ADDR)"),
-            )?
-            .to_string(),
+        master_addr: vars.master_addr(&["MASTER_ADDR"], &format!("{NO_MASTER} ({pass_on})"))?,
         master_port: vars.port("MASTER_PORT")?,
         job: None,
         launcher,
-    })
+    };
+    Ok((place, names))
 }
 
-pub(super) fn pmi(vars: &Vars, node: &str) -> Result<Place, EnvError> {
-    let launcher = Launcher::Pmi;
-    Ok(Place {
-        rank: vars.required_number("PMI_RANK", launcher)?,
-        world_size: vars.required_number("PMI_SIZE", launcher)?,
-        local_rank: vars.required_number("MPI_LOCALRANKID", launcher)?,
-        local_world_size: vars.number("MPI_LOCALNRANKS")?,
-        node: node.to_string(),
-        master_addr: vars
-            .required(
-                "MASTER_ADDR",
-                &format!("{NO_MASTER} (mpiexec -genv MASTER_ADDR)"),
-            )?
-            .to_string(),
-        master_port: vars.port("MASTER_PORT")?,
-        job: None,
-        launcher,
-    })
+pub(super) fn open_mpi(vars: &Vars, node: &str) -> Result<(Place, Names), EnvError> {
+    let names = Names {
+        rank: "OMPI_COMM_WORLD_RANK",
+        size: "OMPI_COMM_WORLD_SIZE",
+        local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
+        local_size: "OMPI_COMM_WORLD_LOCAL_SIZE",
+    };
+    mpi(
+        vars,
+        node,
+        Launcher::OpenMpi,
+        names,
+        "mpirun -x MASTER_ADDR",
+    )
 }
 
-pub(super) fn slurm(vars: &Vars, node: &str) -> Result<Place, EnvError> {
+pub(super) fn pmi(vars: &Vars, node: &str) -> Result<(Place, Names), EnvError> {
+    let names = Names {
+        rank: "PMI_RANK",
+        size: "PMI_SIZE",
+        local_rank: "MPI_LOCALRANKID",
+        local_size: "MPI_LOCALNRANKS",
+    };
+    mpi(
+        vars,
+        node,
+        Launcher::Pmi,
+        names,
+        "mpiexec -genv MASTER_ADDR",
+    )
+}
+
+pub(super) fn slurm(vars: &Vars, node: &str) -> Result<(Place, Names), EnvError> {
     let launcher = Launcher::Slurm;
-    let (size_var, _) = vars
+    let (size, _) = vars
         .first_of(&["SLURM_NTASKS", "SLURM_NPROCS"])
         .ok_or_else(|| env_error("SLURM_NTASKS", "unset, but srun sets it"))?;
+    let names = Names {
+        rank: "SLURM_PROCID",
+        size,
+        local_rank: "SLURM_LOCALID",
+        local_size: "SLURM_STEP_TASKS_PER_NODE",
+    };
     // An explicit MASTER_ADDR wins: it is how a job that places task 0 elsewhere
     // (--distribution=arbitrary) says so.
     let master_addr = match vars.text("MASTER_ADDR") {
@@ -94,10 +129,10 @@ pub(super) fn slurm(vars: &Vars, node: &str) -> Result<Place, EnvError> {
             hosts[0].clone()
         }
     };
-    Ok(Place {
-        rank: vars.required_number("SLURM_PROCID", launcher)?,
-        world_size: vars.required_number(size_var, launcher)?,
-        local_rank: vars.required_number("SLURM_LOCALID", launcher)?,
+    let place = Place {
+        rank: vars.required_number(names.rank, launcher)?,
+        world_size: vars.required_number(names.size, launcher)?,
+        local_rank: vars.required_number(names.local_rank, launcher)?,
         local_world_size: slurm_tasks_on_this_node(vars)?,
         node: node.to_string(),
         master_addr,
@@ -109,7 +144,8 @@ pub(super) fn slurm(vars: &Vars, node: &str) -> Result<Place, EnvError> {
                 None => job.to_string(),
             }),
         launcher,
-    })
+    };
+    Ok((place, names))
 }
 
 /// The task count of this node (`SLURM_NODEID`) in `SLURM_STEP_TASKS_PER_NODE`, which
@@ -143,42 +179,50 @@ fn slurm_tasks_on_this_node(vars: &Vars) -> Result<Option<u32>, EnvError> {
     ))
 }
 
-pub(super) fn trainer_v2(vars: &Vars, node: &str) -> Result<Place, EnvError> {
+pub(super) fn trainer_v2(vars: &Vars, node: &str) -> Result<(Place, Names), EnvError> {
     let launcher = Launcher::TrainerV2;
-    let nodes = vars.required("PET_NNODES", "unset, but Kubeflow Trainer sets it")?;
-    Ok(Place {
-        rank: vars.required_number("PET_NODE_RANK", launcher)?,
-        world_size: nodes.parse().map_err(|_| {
-            env_error(
-                "PET_NNODES",
-                format!(
-                    "`{nodes}` is not a whole number (an elastic MIN:MAX range needs torchrun)"
-                ),
-            )
-        })?,
+    let names = Names {
+        rank: "PET_NODE_RANK",
+        size: "PET_NNODES",
+        local_rank: ONE_PER_POD.0,
+        local_size: ONE_PER_POD.1,
+    };
+    let nodes = vars
+        .parsed(
+            names.size,
+            "a whole number (an elastic MIN:MAX range needs torchrun)",
+        )?
+        .ok_or_else(|| env_error(names.size, "unset, but Kubeflow Trainer sets it"))?;
+    let place = Place {
+        rank: vars.required_number(names.rank, launcher)?,
+        world_size: nodes,
         // Without torchrun each pod runs one process.
         local_rank: 0,
         local_world_size: Some(1),
         node: node.to_string(),
-        master_addr: match vars.first_of(&["PET_MASTER_ADDR", "MASTER_ADDR"]) {
-            Some((_, addr)) => addr.to_string(),
-            None => return Err(env_error("PET_MASTER_ADDR", NO_MASTER)),
-        },
-        master_port: match vars.text("PET_MASTER_PORT") {
-            Some(_) => vars.port("PET_MASTER_PORT")?,
+        master_addr: vars.master_addr(&["PET_MASTER_ADDR", "MASTER_ADDR"], NO_MASTER)?,
+        master_port: match vars.port("PET_MASTER_PORT")? {
+            Some(port) => Some(port),
             None => vars.port("MASTER_PORT")?,
         },
         job: None,
         launcher,
-    })
+    };
+    Ok((place, names))
 }
 
-pub(super) fn indexed_job(vars: &Vars, node: &str) -> Result<Place, EnvError> {
-    Ok(Place {
-        rank: vars.required_number("JOB_COMPLETION_INDEX", Launcher::IndexedJob)?,
-        world_size: vars.number("WORLD_SIZE")?.ok_or_else(|| {
+pub(super) fn indexed_job(vars: &Vars, node: &str) -> Result<(Place, Names), EnvError> {
+    let names = Names {
+        rank: "JOB_COMPLETION_INDEX",
+        size: "WORLD_SIZE",
+        local_rank: ONE_PER_POD.0,
+        local_size: ONE_PER_POD.1,
+    };
+    let place = Place {
+        rank: vars.required_number(names.rank, Launcher::IndexedJob)?,
+        world_size: vars.number(names.size)?.ok_or_else(|| {
             env_error(
-                "WORLD_SIZE",
+                names.size,
                 "unset: Kubernetes does not tell a pod how many there are; set it to the \
                  Job's completions in the manifest",
             )
@@ -186,39 +230,23 @@ pub(super) fn indexed_job(vars: &Vars, node: &str) -> Result<Place, EnvError> {
         local_rank: 0,
         local_world_size: Some(1),
         node: node.to_string(),
-        master_addr: vars
-            .required(
-                "MASTER_ADDR",
-                "unset: Kubernetes does not say where pod 0 is; set it in the manifest to \
-                 pod 0's name under the headless service (<jobset>-<job>-0-0.<jobset>)",
-            )?
-            .to_string(),
+        master_addr: vars.master_addr(
+            &["MASTER_ADDR"],
+            "unset: Kubernetes does not say where pod 0 is; set it in the manifest to \
+             pod 0's name under the headless service (<jobset>-<job>-0-0.<jobset>)",
+        )?,
         master_port: vars.port("MASTER_PORT")?,
         job: None,
         launcher: Launcher::IndexedJob,
-    })
+    };
+    Ok((place, names))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::probe::world::place::DEFAULT_WORLD_PORT;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn place(pairs: &[(&str, &str)]) -> Place {
-        Place::from_env(&env(pairs), "here").unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn refused(pairs: &[(&str, &str)]) -> EnvError {
-        Place::from_env(&env(pairs), "here").unwrap_err()
-    }
+    use crate::probe::world::place::testing::{place, refused};
 
     #[test]
     fn slurm_rank_zero_runs_on_the_first_node_of_the_step() {

@@ -58,6 +58,12 @@ pub fn run(opts: &super::ProbeOptions, world: &WorldOptions) -> crate::Result<Re
     let port = place
         .world_port(world.port)
         .map_err(|e| Error::Usage(format!("--world: {e}")))?;
+    // Made before the probe, so a directory that cannot be written fails in a second, not
+    // after minutes of measuring; and so it exists even when no run of NCCL fills it.
+    if let Some(dir) = &world.nccl_log {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::Usage(format!("--world-nccl-log {}: {e}", dir.display())))?;
+    }
     eprintln!(
         "gpubake: rank {} of {} on {} (launched by {}); rank 0 at {}:{port}",
         place.rank, place.world_size, place.node, place.launcher, place.master_addr
@@ -90,6 +96,7 @@ pub fn run(opts: &super::ProbeOptions, world: &WorldOptions) -> crate::Result<Re
     }
     let contribute = |welcomed: &rendezvous::Welcomed| {
         let (first, second) = joining.follow(welcomed);
+        joining.say_unkept(&first, &second);
         local.fact(nccl::FACT, first);
         local.fact(nccl::FACT_DEFAULTS, second);
         Contribution {
@@ -154,6 +161,31 @@ impl Joining<'_> {
                         .replacen("nccl-", "nccl-defaults-", 1);
                 Some(prefix.with_file_name(name))
             }
+        }
+    }
+
+    /// Says on standard error why a run of NCCL left nothing in `--world-nccl-log`: it never
+    /// ran on this rank (no GPU, no seat, no second run) or its worker did not start. A run
+    /// whose worker ran says so itself when NCCL wrote no log (`nccl::Running::finish`).
+    fn say_unkept(&self, first: &serde_json::Value, second: &serde_json::Value) {
+        let Some(prefix) = &self.keep_log else {
+            return;
+        };
+        let runs = [
+            ("the run under the preset", first),
+            ("the run under NCCL's defaults", second),
+        ];
+        for (run, fact) in runs {
+            let why = match (fact["skipped"].as_str(), fact.get("log")) {
+                (Some(why), _) => why,
+                // A worker that ran has a parsed log, even an empty one.
+                (None, None) => fact["error"].as_str().unwrap_or("its worker did not start"),
+                (None, Some(_)) => continue,
+            };
+            eprintln!(
+                "gpubake: --world-nccl-log: no NCCL log as {} from {run}: {why}",
+                prefix.display()
+            );
         }
     }
 
@@ -320,6 +352,7 @@ fn lead(
             (why.clone(), why)
         }
     };
+    joining.say_unkept(&first, &second);
     local.fact(nccl::FACT, first);
     local.fact(nccl::FACT_DEFAULTS, second);
     let setting = verdict::Setting {
@@ -370,6 +403,12 @@ fn could_not_probe(error: &Error) -> Report {
 /// Test-only: `GPUBAKE_WORLD_TEST_DIE_BEFORE_REPORT=1` kills a rank once the blob arrived,
 /// `GPUBAKE_WORLD_TEST_REPORT_DELAY_S=N` delays its report, so the tests can make a rank
 /// dead or slow at a known step instead of racing a kill against the protocol.
+///
+/// Read only by debug builds (what `cargo test` runs) and by builds with the
+/// `world-test-hooks` feature (a release binary for `benches/h200-world.sh`'s dead rank):
+/// a shipped binary must not die or stall because a variable leaked into a job's
+/// environment.
+#[cfg(any(debug_assertions, feature = "world-test-hooks"))]
 fn rehearsal(env: &HashMap<String, String>) -> Rehearsal {
     Rehearsal {
         die_before_report: env
@@ -380,6 +419,12 @@ fn rehearsal(env: &HashMap<String, String>) -> Rehearsal {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_secs_f64),
     }
+}
+
+/// A release build without `world-test-hooks` ignores the test variables.
+#[cfg(not(any(debug_assertions, feature = "world-test-hooks")))]
+fn rehearsal(_env: &HashMap<String, String>) -> Rehearsal {
+    Rehearsal::default()
 }
 
 /// sha256 of `bytes`, hex.

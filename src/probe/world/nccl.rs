@@ -329,6 +329,13 @@ fn keep_logs(logs: &[PathBuf], prefix: &std::path::Path) {
     if let Some(dir) = prefix.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
+    if logs.is_empty() {
+        eprintln!(
+            "gpubake: --world-nccl-log: no NCCL log as {}: the worker ran but NCCL wrote none \
+             (it failed before its first line; the verdict has the worker's error)",
+            prefix.display()
+        );
+    }
     for file in logs {
         let name = file
             .file_name()

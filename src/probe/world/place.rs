@@ -104,6 +104,16 @@ pub(super) fn env_error(variable: &str, problem: impl Into<String>) -> EnvError 
     }
 }
 
+/// The variables a launcher gave the rank, world size, local rank and local world size in,
+/// for the errors that find them inconsistent.
+pub(super) struct Names {
+    pub rank: &'static str,
+    pub size: &'static str,
+    /// Empty where one process runs per pod: local rank 0 of 1 cannot be inconsistent.
+    pub local_rank: &'static str,
+    pub local_size: &'static str,
+}
+
 /// Reads the environment through a map, naming the variable in every error.
 pub(super) struct Vars<'a>(&'a HashMap<String, String>);
 
@@ -116,17 +126,23 @@ impl Vars<'_> {
         self.text(name).is_some()
     }
 
-    pub(super) fn required(&self, name: &str, why: &str) -> Result<&str, EnvError> {
-        self.text(name).ok_or_else(|| env_error(name, why))
-    }
-
-    pub(super) fn number(&self, name: &str) -> Result<Option<u32>, EnvError> {
+    /// `name` parsed as a `T`, `what` saying what it must be ("a whole number"); None when
+    /// unset. The one parser of every launcher's values, so each error names its variable.
+    pub(super) fn parsed<T: std::str::FromStr>(
+        &self,
+        name: &str,
+        what: &str,
+    ) -> Result<Option<T>, EnvError> {
         self.text(name)
             .map(|v| {
                 v.parse()
-                    .map_err(|_| env_error(name, format!("`{v}` is not a whole number")))
+                    .map_err(|_| env_error(name, format!("`{v}` is not {what}")))
             })
             .transpose()
+    }
+
+    pub(super) fn number(&self, name: &str) -> Result<Option<u32>, EnvError> {
+        self.parsed(name, "a whole number")
     }
 
     pub(super) fn required_number(&self, name: &str, launcher: Launcher) -> Result<u32, EnvError> {
@@ -142,12 +158,16 @@ impl Vars<'_> {
     }
 
     pub(super) fn port(&self, name: &str) -> Result<Option<u16>, EnvError> {
-        self.text(name)
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| env_error(name, format!("`{v}` is not a port number")))
-            })
-            .transpose()
+        self.parsed(name, "a port number")
+    }
+
+    /// Where rank 0 runs: the first of `names` that is set, else an error naming the first
+    /// and saying `why`.
+    pub(super) fn master_addr(&self, names: &[&str], why: &str) -> Result<String, EnvError> {
+        match self.first_of(names) {
+            Some((_, addr)) => Ok(addr.to_string()),
+            None => Err(env_error(names[0], why)),
+        }
     }
 
     /// The first of `names` that is set, by name and value.
@@ -160,7 +180,7 @@ impl Place {
     /// Reads the launcher's variables from `env`; `node` is this host's name.
     pub fn from_env(env: &HashMap<String, String>, node: &str) -> Result<Place, EnvError> {
         let vars = Vars(env);
-        let place = if vars.has("TORCHELASTIC_RUN_ID") {
+        let (place, names) = if vars.has("TORCHELASTIC_RUN_ID") {
             torch_style(&vars, node, Launcher::Torchrun)?
         } else if vars.has("OMPI_COMM_WORLD_RANK") {
             open_mpi(&vars, node)?
@@ -181,19 +201,19 @@ impl Place {
                  mpirun, a PyTorchJob or an Indexed Job) that tells each process its rank",
             ));
         };
-        place.consistent(&vars)?;
+        place.consistent(&names)?;
         Ok(place)
     }
 
-    /// Refuses a place no launcher would give: a rank past the world, an empty master.
-    fn consistent(&self, vars: &Vars) -> Result<(), EnvError> {
-        let (rank_var, size_var, local_var, local_size_var) = self.variable_names(vars);
+    /// Refuses a place no launcher would give: a rank past the world, a local rank past its
+    /// node's count. `names` are the variables the launcher read them from.
+    fn consistent(&self, names: &Names) -> Result<(), EnvError> {
         if self.world_size == 0 {
-            return Err(env_error(size_var, "is 0: a world has at least one rank"));
+            return Err(env_error(names.size, "is 0: a world has at least one rank"));
         }
         if self.rank >= self.world_size {
             return Err(env_error(
-                &format!("{rank_var}, {size_var}"),
+                &format!("{}, {}", names.rank, names.size),
                 format!(
                     "rank {} is not below the world size {}: ranks count from 0",
                     self.rank, self.world_size
@@ -204,7 +224,7 @@ impl Place {
             && self.local_rank >= local_size
         {
             return Err(env_error(
-                &format!("{local_var}, {local_size_var}"),
+                &format!("{}, {}", names.local_rank, names.local_size),
                 format!(
                     "local rank {} is not below the local world size {local_size}",
                     self.local_rank
@@ -212,38 +232,6 @@ impl Place {
             ));
         }
         Ok(())
-    }
-
-    /// The variables each field came from, for error messages.
-    fn variable_names(
-        &self,
-        vars: &Vars,
-    ) -> (&'static str, &'static str, &'static str, &'static str) {
-        match self.launcher {
-            Launcher::Torchrun | Launcher::TorchEnv => {
-                ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-            }
-            Launcher::OpenMpi => (
-                "OMPI_COMM_WORLD_RANK",
-                "OMPI_COMM_WORLD_SIZE",
-                "OMPI_COMM_WORLD_LOCAL_RANK",
-                "OMPI_COMM_WORLD_LOCAL_SIZE",
-            ),
-            Launcher::Pmi => ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-            Launcher::Slurm => (
-                "SLURM_PROCID",
-                if vars.has("SLURM_NTASKS") {
-                    "SLURM_NTASKS"
-                } else {
-                    "SLURM_NPROCS"
-                },
-                "SLURM_LOCALID",
-                "SLURM_STEP_TASKS_PER_NODE",
-            ),
-            // One process per pod: their local rank is 0 of 1 and cannot be inconsistent.
-            Launcher::TrainerV2 => ("PET_NODE_RANK", "PET_NNODES", "", ""),
-            Launcher::IndexedJob => ("JOB_COMPLETION_INDEX", "WORLD_SIZE", "", ""),
-        }
     }
 
     /// The port rank 0 listens on: `flag` (`--world-port`), else one above the launcher's
@@ -262,9 +250,18 @@ impl Place {
     }
 }
 
+/// Places from literal variables, for the tests of every launcher.
 #[cfg(test)]
-mod tests {
+pub(super) mod testing {
     use super::*;
+
+    pub fn place(pairs: &[(&str, &str)]) -> Place {
+        Place::from_env(&env(pairs), "here").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn refused(pairs: &[(&str, &str)]) -> EnvError {
+        Place::from_env(&env(pairs), "here").unwrap_err()
+    }
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -272,14 +269,12 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
+}
 
-    fn place(pairs: &[(&str, &str)]) -> Place {
-        Place::from_env(&env(pairs), "here").unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn refused(pairs: &[(&str, &str)]) -> EnvError {
-        Place::from_env(&env(pairs), "here").unwrap_err()
-    }
+#[cfg(test)]
+mod tests {
+    use super::testing::{place, refused};
+    use super::*;
 
     const TORCHRUN: &[(&str, &str)] = &[
         ("TORCHELASTIC_RUN_ID", "job7"),
@@ -337,6 +332,14 @@ mod tests {
         let e = refused(&vars);
         assert_eq!(e.variable, "WORLD_SIZE");
         assert!(e.problem.contains("`eight`"), "{e}");
+
+        // Every value goes through one parser, which names the variable and says what
+        // it must be.
+        let mut vars = TORCHRUN.to_vec();
+        vars[6] = ("MASTER_PORT", "70000");
+        let e = refused(&vars);
+        assert_eq!(e.variable, "MASTER_PORT");
+        assert_eq!(e.problem, "`70000` is not a port number");
 
         let mut vars = TORCHRUN.to_vec();
         vars[6] = ("MASTER_PORT", "65535");
