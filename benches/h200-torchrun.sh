@@ -6,7 +6,8 @@
 #   two-nodes  two torchrun agents (`--nnodes 2`, c10d rendezvous on 127.0.0.1), one rank
 #              each, with NCCL_HOSTID and CUDA_VISIBLE_DEVICES set apart per agent, so NCCL
 #              takes them for two hosts and uses its network transport (NET/Socket). On a
-#              machine of one GPU both agents share GPU 0.
+#              machine of one GPU both agents share GPU 0. No `--devices` here: each rank
+#              must take the GPU CUDA_VISIBLE_DEVICES shows it, though NVML lists both.
 # Each rank records the launcher variables it was given (env-*.txt) and runs
 # `probe --world --quick --json`; torchrun starts `sh`, which records them and execs gpubake
 # in its place (same process, same environment), so every rank's output has a file of its own.
@@ -71,7 +72,7 @@ for node in 0 1; do
   NCCL_HOSTID=node-$node CUDA_VISIBLE_DEVICES=$gpu VARS=$vars timeout 180 torchrun \
     --nnodes 2 --node-rank "$node" --nproc-per-node 1 --rdzv-backend c10d \
     --rdzv-endpoint 127.0.0.1:29450 --rdzv-id h200-torchrun "${local_addr[@]}" \
-    --no-python sh -c "$wrap" wrap "$raw/two-nodes" "${probe[@]}" --devices "$gpu" \
+    --no-python sh -c "$wrap" wrap "$raw/two-nodes" "${probe[@]}" \
     >"$raw/two-nodes/torchrun-agent$node.txt" 2>&1 &
   agents+=($!)
 done

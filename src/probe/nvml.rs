@@ -193,6 +193,31 @@ pub fn select_devices(wanted: Option<&[u32]>, count: u32) -> Result<Vec<u32>, Fa
     Ok(out)
 }
 
+/// The NVML indices of the GPUs `CUDA_VISIBLE_DEVICES` shows, in CUDA's order; None when it
+/// is unset. NVML ignores the variable, but CUDA (the probe's worker, NCCL) cannot open a GPU
+/// it hides, and launchers that bind GPUs to tasks (Slurm's `--gpus-per-task`, one torchrun
+/// agent per GPU) set it: a GPU it hides is not this process's to probe. Entries are indices
+/// (NVML numbers GPUs in PCI order, as CUDA does under `CUDA_DEVICE_ORDER=PCI_BUS_ID` and on
+/// nodes of one GPU model) or `GPU-` UUIDs, whole or a prefix; as in CUDA, reading stops at
+/// the first entry that is neither, and an index past the last GPU is skipped.
+pub fn cuda_visible(spec: Option<&str>, gpus: &[(u32, String)]) -> Option<Vec<u32>> {
+    let spec = spec?;
+    let mut visible = Vec::new();
+    for entry in spec.split(',').map(str::trim) {
+        let found = match entry.parse::<u32>() {
+            Ok(index) => gpus.iter().find(|g| g.0 == index),
+            Err(_) if entry.starts_with("GPU-") => gpus
+                .iter()
+                .find(|g| !g.1.is_empty() && g.1.starts_with(entry)),
+            Err(_) => break,
+        };
+        if let Some(g) = found.filter(|g| !visible.contains(&g.0)) {
+            visible.push(g.0);
+        }
+    }
+    Some(visible)
+}
+
 /// Opens each GPU in `indices`. One that does not open (a GPU fallen off the bus, an
 /// Xid-wedged board) fails its own check and the others are still probed.
 pub fn open_each<D, E: std::fmt::Display>(
@@ -234,7 +259,28 @@ pub fn run(
         format!("{} (supports CUDA {})", facts.driver, facts.cuda),
     ));
     facts.count = nvml.device_count().map_err(driver_error)?;
-    let wanted = select_devices(devices, facts.count)?;
+    let spec = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let shown = match (devices, spec.as_deref()) {
+        (None, Some(spec)) => {
+            let uuids: Vec<(u32, String)> = (0..facts.count)
+                .map(|i| {
+                    let uuid = nvml.device_by_index(i).and_then(|d| d.uuid());
+                    (i, uuid.unwrap_or_default())
+                })
+                .collect();
+            let shown = cuda_visible(Some(spec), &uuids).unwrap_or_default();
+            if shown.is_empty() {
+                return Err(Failure::Driver(format!(
+                    "CUDA_VISIBLE_DEVICES={spec:?} shows this process none of the {} GPUs NVML \
+                     sees, so CUDA can open none",
+                    facts.count
+                )));
+            }
+            Some(shown)
+        }
+        _ => None,
+    };
+    let wanted = select_devices(devices.or(shown.as_deref()), facts.count)?;
     let (opened, failed) = open_each(&wanted, |i| nvml.device_by_index(i));
     checks.extend(failed);
     let indices: Vec<u32> = opened.iter().map(|(i, _)| *i).collect();
@@ -594,6 +640,23 @@ mod tests {
             cpus_in_mask(&[std::os::raw::c_ulong::MAX]).len(),
             bits as usize
         );
+    }
+
+    #[test]
+    fn cuda_visible_devices_picks_and_orders_the_gpus_cuda_shows() {
+        let gpus: Vec<(u32, String)> = vec![
+            (0, "GPU-aaaa1111-0000".into()),
+            (1, "GPU-bbbb2222-0000".into()),
+        ];
+        assert_eq!(cuda_visible(None, &gpus), None);
+        assert_eq!(cuda_visible(Some("1"), &gpus), Some(vec![1]));
+        assert_eq!(cuda_visible(Some("1,0"), &gpus), Some(vec![1, 0]));
+        assert_eq!(cuda_visible(Some("GPU-bbbb, 0"), &gpus), Some(vec![1, 0]));
+        // CUDA stops at the first entry it cannot read, and skips an index past the last GPU.
+        assert_eq!(cuda_visible(Some("0,x,1"), &gpus), Some(vec![0]));
+        assert_eq!(cuda_visible(Some("7,1"), &gpus), Some(vec![1]));
+        assert_eq!(cuda_visible(Some(""), &gpus), Some(vec![]));
+        assert_eq!(cuda_visible(Some("-1"), &gpus), Some(vec![]));
     }
 
     #[test]

@@ -77,7 +77,13 @@ pub fn run(opts: &super::ProbeOptions, world: &WorldOptions) -> crate::Result<Re
         .as_ref()
         .map_or_else(|| local.exit_code(), Error::exit_code);
     let disc = Discovery::system();
-    let gpu = nccl::gpu_for(&local, place.local_rank, !disc.nccl_candidates().is_empty());
+    let cuda_visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let gpu = nccl::gpu_for(
+        &local,
+        place.local_rank,
+        !disc.nccl_candidates().is_empty(),
+        cuda_visible.as_deref(),
+    );
     let joining = Joining {
         disc: &disc,
         gpu: &gpu,

@@ -5,6 +5,7 @@
 
 use crate::probe::env::Discovery;
 use crate::probe::nccl_log::NcclLog;
+use crate::probe::nvml;
 use crate::probe::report::Report;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -56,15 +57,25 @@ pub fn sizes(quick: bool) -> Vec<u64> {
 /// This rank's GPU for NCCL, by PCI address: under one process per GPU (torchrun, srun with
 /// a task per GPU) local rank r drives the r-th GPU the local probe saw, as a training job
 /// would. Err says why the rank brings none.
-pub fn gpu_for(local: &Report, local_rank: u32, nccl_found: bool) -> Result<String, String> {
+pub fn gpu_for(
+    local: &Report,
+    local_rank: u32,
+    nccl_found: bool,
+    cuda_visible: Option<&str>,
+) -> Result<String, String> {
     if local.no_gpu {
         return Err("no GPU on this node (local exit 3)".into());
     }
-    let mut gpus: Vec<String> = local.facts["nvml"]["gpus"]
+    // (NVML index, UUID, PCI address) of each GPU the local probe looked at.
+    let gpus: Vec<(u32, String, String)> = local.facts["nvml"]["gpus"]
         .as_array()
         .map_or(&[][..], Vec::as_slice)
         .iter()
-        .filter_map(|g| g["pci_bus_id"].as_str().map(String::from))
+        .filter_map(|g| {
+            let index = u32::try_from(g["index"].as_u64()?).ok()?;
+            let uuid = g["uuid"].as_str().unwrap_or("").to_string();
+            Some((index, uuid, g["pci_bus_id"].as_str()?.to_string()))
+        })
         .collect();
     if gpus.is_empty() {
         return Err("the local probe found no GPU it could address".into());
@@ -72,9 +83,24 @@ pub fn gpu_for(local: &Report, local_rank: u32, nccl_found: bool) -> Result<Stri
     if !nccl_found {
         return Err("no libnccl.so.2 in the image (neither next to torch nor the system's)".into());
     }
-    // NVML lists by PCI address; the same order as CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    gpus.sort();
-    Ok(gpus.swap_remove(local_rank as usize % gpus.len()))
+    // The NCCL worker opens its GPU through CUDA, so the rank's GPU is the local rank's among
+    // those CUDA shows it (all of them, in PCI order, when CUDA_VISIBLE_DEVICES is unset).
+    let indexed: Vec<(u32, String)> = gpus.iter().map(|g| (g.0, g.1.clone())).collect();
+    let order = nvml::cuda_visible(cuda_visible, &indexed).unwrap_or_else(|| {
+        let mut by_address: Vec<&(u32, String, String)> = gpus.iter().collect();
+        by_address.sort_by(|a, b| a.2.cmp(&b.2));
+        by_address.iter().map(|g| g.0).collect()
+    });
+    let Some(&index) = order.get(local_rank as usize % order.len().max(1)) else {
+        return Err(format!(
+            "CUDA_VISIBLE_DEVICES={:?} shows none of the GPUs probed here",
+            cuda_visible.unwrap_or_default()
+        ));
+    };
+    gpus.iter()
+        .find(|g| g.0 == index)
+        .map(|g| g.2.clone())
+        .ok_or_else(|| format!("GPU {index} was not probed here"))
 }
 
 /// Rank 0's seating: rank 0 first (its process holds NCCL's bootstrap root), then every
@@ -377,18 +403,69 @@ mod tests {
         assert!(seating(true, &[]).is_empty());
     }
 
-    #[test]
-    fn the_local_rank_picks_a_gpu_in_pci_order() {
+    fn two_gpus() -> Report {
         let mut local = Report::default();
         local.fact(
             "nvml",
-            json!({"gpus": [{"pci_bus_id": "00000000:DB:00.0"}, {"pci_bus_id": "00000000:1B:00.0"}]}),
+            json!({"gpus": [
+                {"index": 1, "uuid": "GPU-bbbb2222-0000", "pci_bus_id": "00000000:DB:00.0"},
+                {"index": 0, "uuid": "GPU-aaaa1111-0000", "pci_bus_id": "00000000:1B:00.0"},
+            ]}),
         );
-        assert_eq!(gpu_for(&local, 0, true).unwrap(), "00000000:1B:00.0");
-        assert_eq!(gpu_for(&local, 3, true).unwrap(), "00000000:DB:00.0");
-        assert!(gpu_for(&local, 0, false).unwrap_err().contains("libnccl"));
+        local
+    }
+
+    #[test]
+    fn the_local_rank_picks_a_gpu_in_pci_order() {
+        let mut local = two_gpus();
+        assert_eq!(gpu_for(&local, 0, true, None).unwrap(), "00000000:1B:00.0");
+        assert_eq!(gpu_for(&local, 3, true, None).unwrap(), "00000000:DB:00.0");
+        assert!(
+            gpu_for(&local, 0, false, None)
+                .unwrap_err()
+                .contains("libnccl")
+        );
         local.no_gpu = true;
-        assert!(gpu_for(&local, 0, true).unwrap_err().contains("exit 3"));
+        assert!(
+            gpu_for(&local, 0, true, None)
+                .unwrap_err()
+                .contains("exit 3")
+        );
+    }
+
+    #[test]
+    fn the_gpu_is_taken_from_the_ones_cuda_visible_devices_shows() {
+        let local = two_gpus();
+        // One GPU bound per task: every local rank takes that one, not the GPU at its rank.
+        assert_eq!(
+            gpu_for(&local, 0, true, Some("1")).unwrap(),
+            "00000000:DB:00.0"
+        );
+        assert_eq!(
+            gpu_for(&local, 1, true, Some("0")).unwrap(),
+            "00000000:1B:00.0"
+        );
+        // CUDA's order is the list's: local rank 0 gets the first entry.
+        assert_eq!(
+            gpu_for(&local, 0, true, Some("1,0")).unwrap(),
+            "00000000:DB:00.0"
+        );
+        assert_eq!(
+            gpu_for(&local, 1, true, Some("1,0")).unwrap(),
+            "00000000:1B:00.0"
+        );
+        // UUIDs, whole or a prefix; reading stops at an entry CUDA could not read.
+        assert_eq!(
+            gpu_for(&local, 0, true, Some("GPU-bbbb")).unwrap(),
+            "00000000:DB:00.0"
+        );
+        assert_eq!(
+            gpu_for(&local, 1, true, Some("0,x,1")).unwrap(),
+            "00000000:1B:00.0"
+        );
+        let hidden = gpu_for(&local, 0, true, Some("7")).unwrap_err();
+        assert!(hidden.contains("CUDA_VISIBLE_DEVICES=\"7\""), "{hidden}");
+        assert!(gpu_for(&local, 0, true, Some("")).is_err());
     }
 
     #[test]
