@@ -33,6 +33,11 @@ struct RegistryArgs {
 }
 
 impl RegistryArgs {
+    /// The platform `--platform` names, if it names one.
+    fn platform(&self) -> Result<Option<crate::image::Platform>> {
+        self.platform.as_deref().map(str::parse).transpose()
+    }
+
     /// `text` as a transport, reaching registries as these options say.
     fn transport(&self, text: &str) -> Result<crate::image::Transport> {
         let platform = match &self.platform {
@@ -244,6 +249,11 @@ enum Command {
         /// engine keeps no manifest of the image's own.
         #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
         sbom: Option<PathBuf>,
+        /// The gpubake binary that serves as the probe in the image for PLATFORM, when that
+        /// is not the platform this gpubake runs on (repeatable; an ELF executable for that
+        /// platform's machine).
+        #[arg(long, value_name = "PLATFORM=PATH", value_parser = parse_probe_binary)]
+        probe_binary: Vec<(crate::image::Platform, PathBuf)>,
         /// The SBOM's format: SPDX 2.3 JSON or CycloneDX 1.6 JSON.
         #[arg(
             long,
@@ -697,6 +707,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             json,
             sbom,
             sbom_format,
+            probe_binary,
         } => {
             let loaded = load_recipe(recipe.as_deref())?;
             // An SBOM path that could never be written is refused before the build, not after.
@@ -782,7 +793,11 @@ pub fn run(cli: Cli) -> Result<i32> {
                 probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
             };
             let start = std::time::Instant::now();
-            let report = crate::image::build(&loaded, &resolved, &opts)?;
+            let platforms = crate::image::PlatformOptions {
+                only: registry.platform()?,
+                probes: probe_binary,
+            };
+            let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)?;
             if let Some(path) = &sbom {
                 let subject = crate::sbom::Subject {
                     lock: &resolved.lock,
@@ -815,7 +830,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                     report.image,
                     start.elapsed().as_secs_f64()
                 );
-                println!("  manifest {}", report.manifest);
+                if report.platforms.len() > 1 {
+                    println!("  index    {}", report.manifest);
+                    for p in &report.platforms {
+                        println!("  {:<14} manifest {}", p.platform, p.manifest);
+                    }
+                    println!("  layers of {}:", report.platforms[0].platform);
+                } else {
+                    println!("  manifest {}", report.manifest);
+                }
                 if report.image.starts_with("docker-daemon:") {
                     // The engine keeps no manifest of ours: it stores the image under its
                     // config digest, and `inspect docker-daemon:` rebuilds a manifest from
@@ -882,16 +905,17 @@ pub fn run(cli: Cli) -> Result<i32> {
         } => {
             let (src, dest) = (registry.transport(&src)?, registry.transport(&dest)?);
             let start = std::time::Instant::now();
-            let image = src.copy(&dest)?;
+            let copied = src.copy_platforms(&dest, registry.platform()?.as_ref())?;
             let seconds = start.elapsed().as_secs_f64();
-            let bytes: u64 = image.blobs().map(|d| d.size()).sum();
+            let bytes = copied.bytes;
             if json {
                 println!(
                     "{}",
                     serde_json::json!({
                         "from": src.to_string(),
                         "to": dest.to_string(),
-                        "manifest": image.digest(),
+                        "manifest": copied.digest,
+                        "platforms": copied.platforms,
                         "bytes": bytes,
                         "seconds": seconds,
                     })
@@ -899,11 +923,19 @@ pub fn run(cli: Cli) -> Result<i32> {
             } else {
                 println!("copied {src} to {dest} in {seconds:.2} s");
                 println!(
-                    "  manifest {} ({} in {} blobs)",
-                    image.digest(),
+                    "  {} {} ({} in {} blobs)",
+                    if copied.platforms.is_empty() {
+                        "manifest"
+                    } else {
+                        "index"
+                    },
+                    copied.digest,
                     crate::image::inspect::human_size(bytes),
-                    image.blobs().count()
+                    copied.blobs
                 );
+                if !copied.platforms.is_empty() {
+                    println!("  platforms {}", copied.platforms.join(", "));
+                }
             }
             Ok(0)
         }
@@ -912,7 +944,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             registry,
             json,
         } => {
-            let info = crate::image::inspect::inspect(&registry.transport(&image)?)?;
+            let info = crate::image::inspect::inspect(
+                &registry.transport(&image)?,
+                registry.platform()?.as_ref(),
+            )?;
             if json {
                 println!(
                     "{}",
@@ -931,9 +966,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         } => {
             let image = registry.transport(&image)?;
             let v = if certified {
-                crate::image::inspect::verify_certified(&image)?
+                crate::image::inspect::verify_certified(&image, registry.platform()?.as_ref())?
             } else {
-                crate::image::inspect::verify(&image)?
+                crate::image::inspect::verify(&image, registry.platform()?.as_ref())?
             };
             if json {
                 println!(
@@ -1072,6 +1107,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 policy,
                 quick,
                 probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
+                platform: registry.platform()?,
             };
             let (report, code) = crate::certify::certify(&image_ref, &opts)?;
             let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
@@ -1141,6 +1177,19 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 /// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
+/// `--probe-binary PLATFORM=PATH`.
+fn parse_probe_binary(
+    text: &str,
+) -> std::result::Result<(crate::image::Platform, PathBuf), String> {
+    let (platform, path) = text
+        .split_once('=')
+        .filter(|(_, p)| !p.is_empty())
+        .ok_or_else(|| format!("`{text}`: expected PLATFORM=PATH, as in linux/arm64=./gpubake"))?;
+    let platform: crate::image::Platform = platform.parse().map_err(|e: Error| e.to_string())?;
+    platform.buildable()?;
+    Ok((platform, PathBuf::from(path)))
+}
+
 /// The largest all-reduce size `probe --sizes` takes. Each GPU holds buffers of the largest
 /// size, so anything near this could never run; the bound keeps the arithmetic far from
 /// overflow too.

@@ -679,6 +679,38 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
     Ok(image.digest())
 }
 
+/// Pushes a multi-platform image: each platform's manifest (with its blobs) by digest, then
+/// the index's exact bytes under the tag, so the registry holds the index gpubake wrote, with
+/// its digest. Returns that digest.
+pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<String> {
+    let reference = remote.parsed()?;
+    if reference.digest().is_some() {
+        return Err(Error::Usage(format!(
+            "docker://{}: push to a tag, not a digest",
+            remote.reference
+        )));
+    }
+    let session = Session::open(remote, &reference)?;
+    session.runtime.block_on(async {
+        for image in index.images() {
+            let by_digest = Reference::with_digest(
+                reference.registry().to_string(),
+                reference.repository().to_string(),
+                image.digest(),
+            );
+            push_async(&session, image, &by_digest).await?;
+        }
+        let content_type =
+            reqwest::header::HeaderValue::from_static("application/vnd.oci.image.index.v1+json");
+        session
+            .client
+            .push_manifest_raw(&reference, index.raw().to_vec(), content_type)
+            .await
+            .map_err(|e| session.failed("pushing the index", e))?;
+        Ok(index.digest())
+    })
+}
+
 /// Uploads one blob as a single stream from its file; each retry reopens the file and starts
 /// the blob over, since a stream half sent cannot be sent again.
 async fn upload(

@@ -1,0 +1,712 @@
+//! Multi-platform images: a recipe's `platforms:` builds one manifest per platform, each on
+//! the base's image for that platform with a probe binary for that machine, under one OCI
+//! image index that skopeo, umoci and gpubake's own readers pick platforms from.
+
+mod common;
+
+use common::{assert_exit, gpubake, run, stderr, stdout, write};
+use gpubake::image::layout::{Layout, REF_NAME, descriptor};
+use oci_spec::image::{Descriptor, ImageIndex, MediaType};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A copy of the busybox base whose tag `multi` is an index of two images: the busybox one as
+/// linux/amd64, and a linux/arm64 one whose single layer holds a few plain files (the builder
+/// never runs a base, so they need not be Arm programs). Returns `oci:DIR:multi` and the
+/// arm64 manifest's digest.
+fn two_platform_base(dir: &Path) -> (String, String) {
+    let layout_dir = dir.join("base");
+    std::fs::create_dir_all(dir).unwrap();
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(common::base())
+        .arg(&layout_dir));
+    let layout = Layout::open(&layout_dir).unwrap();
+    let amd = layout.find(Some("latest")).unwrap();
+
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, text) in [
+        ("etc/os-release", "ID=armbase\n"),
+        ("etc/hostname", "arm\n"),
+        ("usr/share/arm-base", "an arm64 base for tests\n"),
+    ] {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        tar.append_data(&mut h, path, text.as_bytes()).unwrap();
+    }
+    let layer = tar.into_inner().unwrap();
+    let (layer_digest, layer_size) = layout.write_blob(&layer).unwrap();
+    let config = serde_json::json!({
+        "architecture": "arm64",
+        "os": "linux",
+        "config": {"Env": ["PATH=/usr/bin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer_digest.to_string()]},
+    });
+    let config = layout.write_json(&config, MediaType::ImageConfig).unwrap();
+    let manifest = oci_spec::image::ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(config)
+        .layers(vec![descriptor(
+            MediaType::ImageLayer,
+            &layer_digest,
+            layer_size,
+        )])
+        .build()
+        .unwrap();
+    let arm = layout
+        .write_json(&manifest, MediaType::ImageManifest)
+        .unwrap();
+
+    let entry = |desc: &Descriptor, platform: &str| {
+        let mut d = Descriptor::new(MediaType::ImageManifest, desc.size(), desc.digest().clone());
+        let p: gpubake::image::Platform = platform.parse().unwrap();
+        d.set_platform(Some(p.to_oci()));
+        d
+    };
+    let index: ImageIndex = oci_spec::image::ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![entry(&amd, "linux/amd64"), entry(&arm, "linux/arm64")])
+        .build()
+        .unwrap();
+    let mut index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
+    index_desc.set_annotations(Some(std::collections::HashMap::from([(
+        REF_NAME.to_string(),
+        "multi".to_string(),
+    )])));
+    let mut top = layout.index().unwrap();
+    let mut manifests = top.manifests().clone();
+    manifests.push(index_desc);
+    top.set_manifests(manifests);
+    layout.write_index(&top).unwrap();
+    (
+        format!("oci:{}:multi", layout_dir.display()),
+        arm.digest().to_string(),
+    )
+}
+
+/// A real aarch64 executable: a small Rust program built for aarch64-unknown-linux-musl and
+/// linked with rust-lld (scripts/test adds the target). Made once and kept in the target
+/// directory.
+fn aarch64_program() -> PathBuf {
+    static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("aarch64-probe");
+            let out = dir.join("probe");
+            if !out.exists() {
+                std::fs::create_dir_all(&dir).unwrap();
+                let src = dir.join("probe.rs");
+                std::fs::write(&src, "fn main() { println!(\"probe on aarch64\"); }\n").unwrap();
+                let tmp = dir.join(format!("probe.{}", std::process::id()));
+                run(Command::new("rustc")
+                    .args([
+                        "--target",
+                        "aarch64-unknown-linux-musl",
+                        "-C",
+                        "linker=rust-lld",
+                        "-C",
+                        "link-self-contained=yes",
+                        "-C",
+                        "opt-level=s",
+                        "-o",
+                    ])
+                    .arg(&tmp)
+                    .arg(&src));
+                std::fs::rename(&tmp, &out).unwrap();
+            }
+            out
+        })
+        .clone()
+}
+
+/// A recipe for both platforms, without GPUs or presets that would need anything else.
+fn two_platform_recipe(dir: &Path) -> String {
+    write(
+        dir,
+        "multi.yaml",
+        &common::recipe("pytorch: '2.9'\nplatforms: [linux/amd64, linux/arm64]\n"),
+    )
+}
+
+fn skopeo_json(args: &[&str]) -> Value {
+    serde_json::from_str(&run(Command::new("skopeo").args(args))).unwrap()
+}
+
+/// The manifest of `oci:DIR:TAG` as stored (an index or a manifest).
+fn raw(dir: &Path, tag: &str) -> Value {
+    skopeo_json(&["inspect", "--raw", &format!("oci:{}:{tag}", dir.display())])
+}
+
+fn build_two(dir: &Path, to: &str, extra: &[&str]) -> std::process::Output {
+    let (base, _) = two_platform_base(dir);
+    let recipe = two_platform_recipe(dir);
+    let probe = format!("linux/arm64={}", aarch64_program().display());
+    let mut args = vec![
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        to,
+        "--probe-binary",
+        &probe,
+    ];
+    args.extend(extra);
+    gpubake(&args)
+}
+
+#[test]
+fn a_two_platform_recipe_builds_an_index_that_skopeo_umoci_and_gpubake_read() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let to = format!("oci:{}:v1", out_dir.display());
+    let out = build_two(dir.path(), &to, &[]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("index"), "{}", stdout(&out));
+
+    // The tag points at an index with one manifest per platform, each with its platform.
+    let index = raw(&out_dir, "v1");
+    assert_eq!(
+        index["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let entries = index["manifests"].as_array().unwrap();
+    let platforms: Vec<(String, String)> = entries
+        .iter()
+        .map(|m| {
+            (
+                m["platform"]["os"].as_str().unwrap().to_string(),
+                m["platform"]["architecture"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        platforms,
+        [
+            ("linux".to_string(), "amd64".to_string()),
+            ("linux".to_string(), "arm64".to_string())
+        ]
+    );
+    for m in entries {
+        assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    }
+
+    // skopeo picks each platform, and each config says its own architecture.
+    let image = format!("oci:{}:v1", out_dir.display());
+    for arch in ["amd64", "arm64"] {
+        let v = skopeo_json(&["--override-arch", arch, "inspect", &image]);
+        assert_eq!(v["Architecture"], arch, "{v}");
+        assert_eq!(v["Os"], "linux", "{v}");
+    }
+
+    // umoci unpacks each manifest; the arm64 one holds the arm64 base's files and the
+    // aarch64 probe, the amd64 one busybox and the running gpubake.
+    let layout = Layout::open(&out_dir).unwrap();
+    for (i, m) in entries.iter().enumerate() {
+        let tag = format!("p{i}");
+        let desc = Descriptor::new(
+            MediaType::ImageManifest,
+            m["size"].as_u64().unwrap(),
+            oci_spec::image::Digest::try_from(m["digest"].as_str().unwrap()).unwrap(),
+        );
+        layout.set_tag(&desc, &tag).unwrap();
+        let bundle = dir.path().join(format!("bundle{i}"));
+        run(Command::new("umoci")
+            .args(["unpack", "--rootless", "--image"])
+            .arg(format!("{}:{tag}", out_dir.display()))
+            .arg(&bundle));
+        let rootfs = bundle.join("rootfs");
+        let probe = std::fs::read(rootfs.join("usr/local/bin/gpubake")).unwrap();
+        if i == 0 {
+            assert!(rootfs.join("bin/busybox").exists());
+            assert_eq!(probe, std::fs::read(env!("CARGO_BIN_EXE_gpubake")).unwrap());
+        } else {
+            assert!(rootfs.join("usr/share/arm-base").exists());
+            assert!(!rootfs.join("bin/busybox").exists());
+            assert_eq!(probe, std::fs::read(aarch64_program()).unwrap());
+            // EM_AARCH64, as the build checked.
+            assert_eq!(u16::from_le_bytes([probe[18], probe[19]]), 183);
+        }
+        assert!(rootfs.join("etc/gpubake/lock.yaml").exists());
+        let lock = std::fs::read_to_string(rootfs.join("etc/gpubake/lock.yaml")).unwrap();
+        assert!(
+            lock.contains("platforms:\n- linux/amd64\n- linux/arm64\n"),
+            "{lock}"
+        );
+    }
+
+    // gpubake verifies and inspects each platform.
+    for platform in ["linux/amd64", "linux/arm64"] {
+        let out = gpubake(&["verify", &image, "--platform", platform]);
+        assert_exit(&out, 0);
+        let out = gpubake(&["inspect", &image, "--platform", platform, "--json"]);
+        assert_exit(&out, 0);
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["platform"], platform, "{v}");
+        assert!(v.get("platforms").is_none(), "{v}");
+    }
+    // Without --platform, inspect lists what the index holds.
+    let out = gpubake(&["inspect", &image]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("2 platforms: linux/amd64, linux/arm64"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A copy of the index copies every platform, byte for byte; with --platform, one.
+    let all = dir.path().join("all");
+    let out = gpubake(&["copy", &image, &format!("oci:{}:c", all.display())]);
+    assert_exit(&out, 0);
+    assert_eq!(raw(&all, "c"), index);
+    assert_eq!(
+        Layout::open(&all)
+            .unwrap()
+            .find(Some("c"))
+            .unwrap()
+            .digest(),
+        layout.find(Some("v1")).unwrap().digest()
+    );
+    let out = gpubake(&[
+        "verify",
+        &format!("oci:{}:c", all.display()),
+        "--platform",
+        "linux/arm64",
+    ]);
+    assert_exit(&out, 0);
+    let one = dir.path().join("one");
+    let out = gpubake(&[
+        "copy",
+        &image,
+        &format!("oci:{}:c", one.display()),
+        "--platform",
+        "linux/arm64",
+    ]);
+    assert_exit(&out, 0);
+    let copied = raw(&one, "c");
+    assert_eq!(
+        copied["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    assert_eq!(
+        Layout::open(&one)
+            .unwrap()
+            .find(Some("c"))
+            .unwrap()
+            .digest()
+            .to_string(),
+        entries[1]["digest"].as_str().unwrap()
+    );
+
+    // Two builds give one index digest.
+    let again = dir.path().join("again");
+    let out = build_two(
+        &dir.path().join("second"),
+        &format!("oci:{}:v1", again.display()),
+        &[],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(raw(&again, "v1"), index);
+}
+
+#[test]
+fn a_probe_binary_for_another_machine_or_none_is_refused() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _) = two_platform_base(dir.path());
+    let recipe = two_platform_recipe(dir.path());
+    let to = format!("oci:{}", dir.path().join("out").display());
+    let wrong = env!("CARGO_BIN_EXE_gpubake");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &to,
+        "--probe-binary",
+        &format!("linux/arm64={wrong}"),
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains(wrong), "{err}");
+    assert!(
+        err.contains("x86-64 (EM_X86_64), but linux/arm64 runs AArch64 (EM_AARCH64)"),
+        "{err}"
+    );
+    // A file that is no executable at all.
+    let text = write(dir.path(), "notes.txt", "not a program, just some text\n");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &to,
+        "--probe-binary",
+        &format!("linux/arm64={text}"),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("is not an ELF executable"),
+        "{}",
+        stderr(&out)
+    );
+    // None at all: the flag to pass is named.
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &to,
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("pass --probe-binary linux/arm64=PATH"),
+        "{}",
+        stderr(&out)
+    );
+    // Nothing was left behind by the refused builds.
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn an_archive_cannot_hold_an_index_but_takes_one_platform() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tar = dir.path().join("img.tar");
+    let to = format!("docker-archive:{}", tar.display());
+    let out = build_two(dir.path(), &to, &[]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("holds one platform's image only"), "{err}");
+    assert!(err.contains("--platform linux/amd64"), "{err}");
+    assert!(!tar.exists());
+
+    let out = build_two(&dir.path().join("arm"), &to, &["--platform", "linux/arm64"]);
+    assert_exit(&out, 0);
+    let v = skopeo_json(&["inspect", &format!("docker-archive:{}", tar.display())]);
+    assert_eq!(v["Architecture"], "arm64", "{v}");
+}
+
+#[test]
+fn one_platform_builds_a_plain_manifest() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (base, arm_base) = two_platform_base(dir.path());
+    // A recipe without `platforms:` on the two-platform base takes the amd64 image and makes
+    // a plain manifest, as before.
+    let recipe = write(dir.path(), "one.yaml", &common::recipe("pytorch: '2.9'\n"));
+    let out_dir = dir.path().join("out");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &format!("oci:{}:v1", out_dir.display()),
+    ]);
+    assert_exit(&out, 0);
+    let m = raw(&out_dir, "v1");
+    assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    // The same build from the amd64 base alone gives the same digest: the index was only
+    // read for its amd64 entry.
+    let plain = dir.path().join("plain");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &common::from_base(),
+        "--to",
+        &format!("oci:{}:v1", plain.display()),
+    ]);
+    assert_exit(&out, 0);
+    assert_eq!(raw(&plain, "v1"), m);
+
+    // `--platform linux/arm64` of the two-platform recipe builds that one as a manifest on
+    // the arm64 base.
+    let arm = dir.path().join("arm");
+    let recipe = two_platform_recipe(dir.path());
+    let probe = format!("linux/arm64={}", aarch64_program().display());
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &format!("oci:{}:v1", arm.display()),
+        "--probe-binary",
+        &probe,
+        "--platform",
+        "linux/arm64",
+    ]);
+    assert_exit(&out, 0);
+    let m = raw(&arm, "v1");
+    assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(
+        m["annotations"]["org.opencontainers.image.base.digest"],
+        arm_base.as_str()
+    );
+    // A platform the recipe does not name is refused.
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &format!("oci:{}:v2", arm.display()),
+        "--platform",
+        "linux/ppc64le",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("the recipe builds for linux/amd64, linux/arm64"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_base_without_the_platform_is_refused_naming_both() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = two_platform_recipe(dir.path());
+    let probe = format!("linux/arm64={}", aarch64_program().display());
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &common::from_base(),
+        "--to",
+        &format!("oci:{}", dir.path().join("out").display()),
+        "--probe-binary",
+        &probe,
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the base for linux/arm64 is linux/amd64"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn recipe_platforms_are_checked_and_recorded_in_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        &common::recipe("pytorch: '2.9'\nplatforms:\n  - linux/amd64\n  - linux/s390x\n"),
+    );
+    let out = gpubake(&["resolve", &bad, "--no-closure"]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("bad.yaml:6:5"), "{err}");
+    assert!(err.contains("platforms[1]"), "{err}");
+    assert!(err.contains("linux/amd64 and linux/arm64"), "{err}");
+
+    let recipe = two_platform_recipe(dir.path());
+    let out = gpubake(&["resolve", &recipe, "--no-closure"]);
+    assert_exit(&out, 0);
+    let lock: Value = serde_yaml::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        lock["platforms"],
+        serde_json::json!(["linux/amd64", "linux/arm64"])
+    );
+    // A lock without `platforms:` is the default, linux/amd64, and does not say so.
+    let one = write(dir.path(), "one.yaml", &common::recipe("pytorch: '2.9'\n"));
+    let out = gpubake(&["resolve", &one, "--no-closure"]);
+    assert_exit(&out, 0);
+    assert!(!stdout(&out).contains("platforms:"), "{}", stdout(&out));
+
+    // GH200's Grace host is arm64: an image for it resolves once the recipe builds arm64.
+    let gh = write(
+        dir.path(),
+        "gh.yaml",
+        &common::recipe("pytorch: '2.9'\ngpus: [gh200]\nplatforms: [linux/arm64]\n"),
+    );
+    let out = gpubake(&["resolve", &gh, "--no-closure"]);
+    assert_exit(&out, 0);
+    let gh = write(
+        dir.path(),
+        "gh-amd.yaml",
+        &common::recipe("pytorch: '2.9'\ngpus: [gh200]\n"),
+    );
+    let out = gpubake(&["resolve", &gh, "--no-closure"]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("linux/arm64"), "{}", stderr(&out));
+}
+
+/// A registry on 127.0.0.1 with TLS (gpubake speaks HTTPS only) and no logins, killed when
+/// dropped.
+struct Registry {
+    dir: tempfile::TempDir,
+    addr: String,
+    child: std::process::Child,
+}
+
+impl Registry {
+    fn start() -> Option<Registry> {
+        if !common::tools()
+            || !common::have("docker-registry", "--version")
+            || !common::have("openssl", "version")
+        {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        run(Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=localhost"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+            .arg("-keyout")
+            .arg(d.join("key.pem"))
+            .arg("-out")
+            .arg(d.join("cert.pem")));
+        std::fs::write(
+            d.join("config.yml"),
+            format!(
+                "version: 0.1\nlog: {{level: warn}}\n\
+                 storage:\n  filesystem: {{rootdirectory: {dir}/data}}\n\
+                 http:\n  addr: {addr}\n  secret: gpubake-test\n  \
+                 tls: {{certificate: {dir}/cert.pem, key: {dir}/key.pem}}\n",
+                dir = d.display(),
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir(d.join("docker")).unwrap();
+        let log = std::fs::File::create(d.join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(d.join("config.yml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("docker-registry starts");
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(start.elapsed().as_secs() < 20, "the registry did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(Registry { dir, addr, child })
+    }
+
+    /// gpubake with no registry logins in reach (this registry asks for none).
+    fn gpubake(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(args)
+            .args(["--tls-verify=false"])
+            .current_dir(common::root())
+            .env("DOCKER_CONFIG", self.dir.path().join("docker"))
+            .env_remove("REGISTRY_AUTH_FILE")
+            .output()
+            .expect("the gpubake binary runs")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_index_is_pushed_with_every_platform_and_its_own_digest() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _) = two_platform_base(dir.path());
+    let recipe = two_platform_recipe(dir.path());
+    let probe = format!("linux/arm64={}", aarch64_program().display());
+    let remote = format!("docker://{}/multi/app:v1", reg.addr);
+    let out = reg.gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &remote,
+        "--probe-binary",
+        &probe,
+        "--json",
+    ]);
+    assert_exit(&out, 0);
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+
+    // The registry holds the index gpubake wrote, byte for byte: the digest of the same
+    // build into a layout.
+    let local = dir.path().join("local");
+    let out = build_two(
+        &dir.path().join("again"),
+        &format!("oci:{}:v1", local.display()),
+        &[],
+    );
+    assert_exit(&out, 0);
+    let pushed = skopeo_json(&["inspect", "--raw", "--tls-verify=false", &remote]);
+    assert_eq!(pushed, raw(&local, "v1"));
+    assert_eq!(
+        report["manifest"].as_str().unwrap(),
+        Layout::open(&local)
+            .unwrap()
+            .find(Some("v1"))
+            .unwrap()
+            .digest()
+            .to_string()
+    );
+    assert_eq!(pushed["manifests"].as_array().unwrap().len(), 2);
+    let v = skopeo_json(&[
+        "--override-arch",
+        "arm64",
+        "inspect",
+        "--tls-verify=false",
+        &remote,
+    ]);
+    assert_eq!(v["Architecture"], "arm64", "{v}");
+
+    // gpubake reads each platform back from the registry.
+    for platform in ["linux/amd64", "linux/arm64"] {
+        let out = reg.gpubake(&["verify", &remote, "--platform", platform]);
+        assert_exit(&out, 0);
+        let out = reg.gpubake(&["inspect", &remote, "--platform", platform, "--json"]);
+        assert_exit(&out, 0);
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["platform"], platform, "{v}");
+    }
+}
