@@ -550,28 +550,50 @@ pub fn run(cli: Cli) -> Result<i32> {
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
             }
-            let closure_path = match (&pylock, &output) {
+            let platforms = resolved.lock.platforms();
+            if pylock.is_some() && platforms.len() > 1 && !no_closure {
+                return Err(Error::Usage(format!(
+                    "--pylock names one file, and the recipe builds for {} platforms, each \
+                     with its own closure; leave --pylock out to write one file per platform \
+                     beside the lock",
+                    platforms.len()
+                )));
+            }
+            let closure_dir = match (&pylock, &output) {
                 _ if no_closure => None,
-                (Some(p), _) => Some(p.clone()),
-                (None, Some(out)) => Some(
-                    out.parent()
-                        .unwrap_or(Path::new(""))
-                        .join(crate::closure::file_name(&loaded.recipe.name)),
-                ),
+                (Some(_), _) => Some(PathBuf::new()),
+                (None, Some(out)) => Some(out.parent().unwrap_or(Path::new("")).to_path_buf()),
                 (None, None) => None,
             };
-            if let Some(path) = closure_path {
-                let inputs =
-                    crate::closure::inputs(&resolved.lock, loaded.recipe.index.as_deref())?;
-                let closure = crate::closure::resolve(&resolved.lock, &inputs, &path)?;
-                crate::closure::exact_pins(&mut resolved.lock, &closure);
-                let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
-                eprintln!(
-                    "wrote {}: {} wheels, {}",
-                    path.display(),
-                    closure.wheels.len(),
-                    crate::image::inspect::human_size(bytes)
-                );
+            if let Some(dir) = closure_dir {
+                // Each platform's closure is resolved for its own machine, and each must hold
+                // the lock's pins: a platform whose wheels do not is refused, naming it,
+                // rather than given another stack.
+                let mut first = None;
+                for platform in &platforms {
+                    let path = match &pylock {
+                        Some(p) => p.clone(),
+                        None => dir.join(crate::closure::file_name_for(&resolved.lock, platform)),
+                    };
+                    let closure = crate::closure::inputs_for(
+                        &resolved.lock,
+                        loaded.recipe.index.as_deref(),
+                        platform,
+                    )
+                    .and_then(|inputs| crate::closure::resolve(&resolved.lock, &inputs, &path))
+                    .map_err(|e| for_platform(e, platform, platforms.len()))?;
+                    let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
+                    eprintln!(
+                        "wrote {}: {} wheels, {}",
+                        path.display(),
+                        closure.wheels.len(),
+                        crate::image::inspect::human_size(bytes)
+                    );
+                    first.get_or_insert(closure);
+                }
+                if let Some(closure) = first {
+                    crate::closure::exact_pins(&mut resolved.lock, &closure);
+                }
             }
             if explain {
                 eprintln!("candidates ({}):", resolved.considered.len());
@@ -763,16 +785,33 @@ pub fn run(cli: Cli) -> Result<i32> {
                     ),
                 );
             }
+            let only = registry.platform()?;
             let closure = if without_python {
                 None
             } else {
-                let (closure, _scratch) = crate::closure::for_build(
+                // The Python stack is built one platform at a time: each has its own closure.
+                let locked = resolved.lock.platforms();
+                let platform = match (&only, locked.as_slice()) {
+                    (Some(p), _) => p.clone(),
+                    (None, [one]) => one.clone(),
+                    (None, _) => {
+                        return Err(Error::Unsupported(format!(
+                            "the recipe builds for {}, and a build installs one platform's \
+                             Python closure; build each with --platform, or a preflight image \
+                             of all of them with --without-python",
+                            resolved.lock.platforms.join(", ")
+                        )));
+                    }
+                };
+                let (closure, _scratch) = crate::closure::for_build_platform(
                     &resolved.lock,
                     recipe.as_deref(),
                     pylock.as_deref(),
                     loaded.recipe.index.as_deref(),
                     offline,
-                )?;
+                    &platform,
+                )
+                .map_err(|e| for_platform(e, &platform, locked.len()))?;
                 Some(closure)
             };
             let wheels = closure
@@ -794,7 +833,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             };
             let start = std::time::Instant::now();
             let platforms = crate::image::PlatformOptions {
-                only: registry.platform()?,
+                only,
                 probes: probe_binary,
             };
             let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)?;
@@ -1177,6 +1216,25 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 /// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
+/// A closure error of one of several platforms, saying which; for linux/arm64, what PyPI's
+/// aarch64 torch wheels are (see `closure::inputs_for`).
+fn for_platform(e: Error, platform: &crate::image::Platform, count: usize) -> Error {
+    match e {
+        Error::Closure(m) if count > 1 || platform.architecture != "amd64" => {
+            let hint = if platform.architecture == "arm64" {
+                "\nnote: PyPI's aarch64 torch wheels are CPU builds through 2.10 (their nvidia-* \
+                 requirements are for x86_64 only); from 2.11 they require the CUDA 13 wheels on \
+                 aarch64 too. Ask for pytorch >=2.11, or set the recipe's `index:` to one that \
+                 serves CUDA builds for aarch64."
+            } else {
+                ""
+            };
+            Error::Closure(format!("{platform}: {m}{hint}"))
+        }
+        other => other,
+    }
+}
+
 /// `--probe-binary PLATFORM=PATH`.
 fn parse_probe_binary(
     text: &str,

@@ -710,3 +710,87 @@ fn an_index_is_pushed_with_every_platform_and_its_own_digest() {
         assert_eq!(v["platform"], platform, "{v}");
     }
 }
+
+/// Each platform's closure is resolved with uv for its own machine from PyPI (metadata only):
+/// for PyTorch 2.11, whose aarch64 wheels are CUDA 13 builds as the x86_64 ones are, both hold
+/// the lock's pins, each in its own pylock beside the lock, naming its own machine's wheels.
+/// For 2.9, PyPI's aarch64 torch is a CPU build: the arm64 closure lacks NCCL and the rest, and
+/// is refused naming the platform.
+#[test]
+fn each_platform_gets_its_own_closure_or_a_refusal_naming_it() {
+    if !common::have("uv", "--version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "multi.yaml",
+        &common::recipe("pytorch: '2.11'\npython: '3.12'\nplatforms: [linux/amd64, linux/arm64]\n"),
+    );
+    let lock = dir.path().join("multi.lock");
+    let out = gpubake(&["resolve", &recipe, "-o", &lock.display().to_string()]);
+    assert_exit(&out, 0);
+    for (file, machine, other) in [
+        ("pylock.test-linux-amd64.toml", "x86_64", "aarch64"),
+        ("pylock.test-linux-arm64.toml", "aarch64", "x86_64"),
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}\n{}", stderr(&out)));
+        let torch = text
+            .lines()
+            .find(|l| l.contains("/torch-2.11"))
+            .unwrap_or_else(|| panic!("{file} has no torch wheel:\n{text}"));
+        assert!(torch.contains(machine), "{torch}");
+        assert!(!text.contains(&format!("{other}.whl")), "{file}:\n{text}");
+        assert!(text.contains("nvidia-nccl-cu13"), "{file}");
+    }
+    assert!(!dir.path().join("pylock.test.toml").exists());
+
+    let old = write(
+        dir.path(),
+        "old.yaml",
+        &common::recipe("pytorch: '2.9'\npython: '3.12'\nplatforms: [linux/amd64, linux/arm64]\n"),
+    );
+    let out = gpubake(&[
+        "resolve",
+        &old,
+        "-o",
+        &dir.path().join("old.lock").display().to_string(),
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("linux/arm64: "), "{err}");
+    assert!(err.contains("nvidia-nccl-cu12: the lock pins"), "{err}");
+    assert!(err.contains("CPU builds through 2.10"), "{err}");
+    // The lock is not written when a platform's closure fails.
+    assert!(!dir.path().join("old.lock").exists());
+}
+
+/// A build installs one platform's Python closure, so the Python stack of a multi-platform
+/// recipe is built one platform at a time; asking for all at once is refused before any
+/// closure is resolved or any layer written.
+#[test]
+fn the_python_stack_of_several_platforms_at_once_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = two_platform_recipe(dir.path());
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--from",
+        &format!("oci:{}", dir.path().join("no-base").display()),
+        "--to",
+        &format!("oci:{}", dir.path().join("out").display()),
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the recipe builds for linux/amd64, linux/arm64"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--platform") && err.contains("--without-python"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists());
+    assert!(!dir.path().join("pylock.test-linux-amd64.toml").exists());
+}
