@@ -709,6 +709,34 @@ fn an_index_is_pushed_with_every_platform_and_its_own_digest() {
         let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(v["platform"], platform, "{v}");
     }
+
+    // A copy of the registry's index pulls every platform and keeps the index's bytes, into
+    // a layout and into another repository alike.
+    let mirror = dir.path().join("mirror");
+    let out = reg.gpubake(&["copy", &remote, &format!("oci:{}:m", mirror.display())]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("platforms linux/amd64, linux/arm64"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(raw(&mirror, "m"), pushed);
+    for platform in ["linux/amd64", "linux/arm64"] {
+        let out = gpubake(&[
+            "verify",
+            &format!("oci:{}:m", mirror.display()),
+            "--platform",
+            platform,
+        ]);
+        assert_exit(&out, 0);
+    }
+    let other = format!("docker://{}/mirror/app:v1", reg.addr);
+    let out = reg.gpubake(&["copy", &remote, &other]);
+    assert_exit(&out, 0);
+    assert_eq!(
+        skopeo_json(&["inspect", "--raw", "--tls-verify=false", &other]),
+        pushed
+    );
 }
 
 /// Each platform's closure is resolved with uv for its own machine from PyPI (metadata only):

@@ -394,6 +394,13 @@ impl IndexImage {
         })
     }
 
+    /// The same index, keeping `staging` (the directory its blobs were pulled into) for as
+    /// long as it lives.
+    pub fn with_staging(mut self, staging: ScratchDir) -> IndexImage {
+        self._staging = Some(staging);
+        self
+    }
+
     /// The index's descriptor.
     pub fn descriptor(&self) -> &Descriptor {
         &self.desc

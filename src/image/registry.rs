@@ -679,6 +679,50 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
     Ok(image.digest())
 }
 
+/// Pulls every platform of the image into `into` when the registry holds it as an index:
+/// each manifest by digest with its blobs, then the index's exact bytes. None for a plain
+/// manifest (nothing is pulled then).
+pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::IndexImage>> {
+    let reference = remote.parsed()?;
+    let session = Session::open(remote, &reference)?;
+    let (bytes, digest) = session
+        .runtime
+        .block_on(
+            session
+                .client
+                .pull_manifest_raw(&reference, &session.auth, &MANIFEST_TYPES),
+        )
+        .map_err(|e| session.failed("reading the manifest", e))?;
+    capped(&session.what, bytes.len())?;
+    if !is_index(&declared_type(&bytes)) {
+        return Ok(None);
+    }
+    let ours = Digest::of(&bytes);
+    if ours.as_str() != digest {
+        return Err(Error::image(
+            &session.what,
+            format!("the index's bytes hash to {ours}, the registry says {digest}"),
+        ));
+    }
+    let index: ImageIndex = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::image(&session.what, format!("index {digest}: {e}")))?;
+    for entry in index.manifests() {
+        let by_digest = Remote {
+            reference: format!(
+                "{}/{}@{}",
+                reference.resolve_registry(),
+                reference.repository(),
+                entry.digest()
+            ),
+            access: remote.access.clone(),
+        };
+        open(&by_digest, into.clone(), None)?;
+    }
+    into.write_blob(&bytes)?;
+    let desc = descriptor(MediaType::ImageIndex, &ours, bytes.len() as u64);
+    super::model::IndexImage::in_layout(into, &desc, None).map(Some)
+}
+
 /// Pushes a multi-platform image: each platform's manifest (with its blobs) by digest, then
 /// the index's exact bytes under the tag, so the registry holds the index gpubake wrote, with
 /// its digest. Returns that digest.

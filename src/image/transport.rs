@@ -243,9 +243,27 @@ impl Transport {
     /// Copies the image here to `dest`: for an index in an OCI layout, every platform's image
     /// and the index, unless `platform` picks one.
     pub fn copy_platforms(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
-        if platform.is_none()
-            && let Some(index) = self.open_index()?
-        {
+        // A registry's index is pulled whole: into the destination layout when that is one,
+        // else into a staging layout the push reads from.
+        let pulled = match (platform, self.clone().supported()?, dest) {
+            (None, Transport::Registry(remote), Transport::Oci { dir, .. }) => {
+                let layout = Layout::create(dir)?;
+                let _lock = layout.lock()?;
+                registry::open_index(&remote, layout)?
+            }
+            (None, Transport::Registry(remote), _) => {
+                let staging = staging_dir()?;
+                let layout = Layout::create(staging.path())?;
+                registry::open_index(&remote, layout)?.map(|i| i.with_staging(staging))
+            }
+            _ => None,
+        };
+        let index = match pulled {
+            Some(index) => Some(index),
+            None if platform.is_none() => self.open_index()?,
+            None => None,
+        };
+        if let Some(index) = index {
             dest.write_index(&index)?;
             let blobs: Vec<&oci_spec::image::Descriptor> =
                 index.images().iter().flat_map(|i| i.blobs()).collect();
