@@ -771,6 +771,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 eprintln!("warning: {w}");
             }
             if engine_build {
+                // The engine builds for the machine it runs on, from the linux/amd64 closure
+                // the Dockerfile installs: a recipe that names other platforms is built by
+                // gpubake itself.
+                if resolved.lock.platforms != crate::lock::default_platforms() {
+                    return Err(Error::Unsupported(format!(
+                        "--engine-build builds linux/amd64 only, and the recipe builds for {}; \
+                         build without --engine-build (to oci:, docker:// or, with --platform, \
+                         docker-daemon:)",
+                        resolved.lock.platforms.join(", ")
+                    )));
+                }
                 return engine_build_image(
                     &loaded,
                     resolved.lock,

@@ -821,4 +821,18 @@ fn the_python_stack_of_several_platforms_at_once_is_refused() {
     );
     assert!(!dir.path().join("out").exists());
     assert!(!dir.path().join("pylock.test-linux-amd64.toml").exists());
+    // The engine builds the rendered Dockerfile, whose closure is linux/amd64's.
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--engine-build",
+        "--to",
+        "docker-daemon:gpubake-platforms-test:v1",
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("--engine-build builds linux/amd64 only"),
+        "{}",
+        stderr(&out)
+    );
 }
