@@ -700,6 +700,15 @@ fn an_index_is_pushed_with_every_platform_and_its_own_digest() {
     ]);
     assert_eq!(v["Architecture"], "arm64", "{v}");
 
+    // Without --platform, inspect names what the registry's index holds.
+    let out = reg.gpubake(&["inspect", &remote]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("2 platforms: linux/amd64, linux/arm64"),
+        "{}",
+        stdout(&out)
+    );
+
     // gpubake reads each platform back from the registry.
     for platform in ["linux/amd64", "linux/arm64"] {
         let out = reg.gpubake(&["verify", &remote, "--platform", platform]);

@@ -75,7 +75,10 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
                 let desc = index.images()[pick].descriptor().clone();
                 Image::in_layout(index.store().clone(), &desc, &host, None)?
             }
-            None => image.open()?,
+            None => {
+                platforms = image.index_platforms()?;
+                image.open()?
+            }
         },
     };
     let config = img.config()?;

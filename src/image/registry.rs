@@ -679,10 +679,9 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
     Ok(image.digest())
 }
 
-/// Pulls every platform of the image into `into` when the registry holds it as an index:
-/// each manifest by digest with its blobs, then the index's exact bytes. None for a plain
-/// manifest (nothing is pulled then).
-pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::IndexImage>> {
+/// The tag's manifest as the registry stores it, when that is an index: the index, its exact
+/// bytes and their digest. Nothing else is pulled.
+fn top_index(remote: &Remote) -> Result<Option<(ImageIndex, Vec<u8>, Digest)>> {
     let reference = remote.parsed()?;
     let session = Session::open(remote, &reference)?;
     let (bytes, digest) = session
@@ -706,6 +705,32 @@ pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::
     }
     let index: ImageIndex = serde_json::from_slice(&bytes)
         .map_err(|e| Error::image(&session.what, format!("index {digest}: {e}")))?;
+    Ok(Some((index, bytes.to_vec(), ours)))
+}
+
+/// The platforms of the image's index, in its order; None when it is a plain manifest.
+pub fn index_platforms(remote: &Remote) -> Result<Option<Vec<String>>> {
+    Ok(top_index(remote)?.map(|(index, _, _)| {
+        index
+            .manifests()
+            .iter()
+            .map(|m| {
+                Platform::of_descriptor(m)
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "?".into())
+            })
+            .collect()
+    }))
+}
+
+/// Pulls every platform of the image into `into` when the registry holds it as an index:
+/// each manifest by digest with its blobs, then the index's exact bytes. None for a plain
+/// manifest (nothing is pulled then).
+pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::IndexImage>> {
+    let Some((index, bytes, digest)) = top_index(remote)? else {
+        return Ok(None);
+    };
+    let reference = remote.parsed()?;
     for entry in index.manifests() {
         let by_digest = Remote {
             reference: format!(
@@ -719,7 +744,7 @@ pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::
         open(&by_digest, into.clone(), None)?;
     }
     into.write_blob(&bytes)?;
-    let desc = descriptor(MediaType::ImageIndex, &ours, bytes.len() as u64);
+    let desc = descriptor(MediaType::ImageIndex, &digest, bytes.len() as u64);
     super::model::IndexImage::in_layout(into, &desc, None).map(Some)
 }
 

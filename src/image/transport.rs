@@ -214,6 +214,20 @@ impl Transport {
         IndexImage::in_layout(layout, &found, None).map(Some)
     }
 
+    /// The platforms of the index here, in its order; empty for a plain image (and for a
+    /// docker archive or engine, which hold one).
+    pub fn index_platforms(&self) -> Result<Vec<String>> {
+        match self.clone().supported()? {
+            Transport::Registry(remote) => {
+                Ok(registry::index_platforms(&remote)?.unwrap_or_default())
+            }
+            _ => Ok(self
+                .open_index()?
+                .map(|i| i.platforms())
+                .unwrap_or_default()),
+        }
+    }
+
     /// Writes a multi-platform image here: an OCI layout gets every image's blobs and the
     /// index, tagged; a registry every manifest, then the index under the tag. A docker
     /// archive and the Docker Engine hold one platform's image, so they are refused.
