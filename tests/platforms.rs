@@ -365,6 +365,24 @@ fn a_probe_binary_for_another_machine_or_none_is_refused() {
         "{}",
         stderr(&out)
     );
+    let empty = write(dir.path(), "empty", "");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &base,
+        "--to",
+        &to,
+        "--probe-binary",
+        &format!("linux/arm64={empty}"),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("too short to be an ELF"),
+        "{}",
+        stderr(&out)
+    );
     // None at all: the flag to pass is named.
     let out = gpubake(&[
         "build",

@@ -299,6 +299,12 @@ pub fn build_for(
 /// The platforms to build: the lock's, or the one `--platform` picks from them.
 fn target_platforms(resolved: &Resolved, platforms: &PlatformOptions) -> Result<Vec<Platform>> {
     let locked = resolved.lock.platforms();
+    if locked.is_empty() {
+        return Err(Error::Usage(format!(
+            "the lock of recipe `{}` names no platform to build for",
+            resolved.lock.recipe.name
+        )));
+    }
     let Some(only) = &platforms.only else {
         return Ok(locked);
     };
@@ -339,10 +345,14 @@ fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
     let what = format!("--probe-binary {platform}={}", path.display());
     let mut head = [0u8; 20];
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    std::io::Read::read_exact(&mut file, &mut head).map_err(|_| {
-        Error::Usage(format!(
-            "{what}: the file is too short to be an ELF executable"
-        ))
+    std::io::Read::read_exact(&mut file, &mut head).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::Usage(format!(
+                "{what}: the file is too short to be an ELF executable"
+            ))
+        } else {
+            Error::io(path, e)
+        }
     })?;
     if &head[..4] != b"\x7fELF" {
         return Err(Error::Usage(format!(

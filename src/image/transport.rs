@@ -254,8 +254,9 @@ impl Transport {
         }
     }
 
-    /// Copies the image here to `dest`: for an index in an OCI layout, every platform's image
-    /// and the index, unless `platform` picks one.
+    /// Copies the image here to `dest`: for an index (in an OCI layout or a registry), every
+    /// platform's image and the index's exact bytes, unless `platform` picks one. A docker
+    /// archive or engine destination holds one platform, so an index bound there needs one.
     pub fn copy_platforms(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
         // A registry's index is pulled whole: into the destination layout when that is one,
         // else into a staging layout the push reads from.
