@@ -797,38 +797,49 @@ pub fn run(cli: Cli) -> Result<i32> {
                 );
             }
             let only = registry.platform()?;
-            let closure = if without_python {
-                None
-            } else {
-                // The Python stack is built one platform at a time: each has its own closure.
+            // Each platform installs its own closure, read from (or resolved into) its own
+            // file; a build of one platform passes it as the build's closure.
+            let mut scratch = Vec::new();
+            let mut closures = Vec::new();
+            if !without_python {
                 let locked = resolved.lock.platforms();
-                let platform = match (&only, locked.as_slice()) {
-                    (Some(p), _) => p.clone(),
-                    (None, [one]) => one.clone(),
-                    (None, _) => {
-                        return Err(Error::Unsupported(format!(
-                            "the recipe builds for {}, and a build installs one platform's \
-                             Python closure; build each with --platform, or a preflight image \
-                             of all of them with --without-python",
-                            resolved.lock.platforms.join(", ")
-                        )));
-                    }
+                let chosen = match &only {
+                    Some(p) => vec![p.clone()],
+                    None => locked.clone(),
                 };
-                let (closure, _scratch) = crate::closure::for_build_platform(
-                    &resolved.lock,
-                    recipe.as_deref(),
-                    pylock.as_deref(),
-                    loaded.recipe.index.as_deref(),
-                    offline,
-                    &platform,
-                )
-                .map_err(|e| for_platform(e, &platform, locked.len()))?;
-                Some(closure)
+                if pylock.is_some() && chosen.len() > 1 {
+                    return Err(Error::Usage(format!(
+                        "--pylock names one file, and the recipe builds for {}, each with its \
+                         own closure; leave --pylock out (each platform's file is read beside \
+                         the recipe) or build one platform with --platform",
+                        resolved.lock.platforms.join(", ")
+                    )));
+                }
+                for platform in chosen {
+                    let (closure, dir) = crate::closure::for_build_platform(
+                        &resolved.lock,
+                        recipe.as_deref(),
+                        pylock.as_deref(),
+                        loaded.recipe.index.as_deref(),
+                        offline,
+                        &platform,
+                    )
+                    .map_err(|e| for_platform(e, &platform, locked.len()))?;
+                    scratch.push(dir);
+                    closures.push((platform, closure));
+                }
+            }
+            let closure = match closures.as_slice() {
+                [(_, one)] => Some(one.clone()),
+                _ => None,
             };
-            let wheels = closure
-                .as_ref()
-                .map(|c| c.wheels.clone())
-                .unwrap_or_default();
+            // The SBOM lists every wheel of every platform's closure, once.
+            let mut wheels: Vec<crate::wheel::cache::WheelRef> = Vec::new();
+            for w in closures.iter().flat_map(|(_, c)| &c.wheels) {
+                if !wheels.iter().any(|have| have.sha256 == w.sha256) {
+                    wheels.push(w.clone());
+                }
+            }
             let epoch = crate::image::build::source_date_epoch()?;
             let opts = crate::image::BuildOptions {
                 to,
@@ -846,6 +857,11 @@ pub fn run(cli: Cli) -> Result<i32> {
             let platforms = crate::image::PlatformOptions {
                 only,
                 probes: probe_binary,
+                closures: if closures.len() > 1 {
+                    closures
+                } else {
+                    Vec::new()
+                },
             };
             let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)?;
             if let Some(path) = &sbom {

@@ -821,13 +821,21 @@ fn each_platform_gets_its_own_closure_or_a_refusal_naming_it() {
     assert!(!dir.path().join("old.lock").exists());
 }
 
-/// A build installs one platform's Python closure, so the Python stack of a multi-platform
-/// recipe is built one platform at a time; asking for all at once is refused before any
-/// closure is resolved or any layer written.
+/// A multi-platform build with the Python stack resolves each platform's closure before any
+/// layer is written, so a platform whose wheels break the lock's pins (PyTorch 2.9's aarch64
+/// wheels on PyPI are CPU builds) stops the build, naming the platform. `--engine-build`,
+/// whose Dockerfile installs the linux/amd64 closure, refuses such a recipe.
 #[test]
-fn the_python_stack_of_several_platforms_at_once_is_refused() {
+fn a_platform_whose_closure_breaks_the_pins_stops_the_build() {
+    if !common::have("uv", "--version") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
-    let recipe = two_platform_recipe(dir.path());
+    let recipe = write(
+        dir.path(),
+        "multi.yaml",
+        &common::recipe("pytorch: '2.9'\npython: '3.12'\nplatforms: [linux/amd64, linux/arm64]\n"),
+    );
     let out = gpubake(&[
         "build",
         &recipe,
@@ -838,17 +846,13 @@ fn the_python_stack_of_several_platforms_at_once_is_refused() {
     ]);
     assert_exit(&out, 2);
     let err = stderr(&out);
-    assert!(
-        err.contains("the recipe builds for linux/amd64, linux/arm64"),
-        "{err}"
-    );
-    assert!(
-        err.contains("--platform") && err.contains("--without-python"),
-        "{err}"
-    );
+    assert!(err.contains("linux/arm64: "), "{err}");
+    assert!(err.contains("CPU builds through 2.10"), "{err}");
     assert!(!dir.path().join("out").exists());
-    assert!(!dir.path().join("pylock.test-linux-amd64.toml").exists());
+    assert!(dir.path().join("pylock.test-linux-amd64.toml").exists());
+    assert!(!dir.path().join("pylock.test.toml").exists());
     // The engine builds the rendered Dockerfile, whose closure is linux/amd64's.
+    let recipe = two_platform_recipe(dir.path());
     let out = gpubake(&[
         "build",
         &recipe,
@@ -862,4 +866,178 @@ fn the_python_stack_of_several_platforms_at_once_is_refused() {
         "{}",
         stderr(&out)
     );
+}
+
+/// PyYAML 6.0.2 for CPython 3.11 on `machine` (its wheels on PyPI), and six, pure Python.
+fn yaml_closure(machine: &str, url: &str, size: u64, sha256: &str) -> gpubake::closure::Closure {
+    let text = format!(
+        "lock-version = \"1.0\"\ncreated-by = \"uv\"\nrequires-python = \">=3.11\"\n\n\
+         [[packages]]\nname = \"pyyaml\"\nversion = \"6.0.2\"\n\
+         wheels = [{{ url = \"{url}\", size = {size}, hashes = {{ sha256 = \"{sha256}\" }} }}]\n\n\
+         [[packages]]\nname = \"six\"\nversion = \"1.17.0\"\n\
+         wheels = [{{ url = \"https://files.pythonhosted.org/packages/b7/ce/149a00dd41f10bc29e5921b496af8b574d8413afcd5e30dfa0ed46c2cc5e/six-1.17.0-py2.py3-none-any.whl\", size = 11050, hashes = {{ sha256 = \"4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\" }} }}]\n"
+    );
+    gpubake::closure::parse(Path::new(&format!("pylock.{machine}.toml")), &text).unwrap()
+}
+
+/// Each platform's Python stack holds that platform's wheels: a two-platform build installs
+/// PyYAML's x86_64 wheel over the real Debian base (amd64) and its aarch64 wheel over an arm64
+/// base that names its CPython (the builder reads the base's paths, never runs them), with
+/// the pure-Python six in both.
+#[test]
+fn each_platform_s_stack_holds_its_own_wheels() {
+    let Some(debian) = common::debian_base() else {
+        return;
+    };
+    if !common::tools() {
+        return;
+    }
+    use gpubake::image::{BuildOptions, Compression, Platform, PlatformOptions, Transport};
+    let dir = tempfile::tempdir().unwrap();
+    // The index: Debian bookworm as linux/amd64, and an arm64 image with /usr/bin/python3.11.
+    let base_dir = dir.path().join("base");
+    run(Command::new("cp").arg("-r").arg(&debian).arg(&base_dir));
+    let layout = Layout::open(&base_dir).unwrap();
+    let amd = layout.find(Some("bookworm")).unwrap();
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, text) in [
+        ("usr/bin/python3.11", "#!/bin/false\n"),
+        (
+            "usr/lib/python3.11/os.py",
+            "# stands for the standard library\n",
+        ),
+    ] {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o755);
+        tar.append_data(&mut h, path, text.as_bytes()).unwrap();
+    }
+    let (layer, size) = layout.write_blob(&tar.into_inner().unwrap()).unwrap();
+    let config = serde_json::json!({
+        "architecture": "arm64", "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer.to_string()]},
+    });
+    let config = layout.write_json(&config, MediaType::ImageConfig).unwrap();
+    let manifest = oci_spec::image::ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(config)
+        .layers(vec![descriptor(MediaType::ImageLayer, &layer, size)])
+        .build()
+        .unwrap();
+    let arm = layout
+        .write_json(&manifest, MediaType::ImageManifest)
+        .unwrap();
+    let entry = |d: &Descriptor, p: &str| {
+        let mut e = Descriptor::new(MediaType::ImageManifest, d.size(), d.digest().clone());
+        e.set_platform(Some(p.parse::<Platform>().unwrap().to_oci()));
+        e
+    };
+    let index: ImageIndex = oci_spec::image::ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![entry(&amd, "linux/amd64"), entry(&arm, "linux/arm64")])
+        .build()
+        .unwrap();
+    let index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
+    layout.set_tag(&index_desc, "multi").unwrap();
+
+    let text =
+        common::recipe("pytorch: '2.9'\npython: '3.11'\nplatforms: [linux/amd64, linux/arm64]\n");
+    let loaded = gpubake::recipe::LoadedRecipe::parse(gpubake::document::Document::from_text(
+        dir.path().join("multi.yaml").display().to_string(),
+        text,
+    ))
+    .unwrap();
+    let resolved =
+        gpubake::resolve::resolve_recipe(&loaded, &gpubake::resolve::Options::default()).unwrap();
+    let amd64: Platform = "linux/amd64".parse().unwrap();
+    let arm64: Platform = "linux/arm64".parse().unwrap();
+    let out = dir.path().join("out");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("test-wheel-cache");
+    let report = gpubake::image::build_for(
+        &loaded,
+        &resolved,
+        &BuildOptions {
+            to: format!("oci:{}:v1", out.display()).parse().unwrap(),
+            from: Some(format!("oci:{}:multi", base_dir.display()).parse().unwrap()),
+            compression: Compression::Gzip,
+            epoch: 0,
+            no_cache: false,
+            closure: None,
+            offline: false,
+            cache_dir: cache,
+            stack_layers: 60,
+            probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
+        },
+        &PlatformOptions {
+            only: None,
+            probes: vec![(arm64.clone(), aarch64_program())],
+            closures: vec![
+                (
+                    amd64.clone(),
+                    yaml_closure(
+                        "x86_64",
+                        "https://files.pythonhosted.org/packages/75/e4/2c27590dfc9992f73aabbeb9241ae20220bd9452df27483b6e56d3975cc5/PyYAML-6.0.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                        762952,
+                        "3ad2a3decf9aaba3d29c8f537ac4b243e36bef957511b4766cb0057d32b0be85",
+                    ),
+                ),
+                (
+                    arm64.clone(),
+                    yaml_closure(
+                        "aarch64",
+                        "https://files.pythonhosted.org/packages/ad/0c/c804f5f922a9a6563bab712d8dcc70251e8af811fce4524d57c2c0fd49a4/PyYAML-6.0.2-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+                        736829,
+                        "5d225db5a45f21e78dd9358e58a98702a0302f2659a3c6cd320564b75b86f47c",
+                    ),
+                ),
+            ],
+        },
+    )
+    .unwrap();
+    assert_eq!(report.platforms.len(), 2);
+    assert_eq!(
+        raw(&out, "v1")["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+
+    let image: Transport = format!("oci:{}:v1", out.display()).parse().unwrap();
+    for (platform, machine, other) in [(&amd64, "x86_64", "aarch64"), (&arm64, "aarch64", "x86_64")]
+    {
+        let img = image.open_for(platform).unwrap();
+        let mut files = Vec::new();
+        for layer in img.layers() {
+            layer
+                .each_entry(|path, _| {
+                    files.push(path.to_string());
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })
+                .unwrap();
+        }
+        let ext = |m: &str| format!("yaml/_yaml.cpython-311-{m}-linux-gnu.so");
+        assert!(
+            files.iter().any(|f| f.ends_with(&ext(machine))),
+            "{platform}: no {} in {files:?}",
+            ext(machine)
+        );
+        assert!(
+            !files.iter().any(|f| f.ends_with(&ext(other))),
+            "{platform}"
+        );
+        assert!(
+            files.iter().any(|f| f.ends_with("site-packages/six.py")),
+            "{platform}"
+        );
+        let config = img.config().unwrap();
+        assert_eq!(config["architecture"], platform.architecture);
+        assert_eq!(
+            config["config"]["Labels"]["io.gpubake.python-stack"],
+            "/opt/gpubake/venv"
+        );
+    }
 }

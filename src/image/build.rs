@@ -129,6 +129,9 @@ pub struct PlatformOptions {
     pub only: Option<Platform>,
     /// gpubake binaries built for other platforms (`--probe-binary PLATFORM=PATH`).
     pub probes: Vec<(Platform, std::path::PathBuf)>,
+    /// Each platform's Python closure, for a build of several platforms with the stack;
+    /// a build of one may give its closure in [`BuildOptions::closure`] instead.
+    pub closures: Vec<(Platform, crate::closure::Closure)>,
 }
 
 /// What one platform's manifest came to.
@@ -198,13 +201,17 @@ pub fn build_for(
         }
         if opts.closure.is_some() {
             return Err(Error::Unsupported(format!(
-                "the recipe builds for {} platforms, and the Python closure is resolved for \
-                 linux/amd64 only; build the Python stack of one platform with --platform, or \
-                 a preflight image of all with --without-python",
+                "the recipe builds for {} platforms, and one closure was given; each \
+                 platform installs its own (PlatformOptions::closures)",
                 targets.len()
             )));
         }
     }
+    // With the Python stack, every platform has its closure before any work.
+    let closures = targets
+        .iter()
+        .map(|t| closure_for(t, opts, platforms, multi))
+        .collect::<Result<Vec<_>>>()?;
     // Every probe binary is found and checked before any work.
     let probes = targets
         .iter()
@@ -239,15 +246,14 @@ pub fn build_for(
     // `platforms:` keeps the base's config as it was, so its digest stays what it was.
     let name_platform = multi || platforms.only.is_some() || !loaded.recipe.platforms.is_empty();
     let mut built = Vec::new();
-    for (target, probe) in targets.iter().zip(&probes) {
+    for ((target, probe), closure) in targets.iter().zip(&probes).zip(&closures) {
         built.push(build_platform(
             loaded,
             resolved,
             opts,
-            &base_ref,
-            &store,
+            (&base_ref, &store),
             target,
-            probe,
+            (probe, *closure),
             name_platform,
         )?);
     }
@@ -294,6 +300,30 @@ pub fn build_for(
         done.keep();
     }
     Ok(report)
+}
+
+/// The closure `platform` installs: its own from `platforms.closures`, else for a build of one
+/// platform the one of the options; None without the Python stack. A multi-platform build
+/// with the stack needs one for every platform.
+fn closure_for<'a>(
+    platform: &Platform,
+    opts: &'a BuildOptions,
+    platforms: &'a PlatformOptions,
+    multi: bool,
+) -> Result<Option<&'a crate::closure::Closure>> {
+    if let Some((_, c)) = platforms.closures.iter().find(|(p, _)| p.same_as(platform)) {
+        return Ok(Some(c));
+    }
+    if !multi {
+        return Ok(opts.closure.as_ref());
+    }
+    if platforms.closures.is_empty() {
+        return Ok(None);
+    }
+    Err(Error::Usage(format!(
+        "no Python closure for {platform}: a build of several platforms with the Python stack \
+         installs one closure per platform"
+    )))
 }
 
 /// The platforms to build: the lock's, or the one `--platform` picks from them.
@@ -428,21 +458,19 @@ impl PlatformBuilt {
 
 /// Builds one platform's manifest in `store`: the base for that platform, the Python stack,
 /// the recipe's layers with `probe` as the probe, and the config.
-#[allow(clippy::too_many_arguments)]
 fn build_platform(
     loaded: &LoadedRecipe,
     resolved: &Resolved,
     opts: &BuildOptions,
-    base_ref: &Transport,
-    store: &Layout,
+    (base_ref, store): (&Transport, &Layout),
     platform: &Platform,
-    probe: &Path,
+    (probe, closure): (&Path, Option<&crate::closure::Closure>),
     name_platform: bool,
 ) -> Result<PlatformBuilt> {
     let dest = &opts.to;
     let base = base_ref.open_for(platform)?;
     // The interpreter is checked before anything is written.
-    let python = match &opts.closure {
+    let python = match closure {
         Some(_) => {
             let want = resolved
                 .lock
@@ -498,7 +526,7 @@ fn build_platform(
     let specs = layer_specs(loaded, resolved, probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     let mut extra_env = Vec::new();
-    if let (Some(closure), Some(python)) = (&opts.closure, &python) {
+    if let (Some(closure), Some(python)) = (closure, &python) {
         let cache = WheelCache::open(opts.cache_dir.clone())?;
         let stack_opts = stack::StackOptions {
             compression: opts.compression,
@@ -532,7 +560,7 @@ fn build_platform(
 
     let created = rfc3339(opts.epoch);
     edit_config(&mut config, resolved, &extra_env, &built, &created);
-    config["config"]["Labels"][STACK_LABEL] = json!(match opts.closure {
+    config["config"]["Labels"][STACK_LABEL] = json!(match closure {
         Some(_) => stack::VENV,
         None => "none",
     });
