@@ -53,6 +53,9 @@ pub struct CertifyOptions {
     pub quick: bool,
     /// A policy file for the probe (copied into the container).
     pub policy: Option<PathBuf>,
+    /// The platform to take from a multi-platform image; None for the transport's default
+    /// (`--platform` of a registry, else this machine's).
+    pub platform: Option<crate::image::Platform>,
 }
 
 impl Default for CertifyOptions {
@@ -65,6 +68,7 @@ impl Default for CertifyOptions {
             probe_timeout: None,
             quick: false,
             policy: None,
+            platform: None,
         }
     }
 }
@@ -143,7 +147,10 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     };
     // Inputs first: a policy that does not parse is bad input before any image is read.
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
-    let opened = image.open()?;
+    let opened = match &opts.platform {
+        Some(p) => image.open_for(p)?,
+        None => image.open()?,
+    };
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.digest()));
 

@@ -33,6 +33,11 @@ struct RegistryArgs {
 }
 
 impl RegistryArgs {
+    /// The platform `--platform` names, if it names one.
+    fn platform(&self) -> Result<Option<crate::image::Platform>> {
+        self.platform.as_deref().map(str::parse).transpose()
+    }
+
     /// How to reach registries, as these options say.
     fn access(&self) -> Result<crate::image::registry::Access> {
         let platform = match &self.platform {
@@ -249,6 +254,11 @@ enum Command {
         /// engine keeps no manifest of the image's own.
         #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
         sbom: Option<PathBuf>,
+        /// The gpubake binary that serves as the probe in the image for PLATFORM, when that
+        /// is not the platform this gpubake runs on (repeatable; an ELF executable for that
+        /// platform's machine).
+        #[arg(long, value_name = "PLATFORM=PATH", value_parser = parse_probe_binary)]
+        probe_binary: Vec<(crate::image::Platform, PathBuf)>,
         /// The SBOM's format: SPDX 2.3 JSON or CycloneDX 1.6 JSON.
         #[arg(
             long,
@@ -545,28 +555,50 @@ pub fn run(cli: Cli) -> Result<i32> {
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
             }
-            let closure_path = match (&pylock, &output) {
+            let platforms = resolved.lock.platforms();
+            if pylock.is_some() && platforms.len() > 1 && !no_closure {
+                return Err(Error::Usage(format!(
+                    "--pylock names one file, and the recipe builds for {} platforms, each \
+                     with its own closure; leave --pylock out to write one file per platform \
+                     beside the lock",
+                    platforms.len()
+                )));
+            }
+            let closure_dir = match (&pylock, &output) {
                 _ if no_closure => None,
-                (Some(p), _) => Some(p.clone()),
-                (None, Some(out)) => Some(
-                    out.parent()
-                        .unwrap_or(Path::new(""))
-                        .join(crate::closure::file_name(&loaded.recipe.name)),
-                ),
+                (Some(_), _) => Some(PathBuf::new()),
+                (None, Some(out)) => Some(out.parent().unwrap_or(Path::new("")).to_path_buf()),
                 (None, None) => None,
             };
-            if let Some(path) = closure_path {
-                let inputs =
-                    crate::closure::inputs(&resolved.lock, loaded.recipe.index.as_deref())?;
-                let closure = crate::closure::resolve(&resolved.lock, &inputs, &path)?;
-                crate::closure::exact_pins(&mut resolved.lock, &closure);
-                let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
-                eprintln!(
-                    "wrote {}: {} wheels, {}",
-                    path.display(),
-                    closure.wheels.len(),
-                    crate::image::inspect::human_size(bytes)
-                );
+            if let Some(dir) = closure_dir {
+                // Each platform's closure is resolved for its own machine, and each must hold
+                // the lock's pins: a platform whose wheels do not is refused, naming it,
+                // rather than given another stack.
+                let mut first = None;
+                for platform in &platforms {
+                    let path = match &pylock {
+                        Some(p) => p.clone(),
+                        None => dir.join(crate::closure::file_name_for(&resolved.lock, platform)),
+                    };
+                    let closure = crate::closure::inputs_for(
+                        &resolved.lock,
+                        loaded.recipe.index.as_deref(),
+                        platform,
+                    )
+                    .and_then(|inputs| crate::closure::resolve(&resolved.lock, &inputs, &path))
+                    .map_err(|e| for_platform(e, platform, platforms.len()))?;
+                    let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
+                    eprintln!(
+                        "wrote {}: {} wheels, {}",
+                        path.display(),
+                        closure.wheels.len(),
+                        crate::image::inspect::human_size(bytes)
+                    );
+                    first.get_or_insert(closure);
+                }
+                if let Some(closure) = first {
+                    crate::closure::exact_pins(&mut resolved.lock, &closure);
+                }
             }
             if explain {
                 eprintln!("candidates ({}):", resolved.considered.len());
@@ -702,6 +734,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             json,
             sbom,
             sbom_format,
+            probe_binary,
         } => {
             let loaded = load_recipe(recipe.as_deref())?;
             // An SBOM path that could never be written is refused before the build, not after.
@@ -755,6 +788,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 eprintln!("warning: {w}");
             }
             if engine_build {
+                // The engine builds for the machine it runs on, from the linux/amd64 closure
+                // the Dockerfile installs: a recipe that names other platforms is built by
+                // gpubake itself.
+                if resolved.lock.platforms != crate::lock::default_platforms() {
+                    return Err(Error::Unsupported(format!(
+                        "--engine-build builds linux/amd64 only, and the recipe builds for {}; \
+                         build without --engine-build (to oci:, docker:// or, with --platform, \
+                         docker-daemon:)",
+                        resolved.lock.platforms.join(", ")
+                    )));
+                }
                 return engine_build_image(
                     &loaded,
                     resolved.lock,
@@ -769,22 +813,50 @@ pub fn run(cli: Cli) -> Result<i32> {
                     ),
                 );
             }
-            let closure = if without_python {
-                None
-            } else {
-                let (closure, _scratch) = crate::closure::for_build(
-                    &resolved.lock,
-                    recipe.as_deref(),
-                    pylock.as_deref(),
-                    loaded.recipe.index.as_deref(),
-                    offline,
-                )?;
-                Some(closure)
+            let only = registry.platform()?;
+            // Each platform installs its own closure, read from (or resolved into) its own
+            // file; a build of one platform passes it as the build's closure.
+            let mut scratch = Vec::new();
+            let mut closures = Vec::new();
+            if !without_python {
+                let locked = resolved.lock.platforms();
+                let chosen = match &only {
+                    Some(p) => vec![p.clone()],
+                    None => locked.clone(),
+                };
+                if pylock.is_some() && chosen.len() > 1 {
+                    return Err(Error::Usage(format!(
+                        "--pylock names one file, and the recipe builds for {}, each with its \
+                         own closure; leave --pylock out (each platform's file is read beside \
+                         the recipe) or build one platform with --platform",
+                        resolved.lock.platforms.join(", ")
+                    )));
+                }
+                for platform in chosen {
+                    let (closure, dir) = crate::closure::for_build_platform(
+                        &resolved.lock,
+                        recipe.as_deref(),
+                        pylock.as_deref(),
+                        loaded.recipe.index.as_deref(),
+                        offline,
+                        &platform,
+                    )
+                    .map_err(|e| for_platform(e, &platform, locked.len()))?;
+                    scratch.push(dir);
+                    closures.push((platform, closure));
+                }
+            }
+            let closure = match closures.as_slice() {
+                [(_, one)] => Some(one.clone()),
+                _ => None,
             };
-            let wheels = closure
-                .as_ref()
-                .map(|c| c.wheels.clone())
-                .unwrap_or_default();
+            // The SBOM lists every wheel of every platform's closure, once.
+            let mut wheels: Vec<crate::wheel::cache::WheelRef> = Vec::new();
+            for w in closures.iter().flat_map(|(_, c)| &c.wheels) {
+                if !wheels.iter().any(|have| have.sha256 == w.sha256) {
+                    wheels.push(w.clone());
+                }
+            }
             let epoch = crate::image::build::source_date_epoch()?;
             let opts = crate::image::BuildOptions {
                 to,
@@ -799,8 +871,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
             };
             let start = std::time::Instant::now();
-            let report =
-                crate::image::build(&loaded, &resolved, &opts).map_err(|e| match &opts.from {
+            let platforms = crate::image::PlatformOptions {
+                only,
+                probes: probe_binary,
+                closures: if closures.len() > 1 {
+                    closures
+                } else {
+                    Vec::new()
+                },
+            };
+            let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)
+                .map_err(|e| match &opts.from {
                     Some(base) if !explicit => recipe_base_failed(e, base),
                     _ => e,
                 })?;
@@ -836,7 +917,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                     report.image,
                     start.elapsed().as_secs_f64()
                 );
-                println!("  manifest {}", report.manifest);
+                if report.platforms.len() > 1 {
+                    println!("  index    {}", report.manifest);
+                    for p in &report.platforms {
+                        println!("  {:<14} manifest {}", p.platform, p.manifest);
+                    }
+                    println!("  layers of {}:", report.platforms[0].platform);
+                } else {
+                    println!("  manifest {}", report.manifest);
+                }
                 if report.image.starts_with("docker-daemon:") {
                     // The engine keeps no manifest of ours: it stores the image under its
                     // config digest, and `inspect docker-daemon:` rebuilds a manifest from
@@ -903,16 +992,17 @@ pub fn run(cli: Cli) -> Result<i32> {
         } => {
             let (src, dest) = (registry.transport(&src)?, registry.transport(&dest)?);
             let start = std::time::Instant::now();
-            let image = src.copy(&dest)?;
+            let copied = src.copy_platforms(&dest, registry.platform()?.as_ref())?;
             let seconds = start.elapsed().as_secs_f64();
-            let bytes: u64 = image.blobs().map(|d| d.size()).sum();
+            let bytes = copied.bytes;
             if json {
                 println!(
                     "{}",
                     serde_json::json!({
                         "from": src.to_string(),
                         "to": dest.to_string(),
-                        "manifest": image.digest(),
+                        "manifest": copied.digest,
+                        "platforms": copied.platforms,
                         "bytes": bytes,
                         "seconds": seconds,
                     })
@@ -920,11 +1010,19 @@ pub fn run(cli: Cli) -> Result<i32> {
             } else {
                 println!("copied {src} to {dest} in {seconds:.2} s");
                 println!(
-                    "  manifest {} ({} in {} blobs)",
-                    image.digest(),
+                    "  {} {} ({} in {} blobs)",
+                    if copied.platforms.is_empty() {
+                        "manifest"
+                    } else {
+                        "index"
+                    },
+                    copied.digest,
                     crate::image::inspect::human_size(bytes),
-                    image.blobs().count()
+                    copied.blobs
                 );
+                if !copied.platforms.is_empty() {
+                    println!("  platforms {}", copied.platforms.join(", "));
+                }
             }
             Ok(0)
         }
@@ -933,7 +1031,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             registry,
             json,
         } => {
-            let info = crate::image::inspect::inspect(&registry.transport(&image)?)?;
+            let info = crate::image::inspect::inspect(
+                &registry.transport(&image)?,
+                registry.platform()?.as_ref(),
+            )?;
             if json {
                 println!(
                     "{}",
@@ -952,9 +1053,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         } => {
             let image = registry.transport(&image)?;
             let v = if certified {
-                crate::image::inspect::verify_certified(&image)?
+                crate::image::inspect::verify_certified(&image, registry.platform()?.as_ref())?
             } else {
-                crate::image::inspect::verify(&image)?
+                crate::image::inspect::verify(&image, registry.platform()?.as_ref())?
             };
             if json {
                 println!(
@@ -1093,6 +1194,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 policy,
                 quick,
                 probe_timeout: probe_timeout.map(std::time::Duration::from_secs),
+                platform: registry.platform()?,
             };
             let (report, code) = crate::certify::certify(&image_ref, &opts)?;
             let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
@@ -1179,6 +1281,38 @@ fn recipe_base_failed(e: Error, base: &crate::image::Transport) -> Error {
 }
 
 /// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
+/// A closure error of one of several platforms, saying which; for linux/arm64, what PyPI's
+/// aarch64 torch wheels are (see `closure::inputs_for`).
+fn for_platform(e: Error, platform: &crate::image::Platform, count: usize) -> Error {
+    match e {
+        Error::Closure(m) if count > 1 || platform.architecture != "amd64" => {
+            let hint = if platform.architecture == "arm64" {
+                "\nnote: PyPI's aarch64 torch wheels are CPU builds through 2.10 (their nvidia-* \
+                 requirements are for x86_64 only); from 2.11 they require the CUDA 13 wheels on \
+                 aarch64 too. Ask for pytorch >=2.11, or set the recipe's `index:` to one that \
+                 serves CUDA builds for aarch64."
+            } else {
+                ""
+            };
+            Error::Closure(format!("{platform}: {m}{hint}"))
+        }
+        other => other,
+    }
+}
+
+/// `--probe-binary PLATFORM=PATH`.
+fn parse_probe_binary(
+    text: &str,
+) -> std::result::Result<(crate::image::Platform, PathBuf), String> {
+    let (platform, path) = text
+        .split_once('=')
+        .filter(|(_, p)| !p.is_empty())
+        .ok_or_else(|| format!("`{text}`: expected PLATFORM=PATH, as in linux/arm64=./gpubake"))?;
+    let platform: crate::image::Platform = platform.parse().map_err(|e: Error| e.to_string())?;
+    platform.buildable()?;
+    Ok((platform, PathBuf::from(path)))
+}
+
 /// The largest all-reduce size `probe --sizes` takes. Each GPU holds buffers of the largest
 /// size, so anything near this could never run; the bound keeps the arithmetic far from
 /// overflow too.

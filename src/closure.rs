@@ -123,9 +123,49 @@ pub fn file_name(recipe_name: &str) -> String {
     format!("pylock.{}.toml", recipe_name.replace('.', "-"))
 }
 
-/// The inputs of a lock's closure: PyTorch as the lock pins it, the recipe's extras, and the
-/// image's interpreter and platform.
+/// The file name of the closure of `platform`: `pylock.NAME.toml` while the lock names
+/// linux/amd64 alone (as before platforms existed), else one file per platform, named for it
+/// (`pylock.NAME-linux-arm64.toml`), so that each is obvious beside the lock.
+pub fn file_name_for(lock: &Lock, platform: &crate::image::Platform) -> String {
+    if lock.platforms == crate::lock::default_platforms() {
+        return file_name(&lock.recipe.name);
+    }
+    file_name(&format!(
+        "{}-{}-{}",
+        lock.recipe.name, platform.os, platform.architecture
+    ))
+}
+
+/// The inputs of a lock's closure for linux/amd64; see [`inputs_for`].
 pub fn inputs(lock: &Lock, index: Option<&str>) -> Result<Inputs> {
+    inputs_for(lock, index, &amd64())
+}
+
+fn amd64() -> crate::image::Platform {
+    crate::image::Platform {
+        os: "linux".into(),
+        architecture: "amd64".into(),
+        variant: None,
+    }
+}
+
+/// The inputs of a lock's closure: PyTorch as the lock pins it, the recipe's extras, and the
+/// image's interpreter and platform (the manylinux target of the base's glibc, for the
+/// platform's machine).
+///
+/// What PyPI serves for linux/arm64 (read from PyPI's simple index and each wheel's
+/// metadata, PEP 658): torch publishes manylinux aarch64 wheels for every release since 2.2
+/// (manylinux2014 through 2.5.1, manylinux_2_28 from 2.6.0). Through 2.10.0 those are CPU
+/// builds: every `nvidia-*-cu12` requirement of the torch wheel carries
+/// `platform_machine == "x86_64"`, so an aarch64 resolution has no NCCL, cuDNN or CUDA runtime,
+/// and [`check_pins`] refuses it. From 2.11.0 the `nvidia-*-cu13` requirements hold on any
+/// Linux machine, so aarch64 gets the CUDA 13 stack the lock pins. A CUDA build of an older
+/// release for aarch64 comes from an index that serves one (the recipe's `index:`).
+pub fn inputs_for(
+    lock: &Lock,
+    index: Option<&str>,
+    platform: &crate::image::Platform,
+) -> Result<Inputs> {
     let python_label = lock
         .labels
         .get("io.gpubake.python")
@@ -163,10 +203,20 @@ pub fn inputs(lock: &Lock, index: Option<&str>) -> Result<Inputs> {
         .base_glibc
         .as_ref()
         .unwrap_or(&lock.platform.glibc);
+    let machine = match platform.architecture.as_str() {
+        "amd64" => "x86_64",
+        "arm64" => "aarch64",
+        other => {
+            return Err(Error::Unsupported(format!(
+                "no Python closure for {other}: gpubake resolves for {}",
+                crate::image::model::BUILDABLE.join(" and ")
+            )));
+        }
+    };
     Ok(Inputs {
         requirements,
         python,
-        platform: platform_for(glibc),
+        platform: platform_for(glibc).replacen("x86_64", machine, 1),
         indexes,
     })
 }
@@ -246,14 +296,26 @@ pub fn for_build(
     index: Option<&str>,
     offline: bool,
 ) -> Result<(Closure, Option<tempfile::TempDir>)> {
-    let inputs = inputs(lock, index)?;
+    for_build_platform(lock, recipe_file, explicit, index, offline, &amd64())
+}
+
+/// [`for_build`] for one of the lock's platforms, from that platform's file.
+pub fn for_build_platform(
+    lock: &Lock,
+    recipe_file: Option<&Path>,
+    explicit: Option<&Path>,
+    index: Option<&str>,
+    offline: bool,
+    platform: &crate::image::Platform,
+) -> Result<(Closure, Option<tempfile::TempDir>)> {
+    let inputs = inputs_for(lock, index, platform)?;
     if let Some(path) = explicit {
         return Ok((read(path, lock, &inputs)?, None));
     }
     let beside = recipe_file.map(|r| {
         r.parent()
             .unwrap_or(Path::new(""))
-            .join(file_name(&lock.recipe.name))
+            .join(file_name_for(lock, platform))
     });
     if let Some(path) = beside.as_ref().filter(|p| p.exists()) {
         return Ok((read(path, lock, &inputs)?, None));
@@ -264,7 +326,7 @@ pub fn for_build(
             "--offline needs the closure: no {} exists; write it with              `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
             beside
                 .map(|p| p.display().to_string())
-                .unwrap_or_else(|| file_name(&lock.recipe.name))
+                .unwrap_or_else(|| file_name_for(lock, platform))
         )));
     }
     match beside {
@@ -275,7 +337,7 @@ pub fn for_build(
         }
         None => {
             let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            let path = dir.path().join(file_name(&lock.recipe.name));
+            let path = dir.path().join(file_name_for(lock, platform));
             Ok((resolve(lock, &inputs, &path)?, Some(dir)))
         }
     }
@@ -667,6 +729,33 @@ mod tests {
         assert!(same_version("2.27.5", "2.27.5.0"));
         assert!(!same_version("2.27.5", "2.27.3"));
         assert!(!same_version("2.9.1+cu126", "2.9.1+cu128"));
+    }
+
+    #[test]
+    fn each_platform_has_its_machine_and_file() {
+        let mut lock = crate::resolve::resolve_recipe(
+            &crate::recipe::LoadedRecipe::builtin_default(),
+            &crate::resolve::Options::default(),
+        )
+        .unwrap()
+        .lock;
+        let arm: crate::image::Platform = "linux/arm64".parse().unwrap();
+        let amd: crate::image::Platform = "linux/amd64".parse().unwrap();
+        let x86 = inputs_for(&lock, None, &amd).unwrap().platform;
+        let aarch = inputs_for(&lock, None, &arm).unwrap().platform;
+        assert!(x86.starts_with("x86_64-manylinux_2_"), "{x86}");
+        assert_eq!(aarch, x86.replace("x86_64", "aarch64"));
+        let name = file_name(&lock.recipe.name);
+        assert_eq!(file_name_for(&lock, &amd), name);
+        lock.platforms = vec!["linux/amd64".into(), "linux/arm64".into()];
+        assert_eq!(
+            file_name_for(&lock, &arm),
+            name.replace(".toml", "-linux-arm64.toml")
+        );
+        assert_eq!(
+            file_name_for(&lock, &amd),
+            name.replace(".toml", "-linux-amd64.toml")
+        );
     }
 
     #[test]

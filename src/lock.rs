@@ -34,6 +34,14 @@ pub struct Lock {
     pub driver: DriverPin,
     /// What the wheels need from the base image.
     pub platform: Platform,
+    /// The OCI platforms the image is built for (`linux/amd64`, `linux/arm64`), as the
+    /// recipe's `platforms:` names them. Left out when it is linux/amd64 alone, the default,
+    /// so that the locks (and images) of recipes without `platforms:` stay as they were.
+    #[serde(
+        default = "default_platforms",
+        skip_serializing_if = "is_default_platforms"
+    )]
+    pub platforms: Vec<String>,
     /// Target GPUs and the code that runs on each.
     #[serde(default)]
     pub gpus: Vec<GpuPin>,
@@ -169,7 +177,24 @@ pub struct NvidiaEnv {
     pub require_cuda: String,
 }
 
+/// The platforms of a lock that names none.
+pub fn default_platforms() -> Vec<String> {
+    vec!["linux/amd64".to_string()]
+}
+
+fn is_default_platforms(p: &[String]) -> bool {
+    p == default_platforms().as_slice()
+}
+
 impl Lock {
+    /// The platforms the image is built for, parsed.
+    pub fn platforms(&self) -> Vec<crate::image::Platform> {
+        self.platforms
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
     /// The lock as YAML, with a header naming its origin.
     pub fn to_yaml(&self) -> String {
         let body = serde_yaml::to_string(self).expect("locks serialize");

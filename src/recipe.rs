@@ -62,6 +62,28 @@ pub struct Recipe {
     /// Files and directories copied into the image by `gpubake build`.
     #[serde(default)]
     pub files: Vec<FileSpec>,
+    /// The platforms to build for, as docker buildx writes them (`linux/amd64`,
+    /// `linux/arm64`); `[linux/amd64]` when absent. More than one makes the image an index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<String>,
+}
+
+impl Recipe {
+    /// The platforms to build for: those of `platforms:`, checked when the recipe was
+    /// loaded, or linux/amd64.
+    pub fn platforms(&self) -> Vec<crate::image::Platform> {
+        if self.platforms.is_empty() {
+            return vec![crate::image::Platform {
+                os: "linux".into(),
+                architecture: "amd64".into(),
+                variant: None,
+            }];
+        }
+        self.platforms
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
 }
 
 /// A file or directory tree to copy into the image.
@@ -110,13 +132,17 @@ pub fn field_help(field: &str) -> Option<String> {
         "labels" => "a mapping of label keys to string values",
         "pip" => "a list of pip requirements such as `transformers==4.57.1`",
         "index" => "a package index URL such as `https://download.pytorch.org/whl/cu126`",
+        "platforms" => {
+            "a list of platforms such as `[linux/amd64, linux/arm64]`; gpubake builds for \
+             linux/amd64 and linux/arm64"
+        }
         "files" => {
             "a list of `{src: ./train, dest: /workspace/train, mode: \"0755\"}`; src inside the \
              recipe's directory, unless the entry says `allow_outside: true`"
         }
         _ => {
             "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
-             driver, presets, env, labels, pip, index, files"
+             driver, presets, env, labels, pip, index, files, platforms"
         }
     };
     Some(text.to_string())
@@ -274,6 +300,28 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
             ));
         }
     }
+    let mut seen: Vec<crate::image::Platform> = Vec::new();
+    for (i, text) in recipe.platforms.iter().enumerate() {
+        let at = ["platforms", &i.to_string()];
+        let platform: crate::image::Platform = text.parse().map_err(|_| {
+            doc.invalid(
+                &at,
+                format!("`{text}` is not a platform written OS/ARCH[/VARIANT]"),
+                field_help("platforms"),
+            )
+        })?;
+        platform
+            .buildable()
+            .map_err(|m| doc.invalid(&at, m, field_help("platforms")))?;
+        if let Some(first) = seen.iter().find(|p| p.same_as(&platform)) {
+            return Err(doc.invalid(
+                &at,
+                format!("`{text}` is the same platform as {first}, given before"),
+                Some("each platform once".into()),
+            ));
+        }
+        seen.push(platform);
+    }
     if let Some(index) = &recipe.index
         && !(index.starts_with("https://")
             || index.starts_with("http://")
@@ -328,6 +376,35 @@ mod tests {
         }
         let default = LoadedRecipe::builtin_default();
         assert_eq!(default.recipe.pytorch.as_str(), "2.9");
+    }
+
+    #[test]
+    fn platforms_are_checked_where_they_are_written() {
+        let parse = |extra: &str| {
+            let doc = Document::from_text(
+                "r.yaml",
+                format!("name: a\nbase: x\npytorch: '2.9'\n{extra}"),
+            );
+            LoadedRecipe::parse(doc).map(|l| l.recipe.platforms())
+        };
+        let default = parse("").unwrap();
+        assert_eq!(default.len(), 1);
+        assert_eq!(default[0].to_string(), "linux/amd64");
+        let two = parse("platforms: [linux/amd64, linux/arm64/v8]\n").unwrap();
+        assert_eq!(two[1].to_string(), "linux/arm64/v8");
+        let err = parse("platforms:\n  - linux/amd64\n  - linux/riscv64\n")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.starts_with("r.yaml:6:5: field `platforms[1]`"), "{err}");
+        assert!(err.contains("linux/amd64 and linux/arm64"), "{err}");
+        let err = parse("platforms: [linux/arm64, linux/arm64/v8]\n")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("same platform as linux/arm64"), "{err}");
+        let err = parse("platforms: [arm64]\n").err().unwrap().to_string();
+        assert!(err.contains("`arm64` is not a platform"), "{err}");
     }
 
     #[test]

@@ -485,6 +485,30 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
+        command: "gpubake build multi.yaml --without-python --from oci:./base:multi \
+                  --to oci:./multi:v1 --probe-binary linux/arm64=./gpubake-aarch64",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/platforms.rs \
+                 (a_two_platform_recipe_builds_an_index_that_skopeo_umoci_and_gpubake_read) \
+                 builds a two-platform recipe on a two-platform base with an aarch64 probe",
+            why: "the example needs a base index with an arm64 image and a gpubake built for \
+                  aarch64, which that test makes (a small aarch64 program stands for the probe)",
+        },
+    },
+    Example {
+        command: "gpubake inspect oci:./multi:v1 --platform linux/arm64",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/platforms.rs \
+                 (a_two_platform_recipe_builds_an_index_that_skopeo_umoci_and_gpubake_read) \
+                 inspects and verifies each platform of the index it built",
+            why: "it reads the index the build example above makes",
+        },
+    },
+    Example {
         command: "gpubake copy docker://registry.example.com/team/train:v1 oci:./mirror:v1",
         stage: Stage::Image,
         exit: &[0],

@@ -242,8 +242,8 @@ fn read_image(root: &Path, scratch: &Path) {
         dir: root.to_path_buf(),
         tag: None,
     };
-    let _ = gpubake::image::inspect::verify(&image);
-    let _ = gpubake::image::inspect::inspect(&image);
+    let _ = gpubake::image::inspect::verify(&image, None);
+    let _ = gpubake::image::inspect::inspect(&image, None);
     if let Ok(opened) = image.open() {
         unpack_unprivileged(&opened, &scratch.join("bundle"));
     }

@@ -7,7 +7,7 @@
 use super::fs::PRESET_PATH_IN_IMAGE;
 use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
 use super::layout::{Layout, digest_of};
-use super::model::{Image, Platform, strings};
+use super::model::{Image, IndexImage, Platform, strings};
 use super::stack;
 use super::transport::Transport;
 use crate::error::{Error, Result};
@@ -80,8 +80,11 @@ pub struct BuildReport {
     pub base: String,
     /// The config's digest.
     pub config: String,
-    /// Every layer, base first.
+    /// Every layer, base first (of the first platform, for an index).
     pub layers: Vec<LayerLine>,
+    /// Each platform's manifest, when the recipe names its platforms.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<PlatformLine>,
 }
 
 /// The timestamp reproducible builds use: `SOURCE_DATE_EPOCH` when set, else 0.
@@ -118,11 +121,48 @@ pub fn rfc3339(epoch: u64) -> String {
     )
 }
 
-/// Builds the image for a resolved recipe.
+/// Which of the lock's platforms a build makes, and the probe binary of each platform the
+/// running binary does not serve.
+#[derive(Clone, Debug, Default)]
+pub struct PlatformOptions {
+    /// Build only this one of the lock's platforms, as a plain manifest (`--platform`).
+    pub only: Option<Platform>,
+    /// gpubake binaries built for other platforms (`--probe-binary PLATFORM=PATH`).
+    pub probes: Vec<(Platform, std::path::PathBuf)>,
+    /// Each platform's Python closure, for a build of several platforms with the stack;
+    /// a build of one may give its closure in [`BuildOptions::closure`] instead.
+    pub closures: Vec<(Platform, crate::closure::Closure)>,
+}
+
+/// What one platform's manifest came to.
+#[derive(Debug, Serialize)]
+pub struct PlatformLine {
+    /// `linux/arm64`.
+    pub platform: String,
+    /// The manifest's digest.
+    pub manifest: String,
+    /// The config's digest.
+    pub config: String,
+    /// The base's manifest digest for this platform.
+    pub base: String,
+}
+
+/// Builds the image for a resolved recipe: every platform of its lock.
 pub fn build(
     loaded: &LoadedRecipe,
     resolved: &Resolved,
     opts: &BuildOptions,
+) -> Result<BuildReport> {
+    build_for(loaded, resolved, opts, &PlatformOptions::default())
+}
+
+/// Builds the image for a resolved recipe, for the platforms `platforms` picks. One platform
+/// gives a plain manifest; more give an OCI image index with one manifest per platform.
+pub fn build_for(
+    loaded: &LoadedRecipe,
+    resolved: &Resolved,
+    opts: &BuildOptions,
+    platforms: &PlatformOptions,
 ) -> Result<BuildReport> {
     let base_ref = match &opts.from {
         Some(t) => t.clone(),
@@ -131,6 +171,37 @@ pub fn build(
         None => Transport::of_base(&loaded.recipe.base)?,
     };
     let dest = opts.to.clone().supported()?;
+    let targets = target_platforms(resolved, platforms)?;
+    let multi = targets.len() > 1;
+    if multi {
+        if let Transport::DockerArchive { .. } | Transport::DockerDaemon(_) = &dest {
+            let names: Vec<String> = targets.iter().map(ToString::to_string).collect();
+            return Err(Error::Usage(format!(
+                "{dest}: the recipe builds for {}, which makes an image index, and a docker \
+                 archive or the Docker Engine holds one platform's image only; build one with \
+                 --platform {}, or write the index to oci:DIR or docker://",
+                names.join(", "),
+                names[0]
+            )));
+        }
+        if opts.closure.is_some() {
+            return Err(Error::Unsupported(format!(
+                "the recipe builds for {} platforms, and one closure was given; each \
+                 platform installs its own (PlatformOptions::closures)",
+                targets.len()
+            )));
+        }
+    }
+    // With the Python stack, every platform has its closure before any work.
+    let closures = targets
+        .iter()
+        .map(|t| closure_for(t, opts, platforms, multi))
+        .collect::<Result<Vec<_>>>()?;
+    // Every probe binary is found and checked before any work.
+    let probes = targets
+        .iter()
+        .map(|t| probe_for(t, opts, platforms))
+        .collect::<Result<Vec<_>>>()?;
     // An archive that could never be written (a device, a directory) is refused before any
     // work, not after the layers.
     if let Transport::DockerArchive { path, .. } = &dest {
@@ -156,9 +227,235 @@ pub fn build(
     };
     let _lock = store.lock()?;
 
-    let base = base_ref.open()?;
+    // The config names its platform when the recipe chose platforms; a recipe without
+    // `platforms:` keeps the base's config as it was, so its digest stays what it was.
+    let name_platform = multi || platforms.only.is_some() || !loaded.recipe.platforms.is_empty();
+    let mut built = Vec::new();
+    for ((target, probe), closure) in targets.iter().zip(&probes).zip(&closures) {
+        built.push(build_platform(
+            loaded,
+            resolved,
+            opts,
+            (&base_ref, &store),
+            target,
+            (probe, *closure),
+            name_platform,
+        )?);
+    }
+    let name = format!("{}:latest", loaded.recipe.name);
+    let report = if multi {
+        let images = built
+            .iter()
+            .map(|b| {
+                Image::in_layout(store.clone(), &b.manifest, &b.platform, None)
+                    .map(|i| i.with_origin(b.origin.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let index = IndexImage::write(&store, images)?;
+        dest.write_index(&index)?;
+        let first = &built[0];
+        BuildReport {
+            image: dest.to_string(),
+            manifest: index.digest(),
+            base: first.base.clone(),
+            config: first.config.digest().to_string(),
+            layers: first.lines(),
+            platforms: built.iter().map(PlatformBuilt::line).collect(),
+        }
+    } else {
+        let one = &built[0];
+        // The base's blobs stay where it came from: a push to the same registry mounts them.
+        let image = Image::in_layout(store.clone(), &one.manifest, &one.platform, None)?
+            .with_origin(one.origin.clone());
+        dest.write(&image, &name)?;
+        BuildReport {
+            image: dest.to_string(),
+            manifest: one.manifest.digest().to_string(),
+            base: one.base.clone(),
+            config: one.config.digest().to_string(),
+            layers: one.lines(),
+            platforms: if name_platform {
+                vec![one.line()]
+            } else {
+                Vec::new()
+            },
+        }
+    };
+    if let Some(done) = new_layout.take() {
+        done.keep();
+    }
+    Ok(report)
+}
+
+/// The closure `platform` installs: its own from `platforms.closures`, else for a build of one
+/// platform the one of the options; None without the Python stack. A multi-platform build
+/// with the stack needs one for every platform.
+fn closure_for<'a>(
+    platform: &Platform,
+    opts: &'a BuildOptions,
+    platforms: &'a PlatformOptions,
+    multi: bool,
+) -> Result<Option<&'a crate::closure::Closure>> {
+    if let Some((_, c)) = platforms.closures.iter().find(|(p, _)| p.same_as(platform)) {
+        return Ok(Some(c));
+    }
+    if !multi {
+        return Ok(opts.closure.as_ref());
+    }
+    if platforms.closures.is_empty() {
+        return Ok(None);
+    }
+    Err(Error::Usage(format!(
+        "no Python closure for {platform}: a build of several platforms with the Python stack \
+         installs one closure per platform"
+    )))
+}
+
+/// The platforms to build: the lock's, or the one `--platform` picks from them.
+fn target_platforms(resolved: &Resolved, platforms: &PlatformOptions) -> Result<Vec<Platform>> {
+    let locked = resolved.lock.platforms();
+    if locked.is_empty() {
+        return Err(Error::Usage(format!(
+            "the lock of recipe `{}` names no platform to build for",
+            resolved.lock.recipe.name
+        )));
+    }
+    let Some(only) = &platforms.only else {
+        return Ok(locked);
+    };
+    match locked.iter().find(|p| p.same_as(only)) {
+        Some(p) => Ok(vec![p.clone()]),
+        None => Err(Error::Usage(format!(
+            "--platform {only}: the recipe builds for {}; add {only} to its `platforms:` to \
+             build for it",
+            resolved.lock.platforms.join(", ")
+        ))),
+    }
+}
+
+/// The probe binary for `platform`: the one `--probe-binary` names, checked to be an
+/// executable for that platform, else the running binary when it serves the platform.
+fn probe_for(
+    platform: &Platform,
+    opts: &BuildOptions,
+    platforms: &PlatformOptions,
+) -> Result<std::path::PathBuf> {
+    if let Some((_, path)) = platforms.probes.iter().find(|(p, _)| p.same_as(platform)) {
+        check_elf(path, platform)?;
+        return Ok(path.clone());
+    }
+    let host = Platform::host();
+    if host.same_as(platform) {
+        return Ok(opts.probe.clone());
+    }
+    Err(Error::Usage(format!(
+        "the image for {platform} needs a gpubake built for {platform} as its probe, and this \
+         one runs on {host}; pass --probe-binary {platform}=PATH"
+    )))
+}
+
+/// Refuses a file that is not an ELF executable for `platform`'s machine: an image whose
+/// probe cannot start would fail every certify on that platform, long after the build.
+fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
+    let what = format!("--probe-binary {platform}={}", path.display());
+    let mut head = [0u8; 20];
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    std::io::Read::read_exact(&mut file, &mut head).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::Usage(format!(
+                "{what}: the file is too short to be an ELF executable"
+            ))
+        } else {
+            Error::io(path, e)
+        }
+    })?;
+    if &head[..4] != b"\x7fELF" {
+        return Err(Error::Usage(format!(
+            "{what}: {} is not an ELF executable",
+            path.display()
+        )));
+    }
+    // e_machine sits at offset 18 in both ELF classes, in the byte order EI_DATA names.
+    let machine = match head[5] {
+        2 => u16::from_be_bytes([head[18], head[19]]),
+        _ => u16::from_le_bytes([head[18], head[19]]),
+    };
+    let name = |m: u16| match m {
+        62 => "x86-64 (EM_X86_64)".to_string(),
+        183 => "AArch64 (EM_AARCH64)".to_string(),
+        other => format!("ELF machine {other}"),
+    };
+    match platform.elf_machine() {
+        Some(want) if want == machine => Ok(()),
+        Some(want) => Err(Error::Usage(format!(
+            "{what}: {} is built for {}, but {platform} runs {}",
+            path.display(),
+            name(machine),
+            name(want)
+        ))),
+        None => Err(Error::Usage(format!(
+            "{what}: gpubake knows no ELF machine for {platform}"
+        ))),
+    }
+}
+
+/// One platform's manifest, as [`build_platform`] wrote it.
+struct PlatformBuilt {
+    platform: Platform,
+    manifest: Descriptor,
+    config: Descriptor,
+    base: String,
+    base_layers: Vec<Descriptor>,
+    built: Vec<(String, String, BuiltLayer)>,
+    origin: Option<super::model::Origin>,
+}
+
+impl PlatformBuilt {
+    fn lines(&self) -> Vec<LayerLine> {
+        let mut lines: Vec<LayerLine> = self
+            .base_layers
+            .iter()
+            .map(|d| LayerLine {
+                name: "base".into(),
+                digest: d.digest().to_string(),
+                size: d.size(),
+                reused: true,
+            })
+            .collect();
+        lines.extend(self.built.iter().map(|(name, _, l)| LayerLine {
+            name: name.clone(),
+            digest: l.descriptor.digest().to_string(),
+            size: l.descriptor.size(),
+            reused: l.reused,
+        }));
+        lines
+    }
+
+    fn line(&self) -> PlatformLine {
+        PlatformLine {
+            platform: self.platform.to_string(),
+            manifest: self.manifest.digest().to_string(),
+            config: self.config.digest().to_string(),
+            base: self.base.clone(),
+        }
+    }
+}
+
+/// Builds one platform's manifest in `store`: the base for that platform, the Python stack,
+/// the recipe's layers with `probe` as the probe, and the config.
+fn build_platform(
+    loaded: &LoadedRecipe,
+    resolved: &Resolved,
+    opts: &BuildOptions,
+    (base_ref, store): (&Transport, &Layout),
+    platform: &Platform,
+    (probe, closure): (&Path, Option<&crate::closure::Closure>),
+    name_platform: bool,
+) -> Result<PlatformBuilt> {
+    let dest = &opts.to;
+    let base = base_ref.open_for(platform)?;
     // The interpreter is checked before anything is written.
-    let python = match &opts.closure {
+    let python = match closure {
         Some(_) => {
             let want = resolved
                 .lock
@@ -168,21 +465,53 @@ pub fn build(
                 .map(ToString::to_string)
                 .unwrap_or_default();
             let paths = super::fs::paths(&base)?;
-            Some(stack::find_python(&paths, &want).map_err(|m| Error::image(&base_ref, m))?)
+            Some(stack::find_python(&paths, &want).map_err(|m| Error::image(base_ref, m))?)
         }
         None => None,
     };
     let config_digest = base.manifest().config().digest().to_string();
     let mut config: Value = serde_json::from_slice(&base.config_bytes()?)
-        .map_err(|e| Error::image(&base_ref, format!("config {config_digest}: {e}")))?;
+        .map_err(|e| Error::image(base_ref, format!("config {config_digest}: {e}")))?;
     base_diff_ids(&config, base.manifest().layers().len())
-        .map_err(|m| Error::image(&base_ref, format!("config {config_digest}: {m}")))?;
-    import(&base, &store, &base_ref)?;
+        .map_err(|m| Error::image(base_ref, format!("config {config_digest}: {m}")))?;
+    // A base whose config names another platform would give an image whose every binary
+    // fails with "exec format error" there.
+    let base_platform = Platform {
+        os: config["os"].as_str().unwrap_or(&platform.os).to_string(),
+        architecture: config["architecture"]
+            .as_str()
+            .unwrap_or(&platform.architecture)
+            .to_string(),
+        variant: config["variant"].as_str().map(String::from),
+    };
+    if !platform.accepts(&base_platform) && !base_platform.accepts(platform) {
+        return Err(Error::image(
+            base_ref,
+            format!(
+                "the base for {platform} is {base_platform} (config {config_digest}); give a \
+                 base image index that holds {platform}, or drop {platform} from the recipe's \
+                 `platforms:`"
+            ),
+        ));
+    }
+    if name_platform {
+        config["os"] = json!(platform.os);
+        config["architecture"] = json!(platform.architecture);
+        match &platform.variant {
+            Some(v) => config["variant"] = json!(v),
+            None => {
+                if let Some(c) = config.as_object_mut() {
+                    c.remove("variant");
+                }
+            }
+        }
+    }
+    import(&base, store, base_ref)?;
 
-    let specs = layer_specs(loaded, resolved, &opts.probe)?;
+    let specs = layer_specs(loaded, resolved, probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     let mut extra_env = Vec::new();
-    if let (Some(closure), Some(python)) = (&opts.closure, &python) {
+    if let (Some(closure), Some(python)) = (closure, &python) {
         let cache = WheelCache::open(opts.cache_dir.clone())?;
         let stack_opts = stack::StackOptions {
             compression: opts.compression,
@@ -201,7 +530,7 @@ pub fn build(
                 .map(|r| crate::closure::normalize(requirement_name(r)))
                 .collect(),
         };
-        for l in stack::build(&store, closure, python, &stack_opts)? {
+        for l in stack::build(store, closure, python, &stack_opts)? {
             built.push((l.name, l.created_by, l.layer));
         }
         let base_path = strings(&config["config"]["Env"])
@@ -210,13 +539,13 @@ pub fn build(
         extra_env = stack::image_env(base_path.as_deref());
     }
     for spec in &specs {
-        let layer = build_layer(&store, spec, opts.compression, opts.epoch, !opts.no_cache)?;
+        let layer = build_layer(store, spec, opts.compression, opts.epoch, !opts.no_cache)?;
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 
     let created = rfc3339(opts.epoch);
     edit_config(&mut config, resolved, &extra_env, &built, &created);
-    config["config"]["Labels"][STACK_LABEL] = json!(match opts.closure {
+    config["config"]["Labels"][STACK_LABEL] = json!(match closure {
         Some(_) => stack::VENV,
         None => "none",
     });
@@ -243,40 +572,19 @@ pub fn build(
             ("org.opencontainers.image.created".to_string(), created),
         ]))
         .build()
-        .map_err(|e| Error::image(&dest, e.to_string()))?;
-    let manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;
-
-    // The base's blobs stay where it came from: a push to the same registry mounts them.
-    let image = Image::in_layout(store.clone(), &manifest_desc, &Platform::host(), None)?
-        .with_origin(base.origin().cloned());
-    dest.write(&image, &format!("{}:latest", loaded.recipe.name))?;
-    if let Some(done) = new_layout.take() {
-        done.keep();
+        .map_err(|e| Error::image(dest, e.to_string()))?;
+    let mut manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;
+    if name_platform {
+        manifest_desc.set_platform(Some(platform.to_oci()));
     }
-
-    let mut lines: Vec<LayerLine> = base
-        .manifest()
-        .layers()
-        .iter()
-        .map(|d| LayerLine {
-            name: "base".into(),
-            digest: d.digest().to_string(),
-            size: d.size(),
-            reused: true,
-        })
-        .collect();
-    lines.extend(built.iter().map(|(name, _, l)| LayerLine {
-        name: name.clone(),
-        digest: l.descriptor.digest().to_string(),
-        size: l.descriptor.size(),
-        reused: l.reused,
-    }));
-    Ok(BuildReport {
-        image: dest.to_string(),
-        manifest: manifest_desc.digest().to_string(),
+    Ok(PlatformBuilt {
+        platform: platform.clone(),
+        manifest: manifest_desc,
+        config: new_config,
         base: base.digest(),
-        config: new_config.digest().to_string(),
-        layers: lines,
+        base_layers: base.manifest().layers().clone(),
+        built,
+        origin: base.origin().cloned(),
     })
 }
 

@@ -4,7 +4,7 @@
 
 use super::fs::{PRESET_PATH_IN_IMAGE, read_file};
 use super::layout::digest_of;
-use super::model::{Image, strings};
+use super::model::{Image, Platform, strings};
 use super::referrers::{self, Referrer};
 use super::transport::Transport;
 use crate::error::{Error, Result};
@@ -46,14 +46,41 @@ pub struct Inspection {
     pub layers: Vec<LayerInfo>,
     /// The merged preset with provenance, when the image has one.
     pub presets: Option<MergedEnv>,
+    /// The platforms of an index read without `--platform`, in its order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<String>,
     /// For an image in a registry: the artifacts attached to it (certificates, SBOMs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub referrers: Option<Vec<Referrer>>,
 }
 
-/// Reads an image's pins, presets, layers and environment.
-pub fn inspect(image: &Transport) -> Result<Inspection> {
-    let img = image.open()?;
+/// Reads an image's pins, presets, layers and environment. For an index, the image of
+/// `platform`; without one, this machine's (else the index's first), and the platforms the
+/// index holds are listed.
+pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspection> {
+    let mut platforms = Vec::new();
+    let img = match platform {
+        Some(p) => image.open_for(p)?,
+        None => match image.open_index()? {
+            Some(index) => {
+                platforms = index.platforms();
+                let host = Platform::host();
+                let pick = index
+                    .images()
+                    .iter()
+                    .position(|i| {
+                        Platform::of_descriptor(i.descriptor()).is_none_or(|p| host.accepts(&p))
+                    })
+                    .unwrap_or(0);
+                let desc = index.images()[pick].descriptor().clone();
+                Image::in_layout(index.store().clone(), &desc, &host, None)?
+            }
+            None => {
+                platforms = image.index_platforms()?;
+                image.open()?
+            }
+        },
+    };
     let config = img.config()?;
     let history: Vec<&Value> = config["history"]
         .as_array()
@@ -86,9 +113,13 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
         manifest: img.digest(),
         created: config["created"].as_str().map(String::from),
         platform: format!(
-            "{}/{}",
+            "{}/{}{}",
             config["os"].as_str().unwrap_or("?"),
-            config["architecture"].as_str().unwrap_or("?")
+            config["architecture"].as_str().unwrap_or("?"),
+            config["variant"]
+                .as_str()
+                .map(|v| format!("/{v}"))
+                .unwrap_or_default()
         ),
         labels: config["config"]["Labels"]
             .as_object()
@@ -97,6 +128,7 @@ pub fn inspect(image: &Transport) -> Result<Inspection> {
         env: strings(&config["config"]["Env"]),
         layers,
         presets,
+        platforms,
         referrers: match image {
             Transport::Registry(remote) => Some(referrers::referrers(remote, &img.digest())?),
             _ => None,
@@ -117,6 +149,13 @@ impl Inspection {
             "image     {}\nmanifest  {}{rebuilt}\nplatform  {}\n",
             info.image, info.manifest, info.platform
         );
+        if !info.platforms.is_empty() {
+            out.push_str(&format!(
+                "index     {} platforms: {} (pick one with --platform)\n",
+                info.platforms.len(),
+                info.platforms.join(", ")
+            ));
+        }
         if let Some(c) = &info.created {
             out.push_str(&format!("created   {c}\n"));
         }
@@ -207,8 +246,16 @@ impl Verification {
 
 /// Re-hashes every blob and checks structure and consistency. A missing blob or an
 /// unreadable index is an error (exit 2); content that does not match is a failed check.
-pub fn verify(image: &Transport) -> Result<Verification> {
-    verify_image(&image.open()?, image)
+/// For an index, the image of `platform` (the transport's default when None).
+pub fn verify(image: &Transport, platform: Option<&Platform>) -> Result<Verification> {
+    verify_image(&open(image, platform)?, image)
+}
+
+fn open(image: &Transport, platform: Option<&Platform>) -> Result<Image> {
+    match platform {
+        Some(p) => image.open_for(p),
+        None => image.open(),
+    }
 }
 
 /// The annotation of a certificate artifact that holds certify's verdict.
@@ -216,14 +263,14 @@ pub const VERDICT: &str = "io.gpubake.verdict";
 
 /// [`verify`], and a check that a registry holds a certificate of this exact image whose
 /// verdict passed (`verify --certified`).
-pub fn verify_certified(image: &Transport) -> Result<Verification> {
+pub fn verify_certified(image: &Transport, platform: Option<&Platform>) -> Result<Verification> {
     let Transport::Registry(remote) = image else {
         return Err(Error::Usage(format!(
             "{image}: --certified reads certificates attached in a registry; name the image \
              as docker://REGISTRY/NAME:TAG"
         )));
     };
-    let img = image.open()?;
+    let img = open(image, platform)?;
     let mut v = verify_image(&img, image)?;
     let digest = img.digest();
     let mut found = Vec::new();

@@ -18,7 +18,7 @@ pub mod transport;
 pub mod unpack;
 mod wire;
 
-pub use build::{BuildOptions, BuildReport, build};
+pub use build::{BuildOptions, BuildReport, PlatformOptions, build, build_for};
 pub use layer::Compression;
-pub use model::{Image, Layer, Platform};
+pub use model::{Image, IndexImage, Layer, Platform};
 pub use transport::Transport;

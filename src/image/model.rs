@@ -22,14 +22,20 @@ use std::io::{BufReader, Read};
 use std::ops::ControlFlow;
 use std::path::{Component, Path, PathBuf};
 
-/// An operating system and CPU architecture, as image indexes name them (`linux/amd64`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An operating system, CPU architecture and optional CPU variant, as image indexes name them
+/// (`linux/amd64`, `linux/arm64/v8`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Platform {
     /// `linux`.
     pub os: String,
     /// `amd64`, `arm64`, ...
     pub architecture: String,
+    /// `v8` for `linux/arm64/v8`; None when not written.
+    pub variant: Option<String>,
 }
+
+/// The platforms gpubake builds images for: those whose wheels, probe and GPUs it knows.
+pub const BUILDABLE: [&str; 2] = ["linux/amd64", "linux/arm64"];
 
 impl Platform {
     /// The platform this binary runs on, in Go's names (what image indexes use).
@@ -44,7 +50,78 @@ impl Platform {
         Platform {
             os: "linux".into(),
             architecture: architecture.into(),
+            variant: None,
         }
+    }
+
+    /// The variant that counts when comparing: arm64's only variant is v8, so an arm64
+    /// entry without one and one with `v8` are the same platform (containerd and Docker
+    /// read them alike).
+    fn effective_variant(&self) -> Option<&str> {
+        match (self.architecture.as_str(), self.variant.as_deref()) {
+            ("arm64", Some("v8" | "8")) => None,
+            (_, v) => v,
+        }
+    }
+
+    /// True when an image for `other` serves this platform: same OS and architecture, and
+    /// the same variant where this one names one.
+    pub fn accepts(&self, other: &Platform) -> bool {
+        self.os == other.os
+            && self.architecture == other.architecture
+            && (self.effective_variant().is_none()
+                || self.effective_variant() == other.effective_variant())
+    }
+
+    /// The same platform, in the fewest words: `linux/arm64/v8` is `linux/arm64`.
+    pub fn same_as(&self, other: &Platform) -> bool {
+        self.os == other.os
+            && self.architecture == other.architecture
+            && self.effective_variant() == other.effective_variant()
+    }
+
+    /// Refuses a platform gpubake cannot build for, listing those it can.
+    pub fn buildable(&self) -> std::result::Result<(), String> {
+        let known = self.os == "linux"
+            && (self.architecture == "amd64" && self.variant.is_none()
+                || self.architecture == "arm64" && self.effective_variant().is_none());
+        if known {
+            Ok(())
+        } else {
+            Err(format!(
+                "gpubake builds images for {} (arm64 may be written linux/arm64/v8), not {self}",
+                BUILDABLE.join(" and ")
+            ))
+        }
+    }
+
+    /// The ELF machine number (`e_machine`) of executables for this platform.
+    pub fn elf_machine(&self) -> Option<u16> {
+        match self.architecture.as_str() {
+            "amd64" => Some(62),
+            "arm64" => Some(183),
+            _ => None,
+        }
+    }
+
+    /// The platform of an index entry or a config, when it names one.
+    pub fn of_descriptor(desc: &Descriptor) -> Option<Platform> {
+        desc.platform().as_ref().map(|p| Platform {
+            os: p.os().to_string(),
+            architecture: p.architecture().to_string(),
+            variant: p.variant().clone(),
+        })
+    }
+
+    /// As an index entry's `platform`.
+    pub fn to_oci(&self) -> oci_spec::image::Platform {
+        let mut p = oci_spec::image::PlatformBuilder::default()
+            .os(oci_spec::image::Os::from(self.os.as_str()))
+            .architecture(oci_spec::image::Arch::from(self.architecture.as_str()))
+            .build()
+            .expect("os and architecture are all a platform needs");
+        p.set_variant(self.variant.clone());
+        p
     }
 }
 
@@ -52,21 +129,33 @@ impl std::str::FromStr for Platform {
     type Err = Error;
 
     fn from_str(text: &str) -> Result<Self> {
-        match text.split('/').collect::<Vec<_>>().as_slice() {
-            [os, arch] if !os.is_empty() && !arch.is_empty() => Ok(Platform {
-                os: os.to_string(),
-                architecture: arch.to_string(),
-            }),
-            _ => Err(Error::Usage(format!(
-                "--platform `{text}`: expected OS/ARCH, as in linux/amd64"
-            ))),
+        let parts: Vec<&str> = text.split('/').collect();
+        let (os, arch, variant) = match parts.as_slice() {
+            [os, arch] => (*os, *arch, None),
+            [os, arch, variant] if !variant.is_empty() => (*os, *arch, Some(variant.to_string())),
+            _ => ("", "", None),
+        };
+        if os.is_empty() || arch.is_empty() {
+            return Err(Error::Usage(format!(
+                "--platform `{text}`: expected OS/ARCH[/VARIANT], as in linux/amd64 or \
+                 linux/arm64/v8"
+            )));
         }
+        Ok(Platform {
+            os: os.to_string(),
+            architecture: arch.to_string(),
+            variant,
+        })
     }
 }
 
 impl std::fmt::Display for Platform {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.os, self.architecture)
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(v) = &self.variant {
+            write!(f, "/{v}")?;
+        }
+        Ok(())
     }
 }
 
@@ -104,10 +193,7 @@ impl Image {
     ) -> Result<Image> {
         let digest = digest_of(desc)?;
         let bytes = store.read_blob(&digest, Some(desc.size()))?;
-        if *desc.media_type() == MediaType::ImageIndex
-            || desc.media_type().to_string()
-                == "application/vnd.docker.distribution.manifest.list.v2+json"
-        {
+        if is_index(desc) {
             let index: ImageIndex = serde_json::from_slice(&bytes)
                 .map_err(|e| Error::image(store.describe(), format!("index {digest}: {e}")))?;
             let pick = pick_platform(&index, platform)
@@ -231,14 +317,143 @@ impl Image {
     }
 }
 
+/// True when a descriptor names an image index (OCI's or Docker's manifest list).
+pub fn is_index(desc: &Descriptor) -> bool {
+    *desc.media_type() == MediaType::ImageIndex
+        || desc.media_type().to_string()
+            == "application/vnd.docker.distribution.manifest.list.v2+json"
+}
+
+/// An image index: one image per platform, and the index's own bytes, whose digest is the
+/// multi-platform image's.
+pub struct IndexImage {
+    store: Layout,
+    desc: Descriptor,
+    raw: Vec<u8>,
+    images: Vec<Image>,
+    _staging: Option<ScratchDir>,
+}
+
+impl IndexImage {
+    /// Writes an index of `images` into `store`; each image's descriptor carries its
+    /// platform, which the index lists.
+    pub fn write(store: &Layout, images: Vec<Image>) -> Result<IndexImage> {
+        let index = oci_spec::image::ImageIndexBuilder::default()
+            .schema_version(2u32)
+            .media_type(MediaType::ImageIndex)
+            .manifests(
+                images
+                    .iter()
+                    .map(|i| i.descriptor().clone())
+                    .collect::<Vec<_>>(),
+            )
+            .build()
+            .map_err(|e| Error::image(store.describe(), e.to_string()))?;
+        let desc = store.write_json(&index, MediaType::ImageIndex)?;
+        let raw = store.read_blob(&digest_of(&desc)?, Some(desc.size()))?;
+        Ok(IndexImage {
+            store: store.clone(),
+            desc,
+            raw,
+            images,
+            _staging: None,
+        })
+    }
+
+    /// The index `desc` names in `store`, with every image it lists (an entry that is an
+    /// index itself is refused: gpubake reads one level).
+    pub fn in_layout(
+        store: Layout,
+        desc: &Descriptor,
+        staging: Option<ScratchDir>,
+    ) -> Result<IndexImage> {
+        let digest = digest_of(desc)?;
+        let raw = store.read_blob(&digest, Some(desc.size()))?;
+        let index: ImageIndex = serde_json::from_slice(&raw)
+            .map_err(|e| Error::image(store.describe(), format!("index {digest}: {e}")))?;
+        let mut images = Vec::new();
+        for entry in index.manifests() {
+            if is_index(entry) {
+                return Err(Error::image(
+                    store.describe(),
+                    format!(
+                        "index {digest} lists another index, {}; gpubake reads one level",
+                        entry.digest()
+                    ),
+                ));
+            }
+            let platform = Platform::of_descriptor(entry).unwrap_or_else(Platform::host);
+            images.push(Image::in_layout(store.clone(), entry, &platform, None)?);
+        }
+        Ok(IndexImage {
+            store,
+            desc: desc.clone(),
+            raw,
+            images,
+            _staging: staging,
+        })
+    }
+
+    /// The same index, keeping `staging` (the directory its blobs were pulled into) for as
+    /// long as it lives.
+    pub fn with_staging(mut self, staging: ScratchDir) -> IndexImage {
+        self._staging = Some(staging);
+        self
+    }
+
+    /// The index's descriptor.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.desc
+    }
+
+    /// The index's digest: the multi-platform image's.
+    pub fn digest(&self) -> String {
+        self.desc.digest().to_string()
+    }
+
+    /// The index exactly as stored.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    /// The images, in the index's order.
+    pub fn images(&self) -> &[Image] {
+        &self.images
+    }
+
+    /// The layout holding the blobs.
+    pub fn store(&self) -> &Layout {
+        &self.store
+    }
+
+    /// The platform each image names, in the index's order (`?` for an entry without one).
+    pub fn platforms(&self) -> Vec<String> {
+        self.images
+            .iter()
+            .map(|i| {
+                Platform::of_descriptor(i.descriptor())
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "?".into())
+            })
+            .collect()
+    }
+
+    /// Copies every image and the index into `store`, each blob verified on the way.
+    pub fn copy_to(&self, store: &Layout) -> Result<()> {
+        for image in &self.images {
+            image.copy_to(store)?;
+        }
+        store.write_blob(&self.raw)?;
+        Ok(())
+    }
+}
+
 /// The entry of an index for `platform`; an entry without a platform matches any.
 pub fn pick_platform<'a>(index: &'a ImageIndex, platform: &Platform) -> Option<&'a Descriptor> {
-    index.manifests().iter().find(|m| {
-        m.platform().as_ref().is_none_or(|p| {
-            p.os().to_string() == platform.os
-                && p.architecture().to_string() == platform.architecture
-        })
-    })
+    index
+        .manifests()
+        .iter()
+        .find(|m| Platform::of_descriptor(m).is_none_or(|p| platform.accepts(&p)))
 }
 
 /// The strings of a JSON list (`Env`, `diff_ids`); empty when it is not one.
@@ -705,6 +920,20 @@ mod tests {
         let p: Platform = "linux/arm64".parse().unwrap();
         assert_eq!(p.architecture, "arm64");
         assert!("linux".parse::<Platform>().is_err());
+        assert!("linux/arm64/".parse::<Platform>().is_err());
+        let v8: Platform = "linux/arm64/v8".parse().unwrap();
+        assert_eq!(v8.to_string(), "linux/arm64/v8");
+        assert!(v8.same_as(&p) && p.accepts(&v8) && v8.accepts(&p));
+        assert!(v8.buildable().is_ok());
+        let err = "linux/s390x".parse::<Platform>().unwrap().buildable();
+        assert!(err.unwrap_err().contains("linux/amd64 and linux/arm64"));
+        assert!(
+            "linux/amd64/v3"
+                .parse::<Platform>()
+                .unwrap()
+                .buildable()
+                .is_err()
+        );
         assert_eq!(Platform::host().os, "linux");
     }
 }

@@ -700,6 +700,96 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
     Ok(image.digest())
 }
 
+/// The tag's manifest as the registry stores it, when that is an index: the index, its exact
+/// bytes and their digest. Nothing else is pulled.
+fn top_index(remote: &Remote) -> Result<Option<(ImageIndex, Vec<u8>, Digest)>> {
+    let reference = remote.parsed()?;
+    let session = Session::open(remote, &reference)?;
+    // Read with the 4 MiB cap and checked against the digest the registry sends.
+    let (bytes, digest) = session
+        .runtime
+        .block_on(session.manifest_needed(&reference, "reading the manifest"))?;
+    if !is_index(&declared_type(&bytes)) {
+        return Ok(None);
+    }
+    let ours = Digest::of(&bytes);
+    let index: ImageIndex = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::image(&session.what, format!("index {digest}: {e}")))?;
+    Ok(Some((index, bytes.to_vec(), ours)))
+}
+
+/// The platforms of the image's index, in its order; None when it is a plain manifest.
+pub fn index_platforms(remote: &Remote) -> Result<Option<Vec<String>>> {
+    Ok(top_index(remote)?.map(|(index, _, _)| {
+        index
+            .manifests()
+            .iter()
+            .map(|m| {
+                Platform::of_descriptor(m)
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "?".into())
+            })
+            .collect()
+    }))
+}
+
+/// Pulls every platform of the image into `into` when the registry holds it as an index:
+/// each manifest by digest with its blobs, then the index's exact bytes. None for a plain
+/// manifest (nothing is pulled then).
+pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::IndexImage>> {
+    let Some((index, bytes, digest)) = top_index(remote)? else {
+        return Ok(None);
+    };
+    let reference = remote.parsed()?;
+    for entry in index.manifests() {
+        let by_digest = Remote {
+            reference: format!(
+                "{}/{}@{}",
+                reference.resolve_registry(),
+                reference.repository(),
+                entry.digest()
+            ),
+            access: remote.access.clone(),
+        };
+        open(&by_digest, into.clone(), None)?;
+    }
+    into.write_blob(&bytes)?;
+    let desc = descriptor(MediaType::ImageIndex, &digest, bytes.len() as u64);
+    super::model::IndexImage::in_layout(into, &desc, None).map(Some)
+}
+
+/// Pushes a multi-platform image: each platform's manifest (with its blobs) by digest, then
+/// the index's exact bytes under the tag, so the registry holds the index gpubake wrote, with
+/// its digest. Returns that digest.
+pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<String> {
+    let reference = remote.parsed()?;
+    if reference.digest().is_some() {
+        return Err(Error::Usage(format!(
+            "docker://{}: push to a tag, not a digest",
+            remote.reference
+        )));
+    }
+    let session = Session::open(remote, &reference)?;
+    session.runtime.block_on(async {
+        for image in index.images() {
+            let by_digest = Reference::with_digest(
+                reference.registry().to_string(),
+                reference.repository().to_string(),
+                image.digest(),
+            );
+            push_async(&session, image, &by_digest).await?;
+        }
+        let content_type =
+            reqwest::header::HeaderValue::from_static("application/vnd.oci.image.index.v1+json");
+        session
+            .client
+            .push_manifest_raw(&reference, index.raw().to_vec(), content_type)
+            .await
+            .map_err(|e| session.failed("pushing the index", e))?;
+        Ok(index.digest())
+    })
+}
+
 /// Uploads one blob as a single stream from its file; each retry reopens the file and starts
 /// the blob over, since a stream half sent cannot be sent again.
 async fn upload(

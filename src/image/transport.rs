@@ -5,7 +5,7 @@
 
 use super::archive;
 use super::layout::Layout;
-use super::model::{Image, Platform};
+use super::model::{Image, IndexImage, Platform, is_index};
 use super::registry::{self, Access, Remote};
 use crate::error::{Error, Result};
 use std::fmt;
@@ -168,9 +168,23 @@ impl Transport {
         }
     }
 
-    /// Reads the image (for an index, the host's platform).
+    /// The platform read from an index when none is named: the one the registry access
+    /// names (`--platform`), else this machine's.
+    pub fn default_platform(&self) -> Platform {
+        match self {
+            Transport::Registry(r) => r.access.platform.clone(),
+            _ => Platform::host(),
+        }
+    }
+
+    /// Reads the image (for an index, [`Transport::default_platform`]'s).
     pub fn open(&self) -> Result<Image> {
-        let platform = Platform::host();
+        self.open_for(&self.default_platform())
+    }
+
+    /// Reads the image; for an index, the entry for `platform`.
+    pub fn open_for(&self, platform: &Platform) -> Result<Image> {
+        let platform = platform.clone();
         match self.clone().supported()? {
             Transport::Oci { dir, tag } => {
                 let layout = Layout::open(&dir)?;
@@ -191,17 +205,125 @@ impl Transport {
                 let desc = archive::read(&tar, None, &layout)?;
                 Image::in_layout(layout, &desc, &platform, Some(staging))
             }
-            Transport::Registry(remote) => match &remote.access.blob_cache {
-                // Pulled blobs are kept, by digest, where build keeps its layers: a base read
-                // twice is downloaded once.
-                Some(cache) => registry::open(&remote, Layout::create(cache)?, None),
-                None => {
-                    let staging = staging_dir()?;
-                    let layout = Layout::create(staging.path())?;
-                    registry::open(&remote, layout, Some(staging))
+            Transport::Registry(mut remote) => {
+                remote.access.platform = platform;
+                match &remote.access.blob_cache {
+                    // Pulled blobs are kept, by digest, where build keeps its layers: a base
+                    // read twice is downloaded once.
+                    Some(cache) => registry::open(&remote, Layout::create(cache)?, None),
+                    None => {
+                        let staging = staging_dir()?;
+                        let layout = Layout::create(staging.path())?;
+                        registry::open(&remote, layout, Some(staging))
+                    }
                 }
-            },
+            }
         }
+    }
+
+    /// The index here with every image it lists, when this is an OCI layout whose image is
+    /// an index; None for a plain image or another transport.
+    pub fn open_index(&self) -> Result<Option<IndexImage>> {
+        let Transport::Oci { dir, tag } = self.clone().supported()? else {
+            return Ok(None);
+        };
+        let layout = Layout::open(&dir)?;
+        let found = layout.find(tag.as_deref())?;
+        if !is_index(&found) {
+            return Ok(None);
+        }
+        IndexImage::in_layout(layout, &found, None).map(Some)
+    }
+
+    /// The platforms of the index here, in its order; empty for a plain image (and for a
+    /// docker archive or engine, which hold one).
+    pub fn index_platforms(&self) -> Result<Vec<String>> {
+        match self.clone().supported()? {
+            Transport::Registry(remote) => {
+                Ok(registry::index_platforms(&remote)?.unwrap_or_default())
+            }
+            _ => Ok(self
+                .open_index()?
+                .map(|i| i.platforms())
+                .unwrap_or_default()),
+        }
+    }
+
+    /// Writes a multi-platform image here: an OCI layout gets every image's blobs and the
+    /// index, tagged; a registry every manifest, then the index under the tag. A docker
+    /// archive and the Docker Engine hold one platform's image, so they are refused.
+    pub fn write_index(&self, index: &IndexImage) -> Result<()> {
+        match self.clone().supported()? {
+            Transport::Oci { dir, tag } => {
+                let tag = tag.unwrap_or_else(|| "latest".into());
+                if index.store().root() == dir {
+                    return index.store().set_tag(index.descriptor(), &tag);
+                }
+                let layout = Layout::create(&dir)?;
+                let _lock = layout.lock()?;
+                index.copy_to(&layout)?;
+                layout.set_tag(index.descriptor(), &tag)
+            }
+            Transport::DockerArchive { .. } | Transport::DockerDaemon(_) => {
+                Err(Error::Usage(format!(
+                    "{self}: the image is an index of {}, and a docker archive or the Docker \
+                     Engine holds one platform's image only; pick one with --platform",
+                    index.platforms().join(", ")
+                )))
+            }
+            Transport::Registry(remote) => registry::push_index(index, &remote).map(|_| ()),
+        }
+    }
+
+    /// Copies the image here to `dest`: for an index (in an OCI layout or a registry), every
+    /// platform's image and the index's exact bytes, unless `platform` picks one. A docker
+    /// archive or engine destination holds one platform, so an index bound there needs one.
+    pub fn copy_platforms(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
+        // A registry's index is pulled whole: into the destination layout when that is one,
+        // else into a staging layout the push reads from.
+        let pulled = match (platform, self.clone().supported()?, dest) {
+            (None, Transport::Registry(remote), Transport::Oci { dir, .. }) => {
+                let layout = Layout::create(dir)?;
+                let _lock = layout.lock()?;
+                registry::open_index(&remote, layout)?
+            }
+            (None, Transport::Registry(remote), _) => {
+                let staging = staging_dir()?;
+                let layout = Layout::create(staging.path())?;
+                registry::open_index(&remote, layout)?.map(|i| i.with_staging(staging))
+            }
+            _ => None,
+        };
+        let index = match pulled {
+            Some(index) => Some(index),
+            None if platform.is_none() => self.open_index()?,
+            None => None,
+        };
+        if let Some(index) = index {
+            dest.write_index(&index)?;
+            let blobs: Vec<&oci_spec::image::Descriptor> =
+                index.images().iter().flat_map(|i| i.blobs()).collect();
+            return Ok(Copied {
+                digest: index.digest(),
+                bytes: blobs.iter().map(|d| d.size()).sum(),
+                blobs: blobs.len(),
+                platforms: index.platforms(),
+            });
+        }
+        let image = match platform {
+            Some(p) => {
+                let image = self.open_for(p)?;
+                dest.write(&image, "gpubake-copy:latest")?;
+                image
+            }
+            None => self.copy(dest)?,
+        };
+        Ok(Copied {
+            digest: image.digest(),
+            bytes: image.blobs().map(|d| d.size()).sum(),
+            blobs: image.blobs().count(),
+            platforms: Vec::new(),
+        })
     }
 
     /// Copies the image here to `dest`; returns it as written. A registry image bound for an
@@ -256,6 +378,19 @@ impl Transport {
             Transport::Registry(remote) => registry::push(image, &remote).map(|_| ()),
         }
     }
+}
+
+/// What a copy wrote.
+#[derive(Debug)]
+pub struct Copied {
+    /// The manifest's digest, or the index's.
+    pub digest: String,
+    /// The bytes of every blob.
+    pub bytes: u64,
+    /// How many blobs.
+    pub blobs: usize,
+    /// The platforms of an index, in its order; empty for one image.
+    pub platforms: Vec<String>,
 }
 
 /// A directory for what a source stages, removed when the image is dropped or on interrupt.

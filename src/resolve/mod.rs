@@ -166,17 +166,23 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            // Grace superchips run Arm hosts; the locks, closures and images gpubake makes
-            // are x86_64, which such a node cannot run. Refuse rather than lock wheels that
-            // would never load there.
-            if db.arm_host(name) {
+            // Grace superchips run Arm hosts: an image for them needs linux/arm64 among
+            // the recipe's platforms. Refuse rather than lock an image that would never
+            // start there.
+            if db.arm_host(name) && !recipe.platforms().iter().any(|p| p.architecture == "arm64") {
                 return Err(doc.invalid(
                     &["gpus", &i.to_string()],
                     format!(
-                        "`{name}` nodes have an Arm (aarch64) host CPU, and gpubake resolves \
-                         and builds x86_64 images only"
+                        "`{name}` nodes have an Arm (aarch64) host CPU, and the recipe builds \
+                         for {} only",
+                        recipe
+                            .platforms()
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
-                    field_help("gpus"),
+                    Some("add `platforms: [linux/amd64, linux/arm64]` to the recipe".into()),
                 ));
             }
             db.gpu_arch(name)
@@ -743,6 +749,7 @@ fn build_lock(
             base_glibc_from: base_glibc.as_ref().map(|(_, from)| from.clone()),
             base_glibc: base_glibc.map(|(v, _)| v),
         },
+        platforms: recipe.platforms().iter().map(ToString::to_string).collect(),
         gpus: gpu_pins,
         packages,
         pip: recipe.pip.clone(),
