@@ -880,10 +880,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                     Vec::new()
                 },
             };
-            let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)
-                .map_err(|e| match &opts.from {
-                    Some(base) if !explicit => recipe_base_failed(e, base),
-                    _ => e,
+            let report =
+                crate::image::build_for(&loaded, &resolved, &opts, &platforms).map_err(|e| {
+                    match &opts.from {
+                        Some(base) if !explicit => recipe_base_failed(e, base),
+                        _ => e,
+                    }
                 })?;
             if let Some(path) = &sbom {
                 let subject = crate::sbom::Subject {
