@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{assert_exit, gpubake, run, stderr, stdout, write};
-use gpubake::image::layout::{Layout, REF_NAME, descriptor};
+use common::{assert_exit, build_args, gpubake, run, stderr, stdout, write};
+use gpubake::image::layout::{Layout, descriptor};
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -61,28 +61,11 @@ fn two_platform_base(dir: &Path) -> (String, String) {
         .write_json(&manifest, MediaType::ImageManifest)
         .unwrap();
 
-    let entry = |desc: &Descriptor, platform: &str| {
-        let mut d = Descriptor::new(MediaType::ImageManifest, desc.size(), desc.digest().clone());
-        let p: gpubake::image::Platform = platform.parse().unwrap();
-        d.set_platform(Some(p.to_oci()));
-        d
-    };
-    let index: ImageIndex = oci_spec::image::ImageIndexBuilder::default()
-        .schema_version(2u32)
-        .media_type(MediaType::ImageIndex)
-        .manifests(vec![entry(&amd, "linux/amd64"), entry(&arm, "linux/arm64")])
-        .build()
-        .unwrap();
-    let mut index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
-    index_desc.set_annotations(Some(std::collections::HashMap::from([(
-        REF_NAME.to_string(),
-        "multi".to_string(),
-    )])));
-    let mut top = layout.index().unwrap();
-    let mut manifests = top.manifests().clone();
-    manifests.push(index_desc);
-    top.set_manifests(manifests);
-    layout.write_index(&top).unwrap();
+    common::tag_index(
+        &layout,
+        &[(&amd, "linux/amd64"), (&arm, "linux/arm64")],
+        "multi",
+    );
     (
         format!("oci:{}:multi", layout_dir.display()),
         arm.digest().to_string(),
@@ -146,17 +129,7 @@ fn build_two(dir: &Path, to: &str, extra: &[&str]) -> std::process::Output {
     let (base, _) = two_platform_base(dir);
     let recipe = two_platform_recipe(dir);
     let probe = format!("linux/arm64={}", aarch64_program().display());
-    let mut args = vec![
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        &base,
-        "--to",
-        to,
-        "--probe-binary",
-        &probe,
-    ];
+    let mut args = build_args(&recipe, &base, to, &["--probe-binary", &probe]);
     args.extend(extra);
     gpubake(&args)
 }
@@ -328,17 +301,12 @@ fn a_probe_binary_for_another_machine_or_none_is_refused() {
     let recipe = two_platform_recipe(dir.path());
     let to = format!("oci:{}", dir.path().join("out").display());
     let wrong = env!("CARGO_BIN_EXE_gpubake");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &to,
-        "--probe-binary",
-        &format!("linux/arm64={wrong}"),
-    ]);
+        &["--probe-binary", &format!("linux/arm64={wrong}")],
+    ));
     assert_exit(&out, 2);
     let err = stderr(&out);
     assert!(err.contains(wrong), "{err}");
@@ -348,17 +316,12 @@ fn a_probe_binary_for_another_machine_or_none_is_refused() {
     );
     // A file that is no executable at all.
     let text = write(dir.path(), "notes.txt", "not a program, just some text\n");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &to,
-        "--probe-binary",
-        &format!("linux/arm64={text}"),
-    ]);
+        &["--probe-binary", &format!("linux/arm64={text}")],
+    ));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("is not an ELF executable"),
@@ -366,17 +329,12 @@ fn a_probe_binary_for_another_machine_or_none_is_refused() {
         stderr(&out)
     );
     let empty = write(dir.path(), "empty", "");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &to,
-        "--probe-binary",
-        &format!("linux/arm64={empty}"),
-    ]);
+        &["--probe-binary", &format!("linux/arm64={empty}")],
+    ));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("too short to be an ELF"),
@@ -384,15 +342,7 @@ fn a_probe_binary_for_another_machine_or_none_is_refused() {
         stderr(&out)
     );
     // None at all: the flag to pass is named.
-    let out = gpubake(&[
-        "build",
-        "--without-python",
-        &recipe,
-        "--from",
-        &base,
-        "--to",
-        &to,
-    ]);
+    let out = gpubake(&build_args(&recipe, &base, &to, &[]));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("pass --probe-binary linux/arm64=PATH"),
@@ -435,30 +385,24 @@ fn one_platform_builds_a_plain_manifest() {
     // a plain manifest, as before.
     let recipe = write(dir.path(), "one.yaml", &common::recipe("pytorch: '2.9'\n"));
     let out_dir = dir.path().join("out");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &format!("oci:{}:v1", out_dir.display()),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 0);
     let m = raw(&out_dir, "v1");
     assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
     // The same build from the amd64 base alone gives the same digest: the index was only
     // read for its amd64 entry.
     let plain = dir.path().join("plain");
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &common::from_base(),
-        "--to",
         &format!("oci:{}:v1", plain.display()),
-    ]);
+        &[],
+    ));
     assert_exit(&out, 0);
     assert_eq!(raw(&plain, "v1"), m);
 
@@ -467,19 +411,12 @@ fn one_platform_builds_a_plain_manifest() {
     let arm = dir.path().join("arm");
     let recipe = two_platform_recipe(dir.path());
     let probe = format!("linux/arm64={}", aarch64_program().display());
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &format!("oci:{}:v1", arm.display()),
-        "--probe-binary",
-        &probe,
-        "--platform",
-        "linux/arm64",
-    ]);
+        &["--probe-binary", &probe, "--platform", "linux/arm64"],
+    ));
     assert_exit(&out, 0);
     let m = raw(&arm, "v1");
     assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
@@ -488,17 +425,12 @@ fn one_platform_builds_a_plain_manifest() {
         arm_base.as_str()
     );
     // A platform the recipe does not name is refused.
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &format!("oci:{}:v2", arm.display()),
-        "--platform",
-        "linux/ppc64le",
-    ]);
+        &["--platform", "linux/ppc64le"],
+    ));
     assert_exit(&out, 2);
     assert!(
         stderr(&out).contains("the recipe builds for linux/amd64, linux/arm64"),
@@ -515,17 +447,12 @@ fn a_base_without_the_platform_is_refused_naming_both() {
     let dir = tempfile::tempdir().unwrap();
     let recipe = two_platform_recipe(dir.path());
     let probe = format!("linux/arm64={}", aarch64_program().display());
-    let out = gpubake(&[
-        "build",
-        "--without-python",
+    let out = gpubake(&build_args(
         &recipe,
-        "--from",
         &common::from_base(),
-        "--to",
         &format!("oci:{}", dir.path().join("out").display()),
-        "--probe-binary",
-        &probe,
-    ]);
+        &["--probe-binary", &probe],
+    ));
     assert_exit(&out, 2);
     let err = stderr(&out);
     assert!(
@@ -673,18 +600,12 @@ fn an_index_is_pushed_with_every_platform_and_its_own_digest() {
     let recipe = two_platform_recipe(dir.path());
     let probe = format!("linux/arm64={}", aarch64_program().display());
     let remote = format!("docker://{}/multi/app:v1", reg.addr);
-    let out = reg.gpubake(&[
-        "build",
-        "--without-python",
+    let out = reg.gpubake(&build_args(
         &recipe,
-        "--from",
         &base,
-        "--to",
         &remote,
-        "--probe-binary",
-        &probe,
-        "--json",
-    ]);
+        &["--probe-binary", &probe, "--json"],
+    ));
     assert_exit(&out, 0);
     let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
 

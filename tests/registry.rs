@@ -206,19 +206,34 @@ impl Registry {
         self.dir.path().join("certs").display().to_string()
     }
 
-    /// Runs gpubake with the docker config `which` (`auth`, `wrong` or `none`) and no other
+    /// gpubake with the docker config `which` (`auth`, `wrong` or `none`) and no other
     /// credentials in reach.
-    fn gpubake(&self, which: &str, args: &[&str]) -> Output {
-        let empty = self.dir.path().join("none");
-        Command::new(env!("CARGO_BIN_EXE_gpubake"))
-            .args(args)
+    fn command(&self, which: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpubake"));
+        cmd.args(args)
             .current_dir(common::root())
             .env("DOCKER_CONFIG", self.dir.path().join(which))
-            .env("XDG_RUNTIME_DIR", &empty)
+            .env("XDG_RUNTIME_DIR", self.dir.path().join("none"))
             .env_remove("REGISTRY_AUTH_FILE")
-            .env_remove("GPUBAKE_PRESET_PATH")
+            .env_remove("GPUBAKE_PRESET_PATH");
+        cmd
+    }
+
+    /// Runs [`Self::command`] to its end.
+    fn gpubake(&self, which: &str, args: &[&str]) -> Output {
+        self.command(which, args)
             .output()
             .expect("the gpubake binary runs")
+    }
+
+    /// Starts `gpubake copy SRC DEST` with the `auth` login, trusting the registry's
+    /// certificate, for a test to cut short; its output is kept.
+    fn spawn_copy(&self, src: &str, dest: &str) -> Child {
+        self.command("auth", &["copy", src, dest, "--cert-dir", &self.certs()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     /// [`Self::gpubake`] with `--cert-dir` trusting the registry's certificate.
@@ -544,6 +559,23 @@ fn wrong_or_missing_credentials_and_an_unknown_certificate_are_named() {
     assert_exit(&out, 0);
 }
 
+/// Waits until `seen` holds, failing the test when `child` (a `push` or `pull`) ends first
+/// or two minutes pass.
+fn wait_while_running(child: &mut Child, what: &str, seen: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !seen() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the {what} was not seen moving data"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the {what} ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_that_resumes() {
     let Some(mut reg) = Registry::start() else {
@@ -562,25 +594,8 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
         0,
     );
     let target = reg.image("big/app:v1");
-    let mut push = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args(["copy", &local, &target, "--cert-dir", &reg.certs()])
-        .env("DOCKER_CONFIG", reg.dir.path().join("auth"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while reg.uploading() < 16 << 20 {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "no upload was seen"
-        );
-        assert!(
-            push.try_wait().unwrap().is_none(),
-            "the push ended before the kill"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut push = reg.spawn_copy(&local, &target);
+    wait_while_running(&mut push, "push", || reg.uploading() >= 16 << 20);
     reg.kill();
     let out = push.wait_with_output().unwrap();
     // Retries could not reach a dead registry: the push fails as the environment's fault,
@@ -611,14 +626,7 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
     // A pull cut by a registry crash resumes with a Range request once the registry is back,
     // within the same run, and the blob is verified whole.
     let resumed = dir.path().join("resumed");
-    let mut pull = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args(["copy", &target, &format!("oci:{}:v1", resumed.display())])
-        .args(["--cert-dir", &reg.certs()])
-        .env("DOCKER_CONFIG", reg.dir.path().join("auth"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut pull = reg.spawn_copy(&target, &format!("oci:{}:v1", resumed.display()));
     let downloading = || {
         std::fs::read_dir(resumed.join("blobs/sha256"))
             .into_iter()
@@ -628,18 +636,7 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
             .filter_map(|e| e.metadata().ok())
             .any(|m| m.len() > 16 << 20)
     };
-    let start = Instant::now();
-    while !downloading() {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "no download was seen"
-        );
-        assert!(
-            pull.try_wait().unwrap().is_none(),
-            "the pull ended before the kill"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_while_running(&mut pull, "pull", downloading);
     reg.kill();
     reg.serve();
     let out = pull.wait_with_output().unwrap();
@@ -657,8 +654,8 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
 
 #[test]
 fn an_index_is_read_for_the_platform_asked_for() {
-    use gpubake::image::layout::{Layout, REF_NAME, digest_of};
-    use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
+    use gpubake::image::layout::{Layout, digest_of};
+    use oci_spec::image::{ImageManifest, MediaType};
     let Some(reg) = Registry::start() else { return };
     let dir = tempfile::tempdir().unwrap();
     // The busybox base as linux/amd64, and the same layers under an arm64 config: two
@@ -682,36 +679,12 @@ fn an_index_is_read_for_the_platform_asked_for() {
     let arm = layout
         .write_json(&arm_manifest, MediaType::ImageManifest)
         .unwrap();
-    let entry = |desc: &oci_spec::image::Descriptor, arch: &str| {
-        let mut d = oci_spec::image::Descriptor::new(
-            MediaType::ImageManifest,
-            desc.size(),
-            desc.digest().clone(),
-        );
-        d.set_platform(Some(
-            oci_spec::image::PlatformBuilder::default()
-                .os(oci_spec::image::Os::Linux)
-                .architecture(oci_spec::image::Arch::from(arch))
-                .build()
-                .unwrap(),
-        ));
-        d
-    };
-    let index: ImageIndex = oci_spec::image::ImageIndexBuilder::default()
-        .schema_version(2u32)
-        .media_type(MediaType::ImageIndex)
-        .manifests(vec![entry(&amd, "amd64"), entry(&arm, "arm64")])
-        .build()
-        .unwrap();
-    let mut index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
-    index_desc.set_annotations(Some(std::collections::HashMap::from([(
-        REF_NAME.to_string(),
-        "multi".to_string(),
-    )])));
+    let index_desc = common::tag_index(
+        &layout,
+        &[(&amd, "linux/amd64"), (&arm, "linux/arm64")],
+        "multi",
+    );
     let index_digest = index_desc.digest().to_string();
-    let mut top = layout.index().unwrap();
-    top.set_manifests(vec![index_desc]);
-    layout.write_index(&top).unwrap();
     let remote = reg.image("multi/base:1");
     run(Command::new("skopeo")
         .args(["copy", "--all", "--dest-cert-dir", &reg.certs()])

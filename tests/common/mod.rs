@@ -235,3 +235,40 @@ pub fn debian_base() -> Option<PathBuf> {
     })
     .clone()
 }
+
+/// Writes an OCI index over `manifests`, each with its platform (`linux/arm64`), into
+/// `layout`, and tags it `tag` beside the layout's other tags; returns the index's descriptor.
+pub fn tag_index(
+    layout: &gpubake::image::layout::Layout,
+    manifests: &[(&oci_spec::image::Descriptor, &str)],
+    tag: &str,
+) -> oci_spec::image::Descriptor {
+    use oci_spec::image::{Descriptor, ImageIndexBuilder, MediaType};
+    let entries = manifests
+        .iter()
+        .map(|(desc, platform)| {
+            let mut d =
+                Descriptor::new(MediaType::ImageManifest, desc.size(), desc.digest().clone());
+            let p: gpubake::image::Platform = platform.parse().unwrap();
+            d.set_platform(Some(p.to_oci()));
+            d
+        })
+        .collect::<Vec<_>>();
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(entries)
+        .build()
+        .unwrap();
+    let mut index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
+    index_desc.set_annotations(Some(std::collections::HashMap::from([(
+        gpubake::image::layout::REF_NAME.to_string(),
+        tag.to_string(),
+    )])));
+    let mut top = layout.index().unwrap();
+    let mut all = top.manifests().clone();
+    all.push(index_desc.clone());
+    top.set_manifests(all);
+    layout.write_index(&top).unwrap();
+    index_desc
+}
