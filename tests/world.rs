@@ -6,10 +6,9 @@
 
 mod common;
 
+use common::world::{check, finish, free_port, verdict};
 use common::{assert_exit, stderr, stdout};
-use serde_json::Value;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn gpu_present() -> bool {
@@ -18,15 +17,6 @@ fn gpu_present() -> bool {
         eprintln!("skipped: a GPU is present; the local probes would take minutes");
     }
     present
-}
-
-/// A port nothing listens on now; rank 0 will take it.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts rank `rank` of `world` as torchrun --no-python would, with `extra` arguments and
@@ -49,51 +39,6 @@ fn rank(rank: u32, world: u32, port: u16, extra: &[&str], vars: &[(&str, &str)])
         .expect("the gpubake binary runs")
 }
 
-/// Waits for `child`, killing it and failing the test past `within`.
-fn finish(child: Child, within: Duration) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(within) {
-        Ok(out) => out.expect("waiting for gpubake"),
-        Err(_) => {
-            // SAFETY: kill(2) on a child of this test, which has not been reaped.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("gpubake pid {pid} did not finish within {within:?}");
-        }
-    }
-}
-
-/// Rank 0's JSON verdict and its `world` checks by name.
-fn verdict(out: &Output) -> (Value, Vec<(String, String, String)>) {
-    let json: Value = serde_json::from_str(&stdout(out))
-        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", stdout(out), stderr(out)));
-    let checks = json["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            assert_eq!(c["phase"], "world", "{c}");
-            (
-                c["name"].as_str().unwrap().to_string(),
-                c["status"].as_str().unwrap().to_string(),
-                c["detail"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    (json, checks)
-}
-
-fn check<'a>(checks: &'a [(String, String, String)], name: &str) -> (&'a str, &'a str) {
-    let c = checks
-        .iter()
-        .find(|c| c.0 == name)
-        .unwrap_or_else(|| panic!("no check {name}: {checks:?}"));
-    (&c.1, &c.2)
-}
-
 const SOON: Duration = Duration::from_secs(20);
 
 #[test]
@@ -101,7 +46,7 @@ fn rank_zero_aggregates_every_rank() {
     if gpu_present() {
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("world.xml");
     // The followers start first: they must wait for rank 0 to listen.
@@ -180,7 +125,7 @@ fn the_default_port_is_one_above_master_port() {
         return;
     }
     // Only one rank: rank 0 listens, needs nobody, and says where it listened.
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
         .args(["probe", "--world"])
         .env("TORCHELASTIC_RUN_ID", "solo")
@@ -209,7 +154,7 @@ fn a_rank_that_never_comes_is_missing_at_the_deadline() {
     if gpu_present() {
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let started = Instant::now();
     let follower = rank(1, 3, port, &[], &[]);
     let leader = rank(0, 3, port, &["--json", "--world-timeout", "2"], &[]);
@@ -247,7 +192,7 @@ fn a_rank_killed_after_its_hello_is_dead_without_waiting_for_the_deadline() {
         return;
     }
     use std::os::unix::process::ExitStatusExt;
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let started = Instant::now();
     let doomed = rank(
         2,
@@ -280,7 +225,7 @@ fn a_rank_that_reports_past_the_deadline_is_slow() {
     if gpu_present() {
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let started = Instant::now();
     let mut dawdler = rank(
         2,
@@ -354,7 +299,7 @@ fn an_nccl_log_directory_without_gpus_is_left_empty_with_the_reason() {
     if gpu_present() {
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("nccl-logs");
     let logs_arg = ["--world-nccl-log", logs.to_str().unwrap()];
@@ -400,7 +345,7 @@ fn an_nccl_log_directory_that_cannot_be_made_is_exit_2() {
         rank(
             0,
             1,
-            free_port(),
+            free_port("127.0.0.1"),
             &["--world-nccl-log", inside.to_str().unwrap()],
             &[],
         ),

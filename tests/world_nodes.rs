@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::world::{check, finish, free_port, world_checks};
 use common::{have, stderr, stdout};
 use serde_json::Value;
 use std::path::Path;
@@ -34,14 +35,6 @@ fn runnable(what: &str) -> bool {
         return false;
     }
     true
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A free port below Linux's ephemeral range (32768 and up), so that no program's outgoing
@@ -87,47 +80,6 @@ fn sh(program: &str, args: &[&str]) {
         args.join(" "),
         stderr(&out)
     );
-}
-
-/// Waits for `child`, killing it and failing the test past `within`.
-fn finish(mut child: Child, within: Duration) -> Output {
-    let until = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "pid did not finish within {within:?}\n{}\n{}",
-                stdout(&out),
-                stderr(&out)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
-/// The `world` checks of rank 0's JSON verdict, by name.
-fn world_checks(out: &Output) -> Vec<(String, String, String)> {
-    let json: Value = serde_json::from_str(&stdout(out))
-        .unwrap_or_else(|e| panic!("{e}\n{}\n{}", stdout(out), stderr(out)));
-    json["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            let text = |k: &str| c[k].as_str().unwrap().to_string();
-            (text("name"), text("status"), text("detail"))
-        })
-        .collect()
-}
-
-fn check<'a>(checks: &'a [(String, String, String)], name: &str) -> (&'a str, &'a str) {
-    let c = checks
-        .iter()
-        .find(|c| c.0 == name)
-        .unwrap_or_else(|| panic!("no check {name}: {checks:?}"));
-    (&c.1, &c.2)
 }
 
 /// Processes this test started, stopped when it ends however it ends.
@@ -579,7 +531,7 @@ fn ranks_as_nodes(launcher: Launcher, subnet: u8, name: &str) {
     };
 
     // All present: each rank named by its own host and address.
-    let port = free_port();
+    let port = free_port("0.0.0.0");
     let followers: Vec<Child> = (1..3).map(|r| start(r, port, &[], &[])).collect();
     let out = finish(start(0, port, &["--world-timeout", "20"], &[]), SOON);
     let checks = world_checks(&out);
@@ -606,7 +558,7 @@ fn ranks_as_nodes(launcher: Launcher, subnet: u8, name: &str) {
     }
 
     // Rank 2 never comes: missing at the 2 s deadline.
-    let port = free_port();
+    let port = free_port("0.0.0.0");
     let began = Instant::now();
     let follower = start(1, port, &[], &[]);
     let out = finish(start(0, port, &["--world-timeout", "2"], &[]), SOON);
@@ -629,7 +581,7 @@ fn ranks_as_nodes(launcher: Launcher, subnet: u8, name: &str) {
     assert_eq!(finish(follower, SOON).status.code(), Some(3));
 
     // Rank 2 is killed after its hello: dead, long before the 60 s deadline.
-    let port = free_port();
+    let port = free_port("0.0.0.0");
     let began = Instant::now();
     let doomed = start(
         2,
@@ -657,7 +609,7 @@ fn ranks_as_nodes(launcher: Launcher, subnet: u8, name: &str) {
     assert_eq!(finish(follower, SOON).status.code(), Some(3));
 
     // Rank 2 reports 30 s late against a 2 s deadline: slow.
-    let port = free_port();
+    let port = free_port("0.0.0.0");
     let began = Instant::now();
     let mut dawdler = start(
         2,

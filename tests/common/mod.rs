@@ -3,6 +3,7 @@
 
 pub mod stack;
 pub mod wheels;
+pub mod world;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
