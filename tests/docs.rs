@@ -22,6 +22,7 @@
 mod common;
 
 use clap::{CommandFactory, Parser};
+use common::stack::wheel_cache;
 use gpubake::cli::Cli;
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -821,14 +822,6 @@ fn copy_tree(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &dest).unwrap();
         }
     }
-}
-
-/// The wheel cache the tests share (tests/stack.rs fills the same one).
-fn wheel_cache() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-wheel-cache")
 }
 
 /// Runs every documented example of `stage` in documented order, each as its entry says, and

@@ -813,7 +813,7 @@ fn each_platform_s_stack_holds_its_own_wheels() {
     if !common::tools() {
         return;
     }
-    use gpubake::image::{BuildOptions, Compression, Platform, PlatformOptions, Transport};
+    use gpubake::image::{Platform, PlatformOptions, Transport};
     let dir = tempfile::tempdir().unwrap();
     // The index: Debian bookworm as linux/amd64, and an arm64 image with /usr/bin/python3.11.
     let base_dir = dir.path().join("base");
@@ -876,25 +876,14 @@ fn each_platform_s_stack_holds_its_own_wheels() {
     let amd64: Platform = "linux/amd64".parse().unwrap();
     let arm64: Platform = "linux/arm64".parse().unwrap();
     let out = dir.path().join("out");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-wheel-cache");
     let report = gpubake::image::build_for(
         &loaded,
         &resolved,
-        &BuildOptions {
-            to: format!("oci:{}:v1", out.display()).parse().unwrap(),
-            from: Some(format!("oci:{}:multi", base_dir.display()).parse().unwrap()),
-            compression: Compression::Gzip,
-            epoch: 0,
-            no_cache: false,
-            closure: None,
-            offline: false,
-            cache_dir: cache,
-            stack_layers: 60,
-            probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
-        },
+        &common::stack::build_options(
+            &format!("oci:{}:multi", base_dir.display()),
+            &format!("oci:{}:v1", out.display()),
+            None,
+        ),
         &PlatformOptions {
             only: None,
             probes: vec![(arm64.clone(), aarch64_program())],

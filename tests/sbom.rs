@@ -6,11 +6,11 @@
 
 mod common;
 
+use common::stack::build_options;
 use common::{assert_exit, gpubake, have, write};
-use gpubake::image::{BuildOptions, Compression};
 use gpubake::sbom::{Format, Subject};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// cyclonedx-python-lib's validator for CycloneDX 1.6 JSON: exit 1 with the schema's
@@ -204,14 +204,6 @@ fn an_sbom_path_that_cannot_be_written_is_refused_before_the_build() {
     assert_exit(&out, 2);
 }
 
-/// The wheel cache the stack tests share, kept across runs so PyPI is asked once.
-fn wheel_cache() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-wheel-cache")
-}
-
 #[test]
 fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
     if !validators() {
@@ -241,20 +233,11 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
     let report = gpubake::image::build(
         &loaded,
         &resolved,
-        &BuildOptions {
-            to: format!("oci:{}:v1", dir.path().join("out").display())
-                .parse()
-                .unwrap(),
-            from: Some(format!("oci:{}:bookworm", base.display()).parse().unwrap()),
-            compression: Compression::Gzip,
-            epoch: 0,
-            no_cache: false,
-            closure: Some(closure),
-            offline: false,
-            cache_dir: wheel_cache(),
-            stack_layers: 60,
-            probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
-        },
+        &build_options(
+            &format!("oci:{}:bookworm", base.display()),
+            &format!("oci:{}:v1", dir.path().join("out").display()),
+            Some(closure),
+        ),
     )
     .unwrap();
     let subject = Subject {

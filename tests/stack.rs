@@ -4,15 +4,16 @@
 
 mod common;
 
+use common::stack::{build_options, wheel_cache};
 use common::{assert_exit, have};
 use gpubake::closure::{self, Closure};
 use gpubake::document::Document;
-use gpubake::image::{BuildOptions, BuildReport, Compression};
+use gpubake::image::BuildReport;
 use gpubake::recipe::LoadedRecipe;
 use gpubake::render::{self, ContextPlan};
 use gpubake::resolve::{self, Resolved};
 use gpubake::wheel::cache::{FetchOptions, WheelCache};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const SMALL: &str = include_str!("fixtures/pylock.small.toml");
@@ -24,14 +25,6 @@ name = "six"
 version = "1.17.0"
 wheels = [{ url = "https://files.pythonhosted.org/packages/b7/ce/149a00dd41f10bc29e5921b496af8b574d8413afcd5e30dfa0ed46c2cc5e/six-1.17.0-py2.py3-none-any.whl", size = 11050, hashes = { sha256 = "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274" } }]
 "#;
-
-/// The wheel cache the tests share, kept across runs so PyPI is asked once.
-fn wheel_cache() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("test-wheel-cache")
-}
 
 fn recipe(dir: &Path, python: &str, pip: &[&str]) -> (LoadedRecipe, Resolved) {
     let text = format!(
@@ -58,22 +51,8 @@ fn build(
     base: &Path,
     to: &str,
 ) -> gpubake::Result<BuildReport> {
-    gpubake::image::build(
-        loaded,
-        resolved,
-        &BuildOptions {
-            to: to.parse().unwrap(),
-            from: Some(format!("oci:{}:bookworm", base.display()).parse().unwrap()),
-            compression: Compression::Gzip,
-            epoch: 0,
-            no_cache: false,
-            closure: Some(closure),
-            offline: false,
-            cache_dir: wheel_cache(),
-            stack_layers: 60,
-            probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
-        },
-    )
+    let from = format!("oci:{}:bookworm", base.display());
+    gpubake::image::build(loaded, resolved, &build_options(&from, to, Some(closure)))
 }
 
 fn layer<'a>(report: &'a BuildReport, name: &str) -> &'a str {

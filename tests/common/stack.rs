@@ -1,7 +1,35 @@
-//! Helpers for the tests that hand the Debian base to the Docker Engine.
+//! Helpers for the tests that build the Python stack through the library or hand the Debian
+//! base to the Docker Engine.
 
-use std::path::Path;
+use gpubake::closure::Closure;
+use gpubake::image::{BuildOptions, Compression};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The wheel cache the tests share, kept in the target directory between runs.
+pub fn wheel_cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("test-wheel-cache")
+}
+
+/// The options of a stack build from `from` into `to` (transports as written), with the
+/// shared wheel cache, gzip, SOURCE_DATE_EPOCH 0 and the tested binary as the probe.
+pub fn build_options(from: &str, to: &str, closure: Option<Closure>) -> BuildOptions {
+    BuildOptions {
+        to: to.parse().unwrap(),
+        from: Some(from.parse().unwrap()),
+        compression: Compression::Gzip,
+        epoch: 0,
+        no_cache: false,
+        closure,
+        offline: false,
+        cache_dir: wheel_cache(),
+        stack_layers: 60,
+        probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
+    }
+}
 
 /// Copies the OCI layout `base` (tag `bookworm`) into the Docker Engine as `tag`, so a
 /// build or a container can start from it; fails the test with skopeo's words.
