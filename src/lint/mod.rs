@@ -110,7 +110,7 @@ pub struct Context {
 ///
 /// ```
 /// use gpubake::lint::{check_var, Context, Severity};
-/// let issues = check_var("NCCL_NTHREADS", "1000", &Context::default());
+/// let issues = check_var("NCCL_NTHREADS", "1024", &Context::default());
 /// assert_eq!(issues[0].code, "out-of-range");
 /// assert_eq!(issues[0].severity, Severity::Error);
 /// assert!(check_var("OMP_NUM_THREADS", "anything", &Context::default()).is_empty());
@@ -636,7 +636,10 @@ mod tests {
     fn integer_quirks_are_caught() {
         assert_eq!(codes("NCCL_IB_TIMEOUT", "twenty", None), ["not-a-number"]);
         assert!(codes("NCCL_BUFFSIZE", "4M", None).contains(&"trailing-text"));
-        assert!(codes("NCCL_NTHREADS", "1000", None).contains(&"out-of-range"));
+        // NCCL tests "a multiple of 32" before the maximum (getNthreads): 1000 is not a
+        // multiple, 1024 is above 512.
+        assert!(codes("NCCL_NTHREADS", "1024", None).contains(&"out-of-range"));
+        assert!(codes("NCCL_NTHREADS", "1000", None).contains(&"not-a-multiple"));
         assert!(codes("NCCL_NTHREADS", "100", None).contains(&"not-a-multiple"));
         assert!(codes("NCCL_NTHREADS", "0256", None).contains(&"octal"));
         assert_eq!(codes("NCCL_NTHREADS", "256", None), ["production-risk"]);

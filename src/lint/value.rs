@@ -2,7 +2,7 @@
 //! get wrong. The parsing itself lives in [`crate::nccl::value`].
 
 use super::{Issue, Severity};
-use crate::nccl::params::{Kind, OutOfRange, Param};
+use crate::nccl::params::{Condition, Effect, Kind, OutOfRange, Param, ParamTable, Rule};
 use crate::nccl::suggest::closest;
 use crate::nccl::value::{OLD_LEVELS, PathLevel, path_level, strtoll};
 use crate::version::Version;
@@ -26,34 +26,51 @@ fn issue(severity: Severity, code: &'static str, message: String, help: Option<S
     }
 }
 
-/// Checks an integer-valued parameter (bool, int, size).
+/// Checks an integer-valued parameter (bool, int, size) in the order NCCL handles it: how
+/// strtoll reads the text, the C `int` some knobs keep it in, then the rules NCCL's code
+/// applies to that number. Where reading changes the number, the findings go on to say what
+/// NCCL does with the number it really has (`8MB` is 8; `abc` is 0).
 pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
     let name = &p.name;
     let n = strtoll(value);
+    let mut out = Vec::new();
+    if n.overflow && !p.saturates {
+        // ncclLoadParam sees ERANGE, logs "Invalid value ... using default" and keeps the default.
+        out.push(issue(
+            Severity::Error,
+            "overflow",
+            format!(
+                "{name}=`{value}` does not fit in 64 bits: NCCL logs `Invalid value {value} for \
+                 {name}, using default` and keeps its default"
+            ),
+            Some("write a smaller number, or drop the variable to keep the default".into()),
+        ));
+        return out;
+    }
+    if n.overflow {
+        out.push(issue(
+            Severity::Error,
+            "overflow",
+            format!(
+                "{name}=`{value}` does not fit in 64 bits: NCCL reads it with strtol, which \
+                 gives {}",
+                n.value
+            ),
+            Some("write a smaller number, or drop the variable to keep the default".into()),
+        ));
+    }
     if !n.digits {
         let help = match p.kind {
             Kind::Bool => Some("write 1 to turn it on or 0 to turn it off".to_string()),
             _ => Some("write a plain integer".to_string()),
         };
-        return vec![issue(
+        out.push(issue(
             Severity::Error,
             "not-a-number",
             format!("{name}=`{value}` is not a number: NCCL parses it as 0"),
             help,
-        )];
-    }
-    if n.overflow {
-        return vec![issue(
-            Severity::Error,
-            "overflow",
-            format!(
-                "{name}=`{value}` does not fit in 64 bits: NCCL ignores it and keeps its default"
-            ),
-            Some("write a smaller number, or drop the variable to keep the default".into()),
-        )];
-    }
-    let mut out = Vec::new();
-    if !n.rest.is_empty() {
+        ));
+    } else if !n.rest.trim().is_empty() {
         let help = match (p.kind, unit_multiplier(n.rest)) {
             (Kind::Size, Some(unit)) => Some(format!(
                 "NCCL takes plain byte counts: write {}",
@@ -66,14 +83,18 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
             "trailing-text",
             format!(
                 "NCCL reads {name}=`{value}` as {} and drops `{}`",
-                n.value, n.rest
+                n.value,
+                n.rest.trim_end()
             ),
             help,
         ));
-        return out;
     }
     let digits = value.trim_start().trim_start_matches(['+', '-']);
-    if n.base == 8 && digits.len() > 1 {
+    if n.digits
+        && n.base == 8
+        && digits.len() > 1
+        && digits.as_bytes().get(1).is_some_and(|b| b.is_ascii_digit())
+    {
         out.push(issue(
             Severity::Warning,
             "octal",
@@ -84,9 +105,33 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
             )),
         ));
     }
-    let x = n.value;
+    let kept = p.as_kept(n.value);
+    if kept != n.value {
+        out.push(issue(
+            Severity::Error,
+            "c-int",
+            format!(
+                "NCCL keeps {name} in a 32-bit int: {} becomes {kept}",
+                n.value
+            ),
+            Some("write a number below 2147483648".into()),
+        ));
+    }
+    // Say which number the rest is about when it is not the text as written.
+    let shown = if value.trim() == kept.to_string() {
+        format!("{name}={kept}")
+    } else {
+        format!("{name}={kept} (what NCCL makes of `{value}`)")
+    };
+    out.extend(consequence(p, kept, &shown));
+    out
+}
+
+/// What NCCL does with the number it works with: the first of the knob's rules that applies,
+/// else the documented bounds, which no run has tested.
+fn consequence(p: &Param, x: i64, shown: &str) -> Option<Issue> {
     if p.special.contains(&x) {
-        return out;
+        return None;
     }
     if p.kind == Kind::Bool && x != 0 && x != 1 {
         let what = if p.name == "NCCL_P2P_DISABLE" {
@@ -94,70 +139,124 @@ pub fn check_integer(p: &Param, value: &str) -> Vec<Issue> {
         } else {
             format!("takes 0 or 1; {x} is not a documented value")
         };
-        out.push(issue(
+        return Some(issue(
             Severity::Warning,
             "bool-range",
-            format!("{name} {what}"),
+            format!("{} {what}", p.name),
             Some("write 0 or 1".into()),
         ));
-        return out;
     }
+    if let Some(rule) = p.rule_for(x) {
+        return Some(rule_issue(p, rule, x, shown));
+    }
+    documented_bounds(p, x, shown)
+}
+
+fn effect_words(effect: Effect) -> String {
+    match effect {
+        Effect::Default => "ignores it and keeps its default".into(),
+        Effect::Use(n) => format!("uses {n} instead"),
+        Effect::Crash => "crashes".into(),
+        Effect::FailInit => "fails to create the communicator".into(),
+    }
+}
+
+/// The finding for a value a rule applies to: the effect said as fact only where the fixture
+/// has a run that shows it (`seen`, checked by tests/nccl_truth.rs).
+fn rule_issue(p: &Param, rule: &Rule, x: i64, shown: &str) -> Issue {
+    let name = &p.name;
+    let effect = effect_words(rule.then);
+    let logs = rule
+        .says
+        .as_deref()
+        .map(|s| format!(" NCCL logs `…{s}…`;"))
+        .unwrap_or_default();
+    let evidence = match &rule.seen {
+        Some(seen) => format!(
+            "NCCL {effect} (observed with {name}={seen}, {})",
+            ParamTable::embedded().observed_on
+        ),
+        None => format!(
+            "NCCL's code ({}) suggests it {effect}; not observed",
+            p.source.as_deref().unwrap_or("its source")
+        ),
+    };
+    let code = match rule.when {
+        Condition::NotMultipleOf(_) => "not-a-multiple",
+        Condition::Equals(_) => "fails-init",
+        _ => "out-of-range",
+    };
+    let help = match (rule.when, rule.then) {
+        (Condition::NotMultipleOf(m), _) => {
+            let down = x - x.rem_euclid(m);
+            if down < m {
+                format!("{m}, or a larger multiple of {m}")
+            } else {
+                format!("{down} or {}", down + m)
+            }
+        }
+        (_, Effect::Use(n)) => format!("write {n} if that is what you want, or drop it"),
+        _ => "drop the variable to keep NCCL's default".into(),
+    };
+    issue(
+        Severity::Error,
+        code,
+        format!("{shown} {}:{logs} {evidence}", rule.when.describe()),
+        Some(help),
+    )
+}
+
+/// Bounds from NCCL's documentation or gpubake's own floor, where the table has no rule from
+/// NCCL's code: a warning, with what the code suggests, never an observed effect.
+fn documented_bounds(p: &Param, x: i64, shown: &str) -> Option<Issue> {
     let below = p.min.filter(|&lo| x < lo);
     let above = p.max.filter(|&hi| x > hi);
-    if let Some(bound) = below.or(above) {
-        let range = match (p.min, p.max) {
-            (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
-            (Some(lo), None) => format!(">= {lo}"),
-            (None, Some(hi)) => format!("<= {hi}"),
-            (None, None) => unreachable!("a bound matched"),
-        };
-        let effect = match p.out_of_range {
-            Some(OutOfRange::Clamp) => format!("is outside {range}: NCCL clamps it to {bound}"),
-            Some(OutOfRange::Fallback) => {
-                format!("is outside {range}: NCCL falls back to its default")
-            }
-            Some(OutOfRange::Reject) => format!("is outside {range}: NCCL refuses it at init"),
-            Some(OutOfRange::Ignore) => format!("is outside {range}: NCCL ignores it"),
-            Some(OutOfRange::Crash) => format!("is outside {range}: NCCL crashes"),
-            None => format!("is outside the documented range {range}"),
-        };
-        let effect = match &p.observed {
-            Some(seen) => format!("{effect} ({seen})"),
-            None => effect,
-        };
-        let severity = if p.out_of_range.is_some() {
-            Severity::Error
-        } else {
-            Severity::Warning
-        };
-        out.push(issue(
-            severity,
+    let not_multiple = p.multiple_of.filter(|&m| m > 0 && x % m != 0);
+    if below.is_none() && above.is_none() && not_multiple.is_none() {
+        return None;
+    }
+    let range = match (p.min, p.max) {
+        (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
+        (Some(lo), None) => format!(">= {lo}"),
+        (None, Some(hi)) => format!("<= {hi}"),
+        (None, None) => String::new(),
+    };
+    let (code, what) = match not_multiple {
+        Some(m) if below.is_none() && above.is_none() => {
+            ("not-a-multiple", format!("is not a multiple of {m}"))
+        }
+        _ => (
             "out-of-range",
-            format!("{name}={x} {effect}"),
-            Some(format!("a value in {range}{}", multiple_hint(p))),
-        ));
-        return out;
-    }
-    if let Some(m) = p.multiple_of.filter(|&m| m > 0 && x % m != 0) {
-        let effect = match p.out_of_range {
-            Some(OutOfRange::Fallback) | None => "NCCL falls back to its default".to_string(),
-            Some(OutOfRange::Clamp) => format!("NCCL uses {} instead", p.max.unwrap_or(x)),
-            Some(OutOfRange::Reject) => "NCCL refuses it at init".to_string(),
-            Some(OutOfRange::Ignore) => "NCCL ignores it".to_string(),
-            Some(OutOfRange::Crash) => "NCCL crashes".to_string(),
-        };
-        out.push(issue(
-            Severity::Error,
-            "not-a-multiple",
-            format!("{name}={x} is not a multiple of {m}: {effect}"),
-            Some(format!(
-                "{} or {}",
-                x - x.rem_euclid(m),
-                x - x.rem_euclid(m) + m
-            )),
-        ));
-    }
-    out
+            match &p.bounds_from {
+                Some(from) => format!("is outside {range} ({from})"),
+                None => format!("is outside the documented range {range}"),
+            },
+        ),
+    };
+    let suggests = match p.out_of_range {
+        Some(OutOfRange::Clamp) => "clamps it".to_string(),
+        Some(OutOfRange::Fallback) => "falls back to its default".into(),
+        Some(OutOfRange::Reject) => "refuses it at init".into(),
+        Some(OutOfRange::Ignore) => "ignores it".into(),
+        Some(OutOfRange::Crash) => "crashes".into(),
+        None => String::new(),
+    };
+    let effect = if suggests.is_empty() {
+        "what NCCL does with it was not observed".to_string()
+    } else {
+        format!("NCCL's code suggests it {suggests}; not observed")
+    };
+    let help = if range.is_empty() {
+        format!("a multiple of {}", p.multiple_of.unwrap_or(1))
+    } else {
+        format!("a value in {range}{}", multiple_hint(p))
+    };
+    Some(issue(
+        Severity::Warning,
+        code,
+        format!("{shown} {what}: {effect}"),
+        Some(help),
+    ))
 }
 
 fn multiple_hint(p: &Param) -> String {
@@ -312,11 +411,18 @@ pub fn check_prefix_list(p: &Param, value: &str) -> Vec<Issue> {
     if !spaced.is_empty() {
         return spaced;
     }
+    // A misplaced `^` only drops an exclusion from a list that names what to take anyway; a
+    // misplaced `=` makes the name match nothing, which can leave NCCL no interface at all.
+    // NCCL 2.28.9 ran with NCCL_SOCKET_IFNAME=`lo,^docker` (tests/fixtures/nccl-truth.yaml).
     rest.split(',')
         .filter(|entry| entry.starts_with(['^', '=']))
         .map(|entry| {
             issue(
-                Severity::Error,
+                if entry.starts_with('^') {
+                    Severity::Warning
+                } else {
+                    Severity::Error
+                },
                 "list-syntax",
                 format!(
                     "{}: NCCL reads `^` and `=` only at the start of the whole list; here \

@@ -72,6 +72,85 @@ pub enum OutOfRange {
     Crash,
 }
 
+/// A test NCCL's code applies to a value it has read, as its code writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Condition {
+    /// The value is this or less.
+    AtMost(i64),
+    /// The value is less than this.
+    Below(i64),
+    /// The value is more than this.
+    Above(i64),
+    /// The value is not a multiple of this.
+    NotMultipleOf(i64),
+    /// The value is exactly this.
+    Equals(i64),
+}
+
+impl Condition {
+    /// Whether `x` meets the condition.
+    pub fn holds(self, x: i64) -> bool {
+        match self {
+            Condition::AtMost(n) => x <= n,
+            Condition::Below(n) => x < n,
+            Condition::Above(n) => x > n,
+            Condition::NotMultipleOf(m) => m != 0 && x % m != 0,
+            Condition::Equals(n) => x == n,
+        }
+    }
+
+    /// The condition in words, as it reads after "the value".
+    pub fn describe(self) -> String {
+        match self {
+            Condition::AtMost(0) => "is 0 or less".into(),
+            Condition::AtMost(n) => format!("is {n} or less"),
+            Condition::Below(n) => format!("is below {n}"),
+            Condition::Above(n) => format!("is above {n}"),
+            Condition::NotMultipleOf(m) => format!("is not a multiple of {m}"),
+            Condition::Equals(n) => format!("is {n}"),
+        }
+    }
+}
+
+/// What NCCL's code does with a value that meets a rule's condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Effect {
+    /// Keeps the value it uses when the variable is unset.
+    Default,
+    /// Uses this value instead.
+    Use(i64),
+    /// The process dies.
+    Crash,
+    /// Communicator creation fails.
+    FailInit,
+}
+
+/// One of the tests NCCL's code applies to a knob's value, in the order it applies them: the
+/// first whose condition holds decides.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// When the rule applies.
+    #[serde(with = "serde_yaml::with::singleton_map")]
+    pub when: Condition,
+    /// What NCCL then does.
+    #[serde(with = "serde_yaml::with::singleton_map")]
+    pub then: Effect,
+    /// A fragment of the line NCCL logs when the rule applies.
+    #[serde(default)]
+    pub says: Option<String>,
+    /// NCCL's own line states the effect (`Limiting value to 8`), so the log shows it.
+    #[serde(default)]
+    pub tells: bool,
+    /// A value of tests/fixtures/nccl-truth.yaml that meets this rule first and whose run
+    /// shows the effect; without one the effect is what NCCL's code suggests, not observed.
+    /// tests/nccl_truth.rs holds every `seen` to the fixture.
+    #[serde(default)]
+    pub seen: Option<String>,
+}
+
 /// A deprecation and its replacement.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +177,9 @@ pub struct Param {
     /// Inclusive lower bound.
     #[serde(default)]
     pub min: Option<i64>,
+    /// Where `min` and `max` come from when not from NCCL's documentation.
+    #[serde(default)]
+    pub bounds_from: Option<String>,
     /// Inclusive upper bound.
     #[serde(default)]
     pub max: Option<i64>,
@@ -107,9 +189,23 @@ pub struct Param {
     /// Sentinels always accepted (auto, unset).
     #[serde(default)]
     pub special: Vec<i64>,
-    /// What NCCL does with values out of bounds.
+    /// What NCCL's code suggests it does with values outside `min`..`max`, where no `rules`
+    /// say more; never observed, so findings say so.
     #[serde(default)]
     pub out_of_range: Option<OutOfRange>,
+    /// NCCL keeps the value in a C `int`: a number past 32 bits wraps before any rule applies.
+    #[serde(default)]
+    pub c_int: bool,
+    /// NCCL reads the value with its own strtol and no overflow check, not through
+    /// ncclLoadParam: a number past 64 bits saturates instead of leaving the default.
+    #[serde(default)]
+    pub saturates: bool,
+    /// Where NCCL's code applies `rules`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// The tests NCCL applies to the value, in its order.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
     /// Tokens of an enum or list.
     #[serde(default)]
     pub values: Vec<String>,
@@ -139,10 +235,23 @@ pub struct Param {
     /// optional `^`): `parseStringList` and `matchIfList` in src/misc/utils.cc.
     #[serde(default)]
     pub prefix_match: bool,
-    /// What NCCL was seen doing with out-of-range values, on which release and machine
-    /// (tests/fixtures/nccl-truth.yaml); quoted in findings.
-    #[serde(default)]
-    pub observed: Option<String>,
+}
+
+impl Param {
+    /// The number NCCL works with once it has read `x` with strtoll: in a C `int` for the
+    /// knobs that keep one.
+    pub fn as_kept(&self, x: i64) -> i64 {
+        if self.c_int { x as i32 as i64 } else { x }
+    }
+
+    /// The rule NCCL's code applies to the number it works with, if any: the sentinels it
+    /// takes for "unset" never meet one.
+    pub fn rule_for(&self, kept: i64) -> Option<&Rule> {
+        if self.special.contains(&kept) {
+            return None;
+        }
+        self.rules.iter().find(|r| r.when.holds(kept))
+    }
 }
 
 /// A variable NCCL no longer reads.
@@ -166,6 +275,8 @@ pub struct Removed {
 pub struct ParamTable {
     /// The NCCL version the table was derived from.
     pub analyzed: Version,
+    /// The runs the rules' `seen` cases come from (tests/fixtures/nccl-truth.yaml).
+    pub observed_on: String,
     /// Variables NCCL reads.
     pub params: Vec<Param>,
     /// Variables NCCL used to read.
@@ -237,11 +348,16 @@ mod tests {
                 p.name
             );
         }
+        // NCCL's getNthreads: a multiple of 32 first, then the maximum, then the minimum.
         let nthreads = t.get("NCCL_NTHREADS").unwrap();
-        assert_eq!(
-            (nthreads.min, nthreads.max, nthreads.multiple_of),
-            (Some(64), Some(512), Some(32))
-        );
+        let first = |x| nthreads.rule_for(x).map(|r| r.then);
+        assert_eq!(first(4), Some(Effect::Use(512)));
+        assert_eq!(first(48), Some(Effect::Use(512)));
+        assert_eq!(first(1024), Some(Effect::Use(512)));
+        assert_eq!(first(32), Some(Effect::Use(64)));
+        assert_eq!(first(0), Some(Effect::Default));
+        assert_eq!(first(256), None);
+        assert_eq!(nthreads.as_kept((1 << 32) + 64), 64);
         assert!(t.get("NCCL_P2P_LEVEL").unwrap().case_sensitive);
         for (old, _) in TORCH_OLD_NAMES {
             assert!(t.get(old).is_none() && t.removed(old).is_none(), "{old}");
