@@ -205,7 +205,7 @@ impl Registry {
                 )
             }
             Auth::Token => {
-                let (realm, child) = start_token_server(d);
+                let (realm, child) = start_token_server(d, netns.as_ref());
                 (
                     format!(
                         "token: {{realm: \"{realm}\", service: gpubake-test-registry, \
@@ -425,9 +425,9 @@ impl Drop for Registry {
 }
 
 /// Starts `tests/fixtures/token-server.py` for a registry in `d`, with a signing key and
-/// certificate of its own (`token-key.pem`, `token-cert.pem`: the registry's rootcertbundle);
-/// returns its realm and its process.
-fn start_token_server(d: &Path) -> (String, Child) {
+/// certificate of its own (`token-key.pem`, `token-cert.pem`: the registry's rootcertbundle),
+/// on 127.0.0.1 or in `netns`; returns its realm and its process.
+fn start_token_server(d: &Path, netns: Option<&Namespace>) -> (String, Child) {
     run(Command::new("openssl").args([
         "req",
         "-x509",
@@ -444,8 +444,17 @@ fn start_token_server(d: &Path) -> (String, Child) {
         &d.join("token-cert.pem").display().to_string(),
     ]));
     let port_file = d.join("token-port");
-    let child = Command::new("python3")
+    let (mut command, host) = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name, "python3"]);
+            (c, ns.address())
+        }
+        None => (Command::new("python3"), "127.0.0.1".to_string()),
+    };
+    let child = command
         .arg(common::root().join("tests/fixtures/token-server.py"))
+        .args(["--host", &host])
         .arg("--port-file")
         .arg(&port_file)
         .arg("--key")
@@ -472,7 +481,7 @@ fn start_token_server(d: &Path) -> (String, Child) {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    (format!("http://127.0.0.1:{port}/token"), child)
+    (format!("http://{host}:{port}/token"), child)
 }
 
 /// True when apache2-utils' htpasswd makes bcrypt lines; in CI its absence fails the test.
@@ -1634,6 +1643,15 @@ fn a_plain_http_registry_off_loopback_is_named_and_gets_credentials_only_when_ma
 
     // With --tls-verify=false the password is not sent in clear text to a host off loopback
     // that nobody marked insecure, and the refusal says how to mark it.
+    // --tls-verify=false falls back to plain HTTP: without a login the registry's own 401
+    // comes back.
+    let out = reg.gpubake("none", &["inspect", &target, "--tls-verify=false"]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("asks for credentials and none are configured"),
+        "{}",
+        stderr(&out)
+    );
     let out = reg.gpubake(
         "auth",
         &["copy", &from_base(), &target, "--tls-verify=false"],
@@ -1689,4 +1707,49 @@ fn a_plain_http_registry_off_loopback_is_named_and_gets_credentials_only_when_ma
         .unwrap();
     assert_exit(&out, 0);
     assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+}
+
+#[test]
+fn a_token_server_over_plain_http_off_loopback_gets_the_password_only_when_marked_insecure() {
+    let Some(ns) = Namespace::make(2) else { return };
+    let Some(reg) = Registry::start_as(Auth::Token, Wire::Tls, Some(ns)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let target = reg.image("tokens/base:1");
+    // The registry speaks HTTPS (its certificate names 127.0.0.1, hence --tls-verify=false);
+    // its token server, at 10.234.2.2, plain HTTP.
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &from_base(), &target, "--tls-verify=false"],
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(&format!(
+            "its token server http://{}:",
+            reg.addr.trim_end_matches(":5000")
+        )) && stderr(&out).contains("does not send those from"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(reg.token_requests(), Vec::<String>::new());
+
+    let conf = write(
+        dir.path(),
+        "registries.conf",
+        &format!(
+            "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+            reg.addr
+        ),
+    );
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &from_base(), &target, "--registries-conf", &conf],
+    );
+    assert_exit(&out, 0);
+    assert!(!reg.token_requests().is_empty());
+    assert_eq!(
+        reg.skopeo_json(&["--tls-verify=false"], "tokens/base:1")["Digest"],
+        layout_digest(&common::base(), "latest")
+    );
 }
