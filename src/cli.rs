@@ -20,8 +20,9 @@ struct RegistryArgs {
     /// Check registries' TLS certificates. --tls-verify=false accepts any, and where HTTPS
     /// fails tries plain HTTP, as skopeo does. A loopback registry is reached over plain HTTP
     /// when it speaks only that, as docker does; so is one marked `insecure = true` in
-    /// registries.conf or listed in docker's daemon.json `insecure-registries`. Credentials
-    /// go over plain HTTP only to loopback or to a registry so marked.
+    /// registries.conf or listed in docker's daemon.json `insecure-registries`, which is not
+    /// verified either. Credentials go over plain HTTP only to loopback or to a registry so
+    /// marked.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     tls_verify: bool,
     /// Trust the CA certificates (*.crt, PEM) in this directory as well.
