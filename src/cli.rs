@@ -17,14 +17,15 @@ use std::path::{Path, PathBuf};
 /// How to reach registries (`docker://`), with skopeo's option names.
 #[derive(clap::Args, Debug, Clone)]
 struct RegistryArgs {
-    /// Check registries' TLS certificates. --tls-verify=false accepts any, and where HTTPS
-    /// fails tries plain HTTP, as skopeo does. A loopback registry is reached over plain HTTP
-    /// when it speaks only that, as docker does; so is one marked `insecure = true` in
-    /// registries.conf or listed in docker's daemon.json `insecure-registries`, which is not
-    /// verified either. Credentials go over plain HTTP only to loopback or to a registry so
-    /// marked.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    tls_verify: bool,
+    /// Check registries' TLS certificates. --tls-verify=false accepts any certificate and,
+    /// where HTTPS fails, tries plain HTTP, as skopeo does. Without the option, so it goes for
+    /// a registry marked `insecure = true` in registries.conf or listed in docker's
+    /// daemon.json `insecure-registries`, as skopeo and docker treat them; --tls-verify=true
+    /// checks those too. A loopback registry is reached over plain HTTP when it speaks only
+    /// that, as docker does. Credentials go over plain HTTP only to loopback or to a marked
+    /// registry.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    tls_verify: Option<bool>,
     /// Trust the CA certificates (*.crt, PEM) in this directory as well.
     #[arg(long, value_name = "DIR")]
     cert_dir: Option<PathBuf>,

@@ -1748,6 +1748,23 @@ fn a_token_server_over_plain_http_off_loopback_gets_the_password_only_when_marke
     );
     assert_exit(&out, 0);
     assert!(!reg.token_requests().is_empty());
+    // An explicit --tls-verify=true checks a marked registry too, as skopeo reads it.
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "inspect",
+            &target,
+            "--registries-conf",
+            &conf,
+            "--tls-verify=true",
+        ],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("TLS certificate is not trusted"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(
         // skopeo too skips verifying a registry its registries.conf marks insecure.
         reg.skopeo_json(&["--registries-conf", &conf], "tokens/base:1")["Digest"],

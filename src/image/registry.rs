@@ -50,8 +50,10 @@ pub(super) const MANIFEST_TYPES: [&str; 4] = [
 /// How to reach registries: the options skopeo users know.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
-    /// Check the registry's TLS certificate (`--tls-verify=false` turns it off).
-    pub tls_verify: bool,
+    /// Check the registry's TLS certificate (`--tls-verify=false` turns it off, and lets
+    /// plain HTTP be tried). None: check it unless the registry is marked insecure, as skopeo
+    /// does without the option.
+    pub tls_verify: Option<bool>,
     /// A directory of extra CA certificates (`*.crt`, PEM), as skopeo's `--cert-dir`.
     pub cert_dir: Option<PathBuf>,
     /// A credentials file in docker's `config.json` format, read instead of the usual ones.
@@ -67,7 +69,7 @@ pub struct Access {
 impl Default for Access {
     fn default() -> Self {
         Access {
-            tls_verify: true,
+            tls_verify: None,
             cert_dir: None,
             authfile: None,
             registries_conf: None,
@@ -139,7 +141,7 @@ impl Session {
             remote.access.registries_conf.as_deref(),
         )?;
         let marked_insecure = standing.marked_in.is_some();
-        let tls_verify = remote.access.tls_verify && !marked_insecure;
+        let tls_verify = remote.access.tls_verify.unwrap_or(!marked_insecure);
         let roots = certificates(&registry, remote.access.cert_dir.as_deref())?;
         let http = http_client(&roots, tls_verify)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
