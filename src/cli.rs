@@ -17,9 +17,15 @@ use std::path::{Path, PathBuf};
 /// How to reach registries (`docker://`), with skopeo's option names.
 #[derive(clap::Args, Debug, Clone)]
 struct RegistryArgs {
-    /// Check registries' TLS certificates; --tls-verify=false accepts any.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    tls_verify: bool,
+    /// Check registries' TLS certificates. --tls-verify=false accepts any certificate and,
+    /// where HTTPS fails, tries plain HTTP, as skopeo does. Without the option, so it goes for
+    /// a registry marked `insecure = true` in registries.conf or listed in docker's
+    /// daemon.json `insecure-registries`, as skopeo and docker treat them; --tls-verify=true
+    /// checks those too. A loopback registry is reached over plain HTTP when it speaks only
+    /// that, as docker does. Credentials go over plain HTTP only to loopback or to a marked
+    /// registry.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    tls_verify: Option<bool>,
     /// Trust the CA certificates (*.crt, PEM) in this directory as well.
     #[arg(long, value_name = "DIR")]
     cert_dir: Option<PathBuf>,
@@ -27,6 +33,11 @@ struct RegistryArgs {
     /// $DOCKER_CONFIG/config.json, ~/.docker/config.json and podman's auth.json.
     #[arg(long, value_name = "FILE")]
     authfile: Option<PathBuf>,
+    /// Read which registries are insecure from this registries.conf instead of
+    /// $CONTAINERS_REGISTRIES_CONF, ~/.config/containers/registries.conf or
+    /// /etc/containers/registries.conf (skopeo's option).
+    #[arg(long, value_name = "FILE")]
+    registries_conf: Option<PathBuf>,
     /// The platform to take from a multi-platform image (default: this machine's).
     #[arg(long, value_name = "OS/ARCH")]
     platform: Option<String>,
@@ -48,6 +59,7 @@ impl RegistryArgs {
             tls_verify: self.tls_verify,
             cert_dir: self.cert_dir.clone(),
             authfile: self.authfile.clone(),
+            registries_conf: self.registries_conf.clone(),
             platform,
             blob_cache: Some(crate::wheel::cache::WheelCache::default_root()?.join("layout")),
         })

@@ -1,6 +1,7 @@
 //! `docker://` against a real registry: Debian's docker-registry (distribution 2.8) on a free
 //! 127.0.0.1 port, with htpasswd (bcrypt) logins and a self-signed TLS certificate, started by
-//! each test and killed at its end. skopeo reads what gpubake pushes.
+//! each test and killed at its end; or without TLS, on loopback or on an address of a network
+//! namespace of the test's own (which needs root). skopeo reads what gpubake pushes.
 
 mod common;
 
@@ -27,6 +28,77 @@ enum Auth {
 /// A user the token server knows and refuses (403) everything.
 const OUTSIDER: &str = "outsider";
 
+/// What a test registry speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// HTTPS with the self-signed certificate of [`make_certificate`].
+    Tls,
+    /// Plain HTTP, as most CI jobs run a throwaway registry.
+    Plain,
+}
+
+/// A network namespace joined to this one by a veth pair, 10.234.N.1 on this side and
+/// 10.234.N.2 on its side: an address that is not loopback for a registry to listen on. No
+/// bridge, so the host's firewall (Docker's FORWARD policy) never sees its packets. Deleted,
+/// with its veth pair, when dropped.
+struct Namespace {
+    name: String,
+    subnet: u8,
+}
+
+impl Namespace {
+    /// Makes one on 10.234.`subnet`.0/24; None (with the reason printed) where the test is
+    /// not root or `ip` is missing, outside CI.
+    fn make(subnet: u8) -> Option<Namespace> {
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs the tests as root; a network namespace needs it"
+            );
+            eprintln!("skipped: a network namespace needs root");
+            return None;
+        }
+        if !common::have("ip", "-V") {
+            return None;
+        }
+        let name = format!("gbr{}-{subnet}", std::process::id() % 100_000);
+        let ns = Namespace { name, subnet };
+        let near = format!("v{}", ns.name);
+        let ip = |args: &[&str]| run(Command::new("ip").args(args));
+        ip(&["netns", "add", &ns.name]);
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ip(&[
+            "link", "add", &near, "type", "veth", "peer", "name", "eth0", "netns", &ns.name,
+        ]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.234.{subnet}.1/24"),
+            "dev",
+            &near,
+        ]);
+        ip(&["link", "set", &near, "up"]);
+        let far = format!("{}/24", ns.address());
+        ip(&["-n", &ns.name, "addr", "add", &far, "dev", "eth0"]);
+        ip(&["-n", &ns.name, "link", "set", "eth0", "up"]);
+        Some(ns)
+    }
+
+    /// The namespace's address.
+    fn address(&self) -> String {
+        format!("10.234.{}.2", self.subnet)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .output();
+    }
+}
+
 /// A registry of this test's own: its directory holds the config, the certificate, the
 /// htpasswd file, the stored images, a docker `config.json` with the right login (`auth/`),
 /// one with a wrong password (`wrong/`), one for the token server's refused user
@@ -35,8 +107,12 @@ const OUTSIDER: &str = "outsider";
 struct Registry {
     dir: tempfile::TempDir,
     addr: String,
+    wire: Wire,
     child: Option<Child>,
     token_server: Option<Child>,
+    /// The namespace the registry listens in; None for 127.0.0.1. Dropped after the registry
+    /// is killed.
+    netns: Option<Namespace>,
 }
 
 /// A self-signed certificate for 127.0.0.1 in `d`: `cert.pem`, `key.pem`, and `certs/ca.crt`
@@ -75,6 +151,17 @@ impl Registry {
 
     /// Starts one checking its clients as `auth` says.
     fn start_with(auth: Auth) -> Option<Registry> {
+        Registry::start_as(auth, Wire::Tls, None)
+    }
+
+    /// Starts one checking basic credentials over plain HTTP, in `netns` when given (else on
+    /// 127.0.0.1).
+    fn plain(netns: Option<Namespace>) -> Option<Registry> {
+        Registry::start_as(Auth::Htpasswd, Wire::Plain, netns)
+    }
+
+    /// Starts one checking its clients as `auth` says, speaking `wire`, in `netns` when given.
+    fn start_as(auth: Auth, wire: Wire, netns: Option<Namespace>) -> Option<Registry> {
         if !common::tools()
             || !common::have("docker-registry", "--version")
             || !common::have("openssl", "version")
@@ -85,13 +172,26 @@ impl Registry {
         }
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = match &netns {
+            // A namespace of the test's own has every port free.
+            Some(ns) => format!("{}:5000", ns.address()),
+            None => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port();
+                format!("127.0.0.1:{port}")
+            }
+        };
         make_certificate(d);
+        let tls = match wire {
+            Wire::Tls => format!(
+                "  tls: {{certificate: {dir}/cert.pem, key: {dir}/key.pem}}\n",
+                dir = d.display()
+            ),
+            Wire::Plain => String::new(),
+        };
         let (auth_config, token_server) = match auth {
             Auth::Htpasswd => {
                 let htpasswd = run(Command::new("htpasswd").args(["-nbB", USER, PASSWORD]));
@@ -105,7 +205,7 @@ impl Registry {
                 )
             }
             Auth::Token => {
-                let (realm, child) = start_token_server(d);
+                let (realm, child) = start_token_server(d, netns.as_ref());
                 (
                     format!(
                         "token: {{realm: \"{realm}\", service: gpubake-test-registry, \
@@ -122,11 +222,9 @@ impl Registry {
                 "version: 0.1\n\
                  log: {{level: warn}}\n\
                  storage:\n  filesystem: {{rootdirectory: {data}}}\n  delete: {{enabled: true}}\n\
-                 http:\n  addr: {addr}\n  secret: gpubake-test\n  \
-                 tls: {{certificate: {dir}/cert.pem, key: {dir}/key.pem}}\n\
+                 http:\n  addr: {addr}\n  secret: gpubake-test\n{tls}\
                  auth:\n  {auth_config}\n",
                 data = d.join("data").display(),
-                dir = d.display(),
             ),
         )
         .unwrap();
@@ -146,8 +244,10 @@ impl Registry {
         let mut registry = Registry {
             dir,
             addr,
+            wire,
             child: None,
             token_server,
+            netns,
         };
         registry.serve();
         Some(registry)
@@ -169,7 +269,15 @@ impl Registry {
             .append(true)
             .open(self.dir.path().join("registry.log"))
             .unwrap();
-        let child = Command::new("docker-registry")
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name, "docker-registry"]);
+                c
+            }
+            None => Command::new("docker-registry"),
+        };
+        let child = command
             .arg("serve")
             .arg(self.dir.path().join("config.yml"))
             .stdout(log.try_clone().unwrap())
@@ -214,6 +322,15 @@ impl Registry {
             .current_dir(common::root())
             .env("DOCKER_CONFIG", self.dir.path().join(which))
             .env("XDG_RUNTIME_DIR", self.dir.path().join("none"))
+            // Which registries are insecure is the test's to say, not this machine's.
+            .env(
+                "CONTAINERS_REGISTRIES_CONF",
+                self.dir.path().join("none/registries.conf"),
+            )
+            .env(
+                "GPUBAKE_DOCKER_DAEMON_JSON",
+                self.dir.path().join("none/daemon.json"),
+            )
             .env_remove("REGISTRY_AUTH_FILE")
             .env_remove("GPUBAKE_PRESET_PATH");
         cmd
@@ -250,12 +367,17 @@ impl Registry {
     }
 
     /// `skopeo inspect ARGS… docker://ADDR/NAME` with the right login, trusting the
-    /// registry's certificate.
+    /// registry's certificate (or, without TLS, with `--tls-verify=false`).
     fn skopeo_inspect(&self, args: &[&str], name: &str) -> Output {
+        let certs = self.certs();
+        let reach = match self.wire {
+            Wire::Tls => vec!["--cert-dir", &certs],
+            Wire::Plain => vec!["--tls-verify=false"],
+        };
         Command::new("skopeo")
             .arg("inspect")
             .args(args)
-            .args(["--cert-dir", &self.certs()])
+            .args(reach)
             .args(["--creds", &format!("{USER}:{PASSWORD}")])
             .arg(self.image(name))
             .output()
@@ -303,9 +425,9 @@ impl Drop for Registry {
 }
 
 /// Starts `tests/fixtures/token-server.py` for a registry in `d`, with a signing key and
-/// certificate of its own (`token-key.pem`, `token-cert.pem`: the registry's rootcertbundle);
-/// returns its realm and its process.
-fn start_token_server(d: &Path) -> (String, Child) {
+/// certificate of its own (`token-key.pem`, `token-cert.pem`: the registry's rootcertbundle),
+/// on 127.0.0.1 or in `netns`; returns its realm and its process.
+fn start_token_server(d: &Path, netns: Option<&Namespace>) -> (String, Child) {
     run(Command::new("openssl").args([
         "req",
         "-x509",
@@ -322,8 +444,17 @@ fn start_token_server(d: &Path) -> (String, Child) {
         &d.join("token-cert.pem").display().to_string(),
     ]));
     let port_file = d.join("token-port");
-    let child = Command::new("python3")
+    let (mut command, host) = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name, "python3"]);
+            (c, ns.address())
+        }
+        None => (Command::new("python3"), "127.0.0.1".to_string()),
+    };
+    let child = command
         .arg(common::root().join("tests/fixtures/token-server.py"))
+        .args(["--host", &host])
         .arg("--port-file")
         .arg(&port_file)
         .arg("--key")
@@ -350,7 +481,7 @@ fn start_token_server(d: &Path) -> (String, Child) {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    (format!("http://127.0.0.1:{port}/token"), child)
+    (format!("http://{host}:{port}/token"), child)
 }
 
 /// True when apache2-utils' htpasswd makes bcrypt lines; in CI its absence fails the test.
@@ -1418,5 +1549,225 @@ fn a_recipes_base_is_pulled_from_its_registry_when_build_has_no_from() {
         )) && stderr(&out).contains("pass --from with a local copy"),
         "{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn a_loopback_registry_without_tls_is_reached_over_plain_http_as_docker_reaches_it() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &build_args(
+                &recipe,
+                &from_base(),
+                &format!("oci:{}:v1", layout.display()),
+                &[],
+            ),
+        ),
+        0,
+    );
+    let want = layout_digest(&layout, "v1");
+
+    // No option needed on loopback: the base is pushed, built from and built to.
+    let base = reg.image("bar/base:1");
+    assert_exit(&reg.gpubake("auth", &["copy", &from_base(), &base]), 0);
+    let target = reg.image("bar/img:t");
+    let out = reg.gpubake("auth", &build_args(&recipe, &base, &target, &["--json"]));
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+    assert_eq!(reg.skopeo_digest("bar/img:t"), want);
+
+    let out = reg.gpubake("auth", &["inspect", &target, "--json"]);
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+    // --tls-verify=false, as a skopeo user would write it, reaches it as well.
+    assert_exit(
+        &reg.gpubake("auth", &["verify", &target, "--tls-verify=false"]),
+        0,
+    );
+    let back = dir.path().join("back");
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &target, &format!("oci:{}:v1", back.display())],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(layout_digest(&back, "v1"), want);
+
+    let out = reg.gpubake("auth", &["certify", &target, "--gpus", "none", "--attach"]);
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("attached the certificate"),
+        "{}",
+        stderr(&out)
+    );
+    assert_exit(&reg.gpubake("auth", &["verify", &target, "--certified"]), 0);
+    let tag = format!("bar/img:{}", want.replacen(':', "-", 1));
+    let index = reg.skopeo_json(&["--raw"], &tag);
+    assert_eq!(
+        index["manifests"][0]["artifactType"], "application/vnd.gpubake.certificate.v1+json",
+        "{index}"
+    );
+}
+
+#[test]
+fn a_plain_http_registry_off_loopback_is_named_and_gets_credentials_only_when_marked_insecure() {
+    let Some(ns) = Namespace::make(1) else { return };
+    let Some(reg) = Registry::plain(Some(ns)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let target = reg.image("bar/base:1");
+
+    // HTTPS to a plain-HTTP port is named for what it is, with the option that fixes it.
+    let out = reg.gpubake("auth", &["copy", &from_base(), &target]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains(&format!(
+            "{} answers plain HTTP: use --tls-verify=false",
+            reg.addr
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !stderr(&out).contains("InvalidContentType"),
+        "{}",
+        stderr(&out)
+    );
+
+    // With --tls-verify=false the password is not sent in clear text to a host off loopback
+    // that nobody marked insecure, and the refusal says how to mark it.
+    // --tls-verify=false falls back to plain HTTP: without a login the registry's own 401
+    // comes back.
+    let out = reg.gpubake("none", &["inspect", &target, "--tls-verify=false"]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("asks for credentials and none are configured"),
+        "{}",
+        stderr(&out)
+    );
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &from_base(), &target, "--tls-verify=false"],
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("does not send those from")
+            && stderr(&out).contains("over plain HTTP")
+            && stderr(&out).contains(&format!("location = \"{}\"", reg.addr)),
+        "{}",
+        stderr(&out)
+    );
+    let left = reg.skopeo_inspect(&[], "bar/base:1");
+    assert!(
+        !left.status.success() && stderr(&left).contains("manifest unknown"),
+        "the refused push left an image: {}",
+        stderr(&left)
+    );
+
+    // Marked insecure in a registries.conf, it gets them: the push goes through, without
+    // --tls-verify=false, and skopeo given the same file reads the image gpubake pushed.
+    let conf = write(
+        dir.path(),
+        "registries.conf",
+        &format!(
+            "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+            reg.addr
+        ),
+    );
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &from_base(), &target, "--registries-conf", &conf],
+    );
+    assert_exit(&out, 0);
+    let want = layout_digest(&common::base(), "latest");
+    let skopeo = run(Command::new("skopeo")
+        .args(["--registries-conf", &conf, "inspect"])
+        .args(["--creds", &format!("{USER}:{PASSWORD}")])
+        .arg(&target));
+    let skopeo: Value = serde_json::from_str(&skopeo).unwrap();
+    assert_eq!(skopeo["Digest"].as_str(), Some(want.as_str()));
+
+    // Or listed in docker's insecure-registries, here as the namespace's subnet.
+    let daemon = write(
+        dir.path(),
+        "daemon.json",
+        r#"{"insecure-registries": ["10.234.1.0/24"]}"#,
+    );
+    let out = reg
+        .command("auth", &["inspect", &target, "--json"])
+        .env("GPUBAKE_DOCKER_DAEMON_JSON", &daemon)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+}
+
+#[test]
+fn a_token_server_over_plain_http_off_loopback_gets_the_password_only_when_marked_insecure() {
+    let Some(ns) = Namespace::make(2) else { return };
+    let Some(reg) = Registry::start_as(Auth::Token, Wire::Tls, Some(ns)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let target = reg.image("tokens/base:1");
+    // The registry speaks HTTPS (its certificate names 127.0.0.1, hence --tls-verify=false);
+    // its token server, at 10.234.2.2, plain HTTP.
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &from_base(), &target, "--tls-verify=false"],
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(&format!(
+            "its token server http://{}:",
+            reg.addr.trim_end_matches(":5000")
+        )) && stderr(&out).contains("does not send those from"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(reg.token_requests(), Vec::<String>::new());
+
+    let conf = write(
+        dir.path(),
+        "registries.conf",
+        &format!(
+            "[[registry]]\nlocation = \"{}\"\ninsecure = true\n",
+            reg.addr
+        ),
+    );
+    let out = reg.gpubake(
+        "auth",
+        &["copy", &from_base(), &target, "--registries-conf", &conf],
+    );
+    assert_exit(&out, 0);
+    assert!(!reg.token_requests().is_empty());
+    // An explicit --tls-verify=true checks a marked registry too, as skopeo reads it.
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "inspect",
+            &target,
+            "--registries-conf",
+            &conf,
+            "--tls-verify=true",
+        ],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains("TLS certificate is not trusted"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        // skopeo too skips verifying a registry its registries.conf marks insecure.
+        reg.skopeo_json(&["--registries-conf", &conf], "tokens/base:1")["Digest"],
+        layout_digest(&common::base(), "latest")
     );
 }

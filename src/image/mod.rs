@@ -5,6 +5,7 @@ pub mod archive;
 pub mod build;
 pub mod digest;
 pub mod fs;
+mod insecure;
 pub mod inspect;
 pub mod layer;
 pub mod layout;

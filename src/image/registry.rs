@@ -50,12 +50,16 @@ pub(super) const MANIFEST_TYPES: [&str; 4] = [
 /// How to reach registries: the options skopeo users know.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
-    /// Check the registry's TLS certificate (`--tls-verify=false` turns it off).
-    pub tls_verify: bool,
+    /// Check the registry's TLS certificate (`--tls-verify=false` turns it off, and lets
+    /// plain HTTP be tried). None: check it unless the registry is marked insecure, as skopeo
+    /// does without the option.
+    pub tls_verify: Option<bool>,
     /// A directory of extra CA certificates (`*.crt`, PEM), as skopeo's `--cert-dir`.
     pub cert_dir: Option<PathBuf>,
     /// A credentials file in docker's `config.json` format, read instead of the usual ones.
     pub authfile: Option<PathBuf>,
+    /// A registries.conf read instead of the usual one, as skopeo's `--registries-conf`.
+    pub registries_conf: Option<PathBuf>,
     /// The platform to pick from an index.
     pub platform: Platform,
     /// A layout where pulled blobs are kept between runs; a staging directory when None.
@@ -65,9 +69,10 @@ pub struct Access {
 impl Default for Access {
     fn default() -> Self {
         Access {
-            tls_verify: true,
+            tls_verify: None,
             cert_dir: None,
             authfile: None,
+            registries_conf: None,
             platform: Platform::host(),
             blob_cache: None,
         }
@@ -103,23 +108,54 @@ pub(super) struct Session {
     pub(super) http: reqwest::Client,
     /// `HOST[:PORT]` as requests address it (`index.docker.io` for Docker Hub).
     pub(super) registry: String,
+    /// `HOST[:PORT]` as the reference writes it (`docker.io` for Docker Hub).
+    written: String,
+    /// `https`, or `http` for a registry that speaks only that and may be reached so.
+    pub(super) scheme: &'static str,
+    /// The registry is marked insecure (registries.conf, daemon.json): credentials may go to
+    /// it, and to its token server, in clear text.
+    pub(super) marked_insecure: bool,
     /// Where the credentials came from, for messages; None when there were none.
     creds_from: Option<String>,
+    /// Where the credentials held back came from: the registry speaks plain HTTP, is not on
+    /// loopback and is not marked insecure, so they are not sent.
+    withheld: Option<String>,
     pub(super) what: String,
     pub(super) runtime: tokio::runtime::Runtime,
 }
 
 impl Session {
+    /// A session with the registry `reference` names, over HTTPS, or over plain HTTP where
+    /// the registry speaks only that and may be reached so: with `--tls-verify=false`, on
+    /// loopback, or marked insecure (see [`super::insecure`]). HTTPS is tried first, as
+    /// containers/image does; a registry marked insecure is not verified either.
     pub(super) fn open(remote: &Remote, reference: &Reference) -> Result<Session> {
         // reqwest's rustls is built without a crypto provider of its own; ring is the one
         // the rest of gpubake (ureq) uses. A second install is refused, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let registry = reference.resolve_registry().to_string();
+        let what = format!("docker://{}", remote.reference);
+        let standing = super::insecure::standing(
+            reference.registry(),
+            reference.repository(),
+            remote.access.registries_conf.as_deref(),
+        )?;
+        let marked_insecure = standing.marked_in.is_some();
+        let tls_verify = remote.access.tls_verify.unwrap_or(!marked_insecure);
         let roots = certificates(&registry, remote.access.cert_dir.as_deref())?;
-        let http = http_client(&roots, remote.access.tls_verify)?;
+        let http = http_client(&roots, tls_verify)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Environment(format!("cannot start an async runtime: {e}")))?;
+        let may_be_plain = !tls_verify || standing.loopback;
+        let scheme = runtime.block_on(scheme(&http, &registry, &what, may_be_plain))?;
         let mut config = ClientConfig {
-            protocol: ClientProtocol::Https,
-            accept_invalid_certificates: !remote.access.tls_verify,
+            protocol: match scheme {
+                "http" => ClientProtocol::Http,
+                _ => ClientProtocol::Https,
+            },
+            accept_invalid_certificates: !tls_verify,
             extra_root_certificates: roots,
             use_monolithic_push: true,
             connect_timeout: Some(Duration::from_secs(30)),
@@ -138,11 +174,16 @@ impl Session {
                 })
                 .map(|e| e.digest.clone())
         }));
-        let (auth, creds_from) = credentials(&registry, remote.access.authfile.as_deref())?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Environment(format!("cannot start an async runtime: {e}")))?;
+        let (mut auth, creds_from) = credentials(&registry, remote.access.authfile.as_deref())?;
+        let mut withheld = None;
+        if scheme == "http"
+            && !standing.loopback
+            && !marked_insecure
+            && !matches!(auth, RegistryAuth::Anonymous)
+        {
+            withheld = creds_from.clone();
+            auth = RegistryAuth::Anonymous;
+        }
         let client = Client::new(config);
         // Requests oci-client makes without taking credentials (blob reads, HEADs) use the
         // ones stored for the registry.
@@ -152,10 +193,40 @@ impl Session {
             auth,
             http,
             registry,
+            written: reference.registry().to_string(),
+            scheme,
+            marked_insecure,
             creds_from,
-            what: format!("docker://{}", remote.reference),
+            withheld,
+            what,
             runtime,
         })
+    }
+
+    /// Refuses to send the credentials to `url` (a token server's) when that is plain HTTP to
+    /// a host that is not loopback, unless the registry is marked insecure.
+    pub(super) fn check_cleartext(&self, url: &str, doing: &str) -> Result<()> {
+        let (Some(from), Ok(parsed)) = (&self.creds_from, reqwest::Url::parse(url)) else {
+            return Ok(());
+        };
+        let host = parsed.host_str().unwrap_or_default();
+        if parsed.scheme() != "http" || self.marked_insecure || super::insecure::is_loopback(host) {
+            return Ok(());
+        }
+        Err(self.cleartext_refused(&format!("its token server {url}"), from, doing))
+    }
+
+    /// The error for credentials that are not sent in clear text to `to` (the registry or its
+    /// token server) while `doing`.
+    pub(super) fn cleartext_refused(&self, to: &str, from: &str, doing: &str) -> Error {
+        Error::Usage(format!(
+            "{}: {to} asks for credentials while {doing}, and gpubake does not send those from \
+             {from} over plain HTTP to a host that is not loopback; serve the registry over \
+             HTTPS, or mark it insecure: `[[registry]] location = \"{}\" insecure = \
+             true` in registries.conf (--registries-conf), or `insecure-registries` in docker's \
+             daemon.json",
+            self.what, self.written
+        ))
     }
 
     /// Whether the repository has the blob (a HEAD request).
@@ -174,6 +245,9 @@ impl Session {
     /// The error for a registry (or its token server) answering 401 while `doing`: no
     /// credentials, or ones it does not take.
     pub(super) fn refused(&self, doing: &str) -> Error {
+        if let Some(from) = &self.withheld {
+            return self.cleartext_refused(&format!("{} (plain HTTP)", self.registry), from, doing);
+        }
         match &self.creds_from {
             None => Error::Environment(format!(
                 "{}: the registry asks for credentials and none are configured for it \
@@ -227,6 +301,39 @@ impl Session {
             &self.what,
             format!("{doing}: {text}{}", extra(&detail, &text)),
         )
+    }
+}
+
+/// How to reach `registry`: `https` when it answers that; `http` when it answers plain HTTP
+/// as a registry does (200 or 401 at `/v2/`, as containers/image asks), where `may_be_plain`;
+/// an error naming the mismatch where not. A registry that answers neither is left to
+/// `https`, whose requests then say what is wrong (an untrusted certificate, no answer).
+async fn scheme(
+    http: &reqwest::Client,
+    registry: &str,
+    what: &str,
+    may_be_plain: bool,
+) -> Result<&'static str> {
+    let https = match http.get(format!("https://{registry}/v2/")).send().await {
+        Ok(_) => return Ok("https"),
+        Err(e) => e,
+    };
+    if https.is_timeout() {
+        return Ok("https");
+    }
+    let plain = match http.get(format!("http://{registry}/v2/")).send().await {
+        Ok(answer) => {
+            answer.status().is_success() || answer.status() == reqwest::StatusCode::UNAUTHORIZED
+        }
+        Err(_) => false,
+    };
+    match (plain, may_be_plain) {
+        (true, true) => Ok("http"),
+        (true, false) => Err(Error::Environment(format!(
+            "{what}: {registry} answers plain HTTP: use --tls-verify=false, or mark it insecure \
+             (`insecure = true` in registries.conf, docker's `insecure-registries`)"
+        ))),
+        (false, _) => Ok("https"),
     }
 }
 

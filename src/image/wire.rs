@@ -78,7 +78,7 @@ const BODY_IN_MESSAGE: usize = 300;
 
 impl Session {
     fn url(&self, path: &str) -> String {
-        format!("https://{}/v2/{path}", self.registry)
+        format!("{}://{}/v2/{path}", self.scheme, self.registry)
     }
 
     /// The `Authorization` value for requests that need `scopes`: a bearer token from the
@@ -145,6 +145,7 @@ impl Session {
             request = request.query(&[("scope", scope)]);
         }
         if let Some((user, password)) = basic {
+            self.check_cleartext(&realm, doing)?;
             request = request.basic_auth(user, Some(password));
         }
         let answer = request.send().await.map_err(|e| {
@@ -393,7 +394,7 @@ impl Session {
         {
             // The upload the registry opened instead would wait for data until it expires.
             let url = if location.starts_with('/') {
-                format!("https://{}{location}", self.registry)
+                format!("{}://{}{location}", self.scheme, self.registry)
             } else {
                 location.to_string()
             };
