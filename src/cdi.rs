@@ -199,8 +199,9 @@ pub fn parse(file: &Path) -> Result<Spec> {
 }
 
 /// The edits for fully-qualified device names (`nvidia.com/gpu=all`, `nvidia.com/gpu=0`):
-/// each spec's common edits once, then each device's. An unknown name is an environment
-/// problem naming what the node does offer: the node, not the command, lacks the device.
+/// each spec's common edits once, then each device's. A node without a spec of the kind lacks
+/// something (an environment error); a device its spec does not list is a wrong name on the
+/// command line (a usage error naming the devices the spec has), as `probe --devices 7` is.
 pub fn edits_for(specs: &[Spec], searched: &[PathBuf], names: &[String]) -> Result<Vec<Edits>> {
     let mut out = Vec::new();
     let mut used_specs: Vec<&str> = Vec::new();
@@ -233,7 +234,7 @@ pub fn edits_for(specs: &[Spec], searched: &[PathBuf], names: &[String]) -> Resu
             .iter()
             .find(|d| d.name == device)
             .ok_or_else(|| {
-                Error::Environment(format!(
+                Error::Usage(format!(
                     "--device {name}: {} has no device `{device}`; it has {}",
                     spec.file.display(),
                     spec.devices

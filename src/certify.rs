@@ -145,8 +145,10 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
         title: "certify".into(),
         ..Report::default()
     };
-    // Inputs first: a policy that does not parse is bad input before any image is read.
+    // Inputs first: a policy that does not parse, or a device the node's CDI spec does not
+    // list, is bad input before any image is read.
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
+    check_device_names(opts)?;
     let opened = match &opts.platform {
         Some(p) => image.open_for(p)?,
         None => image.open()?,
@@ -195,47 +197,88 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
         .checks
         .iter()
         .any(|c| c.phase == "structure" && c.status == Status::Fail);
-    let mut code = if report.worst() == Status::Fail { 1 } else { 0 };
+    let static_failed = report.worst() == Status::Fail;
+    let mut probe_code = 0;
     if damaged && opts.gpus != Gpus::None {
         report.push(
             "probe",
-            "gpubake probe in a container",
+            PROBE_CHECK,
             Status::Skip,
             "not run: the image failed its structure checks",
         );
     } else if opts.gpus == Gpus::None {
         report.push(
             "probe",
-            "gpubake probe in a container",
+            PROBE_CHECK,
             Status::Skip,
             "not requested (--gpus none or 0 asks for no GPU)",
         );
     } else {
-        match dynamic(&opened, &config, image, opts, policy, &mut report) {
+        probe_code = match dynamic(&opened, &config, image, opts, policy, &mut report) {
             ProbeRun::Lacking(missing) => {
-                report.push(
-                    "probe",
-                    "gpubake probe in a container",
-                    Status::Skip,
-                    missing,
-                );
-                if code == 0 {
-                    code = 3;
-                }
+                report.push("probe", PROBE_CHECK, Status::Skip, missing);
+                3
             }
             ProbeRun::Failed(why) => {
-                report.push("probe", "gpubake probe in a container", Status::Fail, why);
-                code = 1;
+                report.push("probe", PROBE_CHECK, Status::Fail, why);
+                1
             }
-            ProbeRun::Reported => {
-                if report.worst() == Status::Fail {
-                    code = 1;
-                }
-            }
-        }
+            ProbeRun::Reported => i32::from(report.worst() == Status::Fail),
+        };
     }
+    // One rule for what the node breaks (README, certify's exit codes): the image's own
+    // failures give 1; else a node that failed its preflight gives 3, whatever the probe made
+    // of such a node, since its results do not judge the image; else the probe's verdict.
+    let code = if static_failed {
+        1
+    } else if node_failures(&report).next().is_some() {
+        3
+    } else {
+        probe_code
+    };
     report.seconds = start.elapsed().as_secs_f64();
     Ok((report, code))
+}
+
+/// The name of the check that stands for the probe's run in the container.
+const PROBE_CHECK: &str = "gpubake probe in a container";
+
+/// The phase of the node's own checks (its CDI spec, device nodes and driver libraries).
+const NODE_PHASE: &str = "cdi";
+
+fn node_failures(report: &Report) -> impl Iterator<Item = &crate::probe::report::Check> {
+    report
+        .checks
+        .iter()
+        .filter(|c| c.phase == NODE_PHASE && c.status == Status::Fail)
+}
+
+/// The verdict line under the report, saying what the exit code means for this run.
+pub fn summary(report: &Report, code: i32) -> String {
+    match code {
+        0 => "certified".into(),
+        3 => {
+            let node: Vec<String> = node_failures(report)
+                .map(|c| format!("{}: {}", c.name, c.detail))
+                .collect();
+            if !node.is_empty() {
+                format!(
+                    "static checks passed; the node failed its preflight ({}), so no probe \
+                     result here judges the image: fix the node or certify on another",
+                    node.join("; ")
+                )
+            } else {
+                let why = report
+                    .checks
+                    .iter()
+                    .find(|c| c.name == PROBE_CHECK)
+                    .map(|c| c.detail.as_str())
+                    .unwrap_or("the node lacks what the probe needs");
+                format!("static checks passed; the GPU probe could not run here: {why}")
+            }
+        }
+        _ => "NOT certified".into(),
+    }
 }
 
 fn preset_lint(env: &[(String, String)], lock: Option<&Lock>, report: &mut Report) {
@@ -663,6 +706,27 @@ fn cdi_names(gpus: &Gpus, given: &[String]) -> Vec<String> {
         Gpus::None => Vec::new(),
         Gpus::All => vec!["nvidia.com/gpu=all".into()],
         Gpus::Count(n) => (0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect(),
+    }
+}
+
+/// Refuses `--device` names that the node's CDI spec of that kind does not list. A node with
+/// no spec, or a spec that does not load, is left to the run, which reports what it lacks.
+fn check_device_names(opts: &CertifyOptions) -> Result<()> {
+    let Launcher::Runtime {
+        devices, spec_dirs, ..
+    } = &opts.launcher
+    else {
+        return Ok(());
+    };
+    if opts.gpus == Gpus::None {
+        return Ok(());
+    }
+    let Ok(specs) = crate::cdi::load(spec_dirs) else {
+        return Ok(());
+    };
+    match crate::cdi::edits_for(&specs, spec_dirs, &cdi_names(&opts.gpus, devices)) {
+        Err(e @ crate::error::Error::Usage(_)) => Err(e),
+        _ => Ok(()),
     }
 }
 

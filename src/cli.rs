@@ -1226,14 +1226,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 println!("{certificate}");
             } else {
                 print!("{}", report.to_text());
-                println!(
-                    "{image}: {}",
-                    match code {
-                        0 => "certified",
-                        3 => "static checks passed; the GPU probe could not run here",
-                        _ => "NOT certified",
-                    }
-                );
+                println!("{image}: {}", crate::certify::summary(&report, code));
             }
             Ok(code)
         }

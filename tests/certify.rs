@@ -638,6 +638,77 @@ fn under_an_oci_runtime_without_a_cdi_spec_certify_exits_3_naming_the_spec() {
     assert!(!text.contains("/etc/cdi"), "{text}");
 }
 
+/// A device the node's CDI spec does not list is a wrong name on the command line: exit 2
+/// naming the devices the spec has, before anything runs, as `probe --devices 7` is.
+#[test]
+fn a_device_the_cdi_spec_lacks_is_bad_input_naming_the_devices_it_has() {
+    if !common::tools() {
+        return;
+    }
+    let Some(runtime) = oci_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let specs = gpu_less_cdi_spec(dir.path(), "NVIDIA_VISIBLE_DEVICES=void");
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        runtime,
+        "--cdi-spec-dir",
+        specs.to_str().unwrap(),
+        "--device",
+        "nvidia.com/gpu=5",
+    ]);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("nvidia.com/gpu=5") && err.contains("has no device `5`; it has all"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "nothing ran: {}", stdout(&out));
+}
+
+/// A CDI spec left by an older driver (it mounts a libcuda of 535.54.03 that is gone) is the
+/// node's failure: exit 3, and the verdict line names the node's failing check, as the
+/// README's exit codes say, not a generic "could not run here".
+#[test]
+fn a_cdi_spec_of_an_older_driver_is_the_node_s_failure_named_in_the_verdict() {
+    if !common::tools() {
+        return;
+    }
+    let Some(runtime) = oci_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let image = build(dir.path(), "");
+    let specs = dir.path().join("cdi");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::write(
+        specs.join("nvidia.yaml"),
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    env: [NVIDIA_VISIBLE_DEVICES=void]\ncontainerEdits:\n  mounts:\n  - {hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.535.54.03, containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.535.54.03, options: [ro, nosuid, nodev, bind]}\n",
+    )
+    .unwrap();
+    let out = gpubake(&[
+        "certify",
+        &image,
+        "--runtime",
+        runtime,
+        "--cdi-spec-dir",
+        specs.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    let text = stdout(&out);
+    assert!(text.contains("FAIL  CDI driver libraries"), "{text}");
+    let verdict = text.lines().last().unwrap_or("");
+    assert!(
+        verdict.contains("the node failed its preflight (CDI driver libraries")
+            && verdict.contains("libcuda.so.535.54.03"),
+        "{verdict}"
+    );
+}
+
 /// A probe that cannot start in the container (here: the CDI spec's PATH hides it) gives no
 /// report: a failure with the runtime's own words, never exit 3 and never a pass.
 #[test]

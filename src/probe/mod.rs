@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod effective;
 pub mod env;
 pub mod judge;
+pub mod loader;
 pub mod nccl_log;
 pub mod nvml;
 pub mod policy;
@@ -947,7 +948,7 @@ fn nccl_check(disc: &Discovery, lock: Option<&Lock>, report: &mut Report) {
     let pinned = lock.and_then(|l| l.nccl.version.clone());
     let (status, why) = match (&load_error, &loaded, &pinned) {
         // The library PyTorch would load does not load: training would fail at import.
-        (Some(e), _, _) => (Status::Fail, format!("does not load: {e}")),
+        (Some(e), _, _) => (Status::Fail, loader::explain("libnccl.so.2", e)),
         (None, loaded, pinned) => match (loaded, pinned) {
             (Some(v), Some(p)) if v.parse::<Version>().ok().as_ref() == Some(p) => {
                 (Status::Pass, format!("{v}, as pinned"))
@@ -972,9 +973,9 @@ fn nccl_check(disc: &Discovery, lock: Option<&Lock>, report: &mut Report) {
 /// Asks the library itself: `ncclGetVersion` returns major*10000 + minor*100 + patch.
 fn nccl_version(path: &std::path::Path) -> Result<String, String> {
     // Loading a library runs its constructors; NCCL's are inert until a communicator is made.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| loader::message(&e))?;
     let get: libloading::Symbol<unsafe extern "C" fn(*mut i32) -> i32> =
-        unsafe { lib.get(b"ncclGetVersion\0") }.map_err(|e| e.to_string())?;
+        unsafe { lib.get(b"ncclGetVersion\0") }.map_err(|e| loader::message(&e))?;
     let mut code = 0i32;
     if unsafe { get(&mut code) } != 0 {
         return Err("ncclGetVersion failed".into());

@@ -98,7 +98,7 @@ pub enum Failure {
 impl Failure {
     fn from_init(e: NvmlError) -> Self {
         match e {
-            NvmlError::LibloadingError(load) => load_failure(&load.to_string()),
+            NvmlError::LibloadingError(load) => load_failure(&super::loader::message(&load)),
             other => Failure::Driver(format!("NVML did not initialise: {other}")),
         }
     }
@@ -135,18 +135,7 @@ impl Failure {
 /// NVML itself the driver was not injected; any other file, or any other failure (a wrong
 /// ELF class, a missing symbol version), is the image's defect.
 pub fn load_failure(dlerror: &str) -> Failure {
-    let glibc = dlerror
-        .split_once(": cannot open shared object file")
-        .map(|(lib, _)| lib.trim());
-    let musl = dlerror
-        .split_once("Error loading shared library ")
-        .and_then(|(_, rest)| rest.split_once(':'))
-        .map(|(lib, _)| lib.trim());
-    let unopened = glibc.or(musl).map(|lib| {
-        // A path names the same file: `/usr/lib/libnvidia-ml.so.1` is NVML too.
-        lib.rsplit('/').next().unwrap_or(lib).to_string()
-    });
-    match unopened {
+    match super::loader::unopened(dlerror) {
         Some(lib) if lib == NVML_LIBRARY => {
             Failure::LibraryNotFound(format!("{NVML_LIBRARY} could not be loaded: {dlerror}"))
         }
