@@ -477,6 +477,10 @@ enum Command {
         /// under NCCL's defaults), as NCCL wrote it.
         #[arg(long, value_name = "DIR", requires = "world")]
         world_nccl_log: Option<PathBuf>,
+        /// The interpreter whose PyTorch the framework phase runs on the GPUs, with its
+        /// environment (a venv's bin/python3); default: the image's /opt/gpubake/venv.
+        #[arg(long, value_name = "PATH")]
+        python: Option<PathBuf>,
     },
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
@@ -1105,6 +1109,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             world_port,
             world_timeout,
             world_nccl_log,
+            python,
         } => {
             let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
             let policy = match policy {
@@ -1121,6 +1126,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                 quick,
                 sizes,
                 policy,
+                python,
+                no_framework: world,
             };
             let report = if world {
                 crate::probe::world::run(

@@ -244,3 +244,48 @@ fn an_nvml_that_does_not_load_names_what_is_missing() {
     assert!(!text.contains("install the NVIDIA driver"), "{text}");
     assert!(!text.contains("no NVIDIA GPU is visible"), "{text}");
 }
+
+/// The framework phase with an interpreter that has no torch: skipped, in the interpreter's
+/// own words, on any machine.
+#[test]
+fn a_python_without_torch_skips_the_framework_with_the_reason() {
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import torch"])
+        .output();
+    if python.as_ref().map_or(true, |o| o.status.success()) {
+        eprintln!("skipped: no python3, or one that has torch");
+        return;
+    }
+    let out = gpubake(&["probe", "--json", "--quick", "--python", "python3"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["phase"] == "framework")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(check["status"], "SKIP", "{check}");
+    let detail = check["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("cannot import torch") && detail.contains("No module named 'torch'"),
+        "{detail}"
+    );
+}
+
+/// Without `--python` the phase looks for the image's venv; a host or a torch-less image has
+/// none, and says so.
+#[test]
+fn without_a_python_stack_the_framework_phase_says_so() {
+    if std::path::Path::new("/opt/gpubake/venv/bin/python3").exists() {
+        eprintln!("skipped: this machine has a gpubake venv");
+        return;
+    }
+    let out = gpubake(&["probe", "--quick"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("SKIP  torch")
+            && text.contains("no Python stack: /opt/gpubake/venv/bin/python3 does not exist"),
+        "{text}"
+    );
+}

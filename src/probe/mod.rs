@@ -8,6 +8,7 @@ pub mod budget;
 pub mod cuda;
 pub mod effective;
 pub mod env;
+pub mod framework;
 pub mod judge;
 pub mod loader;
 pub mod nccl_log;
@@ -40,6 +41,10 @@ pub struct ProbeOptions {
     pub sizes: Option<Vec<u64>>,
     /// Expectations per model, replacing the built-in table.
     pub policy: Option<Vec<policy::ModelPolicy>>,
+    /// The interpreter whose torch the framework phase checks; the image's venv when unset.
+    pub python: Option<std::path::PathBuf>,
+    /// Leave the framework phase out (the ranks of `probe --world` hold the GPUs themselves).
+    pub no_framework: bool,
 }
 
 /// What NVIDIA_VISIBLE_DEVICES says about how GPUs reach the container. `void` asks the
@@ -119,11 +124,84 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
     let facts = nvml_phase(nvml_result, &disc, budget, &mut report)?;
     let lock = compatibility(&disc, facts.as_ref(), &mut report);
+    let gpus = facts.as_ref().map(|f| f.gpus.clone()).unwrap_or_default();
     if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
         gpu_phases(&disc, &facts, lock.as_ref(), opts, &mut report);
     }
+    if !opts.no_framework {
+        framework_phase(&gpus, lock.as_ref(), opts, &mut report);
+    }
     report.seconds = start.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The image's own PyTorch on the GPUs: the interpreter `--python` names, else the image's
+/// venv; skipped with the reason where there is none.
+fn framework_phase(
+    gpus: &[nvml::Gpu],
+    lock: Option<&Lock>,
+    opts: &ProbeOptions,
+    report: &mut Report,
+) {
+    let python = opts
+        .python
+        .as_deref()
+        .map(framework::on_path)
+        .unwrap_or_else(framework::image_python);
+    if !python.exists() {
+        report.push(
+            "framework",
+            "torch",
+            Status::Skip,
+            format!(
+                "no Python stack: {} does not exist (`probe --python PATH` names another interpreter)",
+                python.display()
+            ),
+        );
+        return;
+    }
+    let visible = opts.devices.as_ref().map(|_| {
+        gpus.iter()
+            .map(|g| g.uuid.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    let budget = budget::framework(opts.quick);
+    let run = framework::Run {
+        python: &python,
+        // Without a GPU one rank still says whether torch imports.
+        ranks: gpus.len().max(1),
+        visible,
+        gemm_n: if opts.quick { 4096 } else { 8192 },
+        sizes: if opts.quick {
+            vec![1 << 20]
+        } else {
+            vec![1 << 20, 256 << 20]
+        },
+        budget,
+    };
+    let nccl = report.facts.get("nccl").cloned();
+    let measured_nccl = nccl
+        .as_ref()
+        .and_then(|n| Some((n[0]["path"].as_str()?, n[0]["version"].as_str()?)));
+    let allreduce = report.facts.get("allreduce").cloned();
+    let policy = opts
+        .policy
+        .clone()
+        .unwrap_or_else(|| policy::embedded().to_vec());
+    let floor = gpus
+        .first()
+        .and_then(|g| policy::for_gpu(&policy, &g.name))
+        .and_then(|p| Some((p.bf16_tflops_floor?, p.model.clone())));
+    let measured = framework::Measured {
+        nccl: measured_nccl,
+        allreduce: allreduce.as_ref(),
+        gemm_floor: floor.as_ref().map(|(f, m)| (*f, m.as_str())),
+    };
+    match framework::run(&run) {
+        Ok(ranks) => framework::judge(&ranks, !gpus.is_empty(), lock, &measured, report),
+        Err(e) => report.push("framework", "torch", Status::Fail, e),
+    }
 }
 
 /// Puts the NVML phase's outcome in the report and returns the facts to go on with.

@@ -39,6 +39,9 @@ pub struct ModelPolicy {
     pub memory_gbps_floor: f64,
     /// GPU-to-GPU copy bandwidth floor, GB/s, one direction.
     pub p2p_gbps_floor: f64,
+    /// Dense bf16 GEMM floor for the image's own torch, TFLOP/s; unjudged where absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_tflops_floor: Option<f64>,
 }
 
 /// The embedded policy.

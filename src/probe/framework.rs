@@ -1,0 +1,674 @@
+//! The training job's own path: the image's interpreter imports torch, initialises CUDA, runs
+//! a bf16 GEMM and a cuDNN convolution against CPU references and a `torch.distributed` NCCL
+//! all-reduce with one process per GPU, as torchrun starts them, then lists the libraries the
+//! process really mapped. The bundled kernel and the directly loaded libnccl prove the node; this
+//! proves what the job will meet.
+
+use super::report::{Report, Status};
+use crate::lock::Lock;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The check script, run by the image's python (standard library plus torch).
+const SCRIPT: &str = include_str!("framework.py");
+
+/// Where a gpubake image keeps its Python stack's interpreter.
+pub fn image_python() -> PathBuf {
+    Path::new(crate::image::stack::VENV).join("bin/python3")
+}
+
+/// `name` as the shell finds it: a bare name (`python3`) through PATH, anything else as given.
+pub fn on_path(name: &Path) -> PathBuf {
+    if name.components().count() > 1 {
+        return name.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| name.to_path_buf())
+}
+
+/// The libraries whose copy and version the report names.
+const WATCHED: [&str; 8] = [
+    "libcuda.so",
+    "libcudart.so",
+    "libcublas.so",
+    "libcublasLt.so",
+    "libcudnn",
+    "libnccl.so",
+    "libnvrtc.so",
+    "libnvidia-ml.so",
+];
+
+/// A bf16 GEMM's relative error against the CPU reference that still counts as right: the
+/// product is rounded to bf16 (8 bits of mantissa), so about 2^-8 of the largest entry.
+const GEMM_TOLERANCE: f64 = 2e-2;
+/// A float convolution's, with cuDNN free to use TF32 (10 bits of mantissa).
+const CONV_TOLERANCE: f64 = 1e-2;
+
+/// How the framework check is to run.
+pub struct Run<'a> {
+    /// The interpreter, with its environment.
+    pub python: &'a Path,
+    /// One process per GPU; each takes its GPU by LOCAL_RANK.
+    pub ranks: usize,
+    /// CUDA_VISIBLE_DEVICES for the ranks, where only some GPUs are probed.
+    pub visible: Option<String>,
+    /// The GEMM's edge.
+    pub gemm_n: u32,
+    /// All-reduce sizes in bytes.
+    pub sizes: Vec<u64>,
+    /// For the whole run, every rank included.
+    pub budget: Duration,
+}
+
+/// Runs the script in `run.ranks` processes and returns each rank's result, rank 0 first.
+/// Err: why there is no result (the interpreter did not start, a rank hung or died), in the
+/// child's own words.
+pub fn run(run: &Run) -> Result<Vec<Value>, String> {
+    let dir = super::scratch_dir()?;
+    let script = dir.path().join("framework.py");
+    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port for the ranks' rendezvous: {e}"))?
+        .port();
+    let sizes = run
+        .sizes
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let deadline = std::time::Instant::now() + run.budget;
+    let mut children = Vec::new();
+    for rank in 0..run.ranks {
+        let result = dir.path().join(format!("rank{rank}.json"));
+        let mut cmd = std::process::Command::new(run.python);
+        cmd.arg(&script)
+            .arg(&result)
+            .arg(run.gemm_n.to_string())
+            .arg(&sizes)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", run.ranks.to_string())
+            .env("LOCAL_WORLD_SIZE", run.ranks.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if let Some(v) = &run.visible {
+            cmd.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", run.python.display()))?;
+        children.push((child, result));
+    }
+    let mut out = Vec::new();
+    let mut failures = Vec::new();
+    for (rank, (mut child, result)) in children.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let done = crate::child::wait(&mut child, left, || {}).map_err(|e| e.to_string())?;
+        if done.timed_out {
+            failures.push(format!(
+                "rank {rank} gave no result within {} s and was killed: {}",
+                run.budget.as_secs(),
+                crate::child::last_words(&done.stderr)
+            ));
+            continue;
+        }
+        match std::fs::read(&result)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            Some(v) => out.push(v),
+            None => failures.push(format!(
+                "rank {rank} ended without a result: {}",
+                crate::child::last_words(&format!("{}{}", done.stdout, done.stderr))
+            )),
+        }
+    }
+    if failures.is_empty() {
+        Ok(out)
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
+/// What the probe measured itself, to set the framework's figures beside.
+#[derive(Default)]
+pub struct Measured<'a> {
+    /// The libnccl.so.2 the compatibility phase loaded, and its version.
+    pub nccl: Option<(&'a str, &'a str)>,
+    /// The best bundled-kernel and NCCL bus bandwidths per size, GB/s (the all-reduce fact).
+    pub allreduce: Option<&'a Value>,
+    /// The bf16 GEMM floor for this GPU model, TFLOP/s, and where it comes from.
+    pub gemm_floor: Option<(f64, &'a str)>,
+}
+
+const PHASE: &str = "framework";
+
+/// Puts the framework's checks into the report.
+pub fn judge(
+    ranks: &[Value],
+    gpu: bool,
+    lock: Option<&Lock>,
+    measured: &Measured,
+    report: &mut Report,
+) {
+    let Some(first) = ranks.first() else {
+        return;
+    };
+    report.fact("framework", json!(ranks));
+    let python = first["python"].as_str().unwrap_or("python");
+    if let Some(e) = first["errors"]["import"].as_str() {
+        report.push(
+            PHASE,
+            "torch",
+            Status::Skip,
+            format!("{python} cannot import torch ({e}): no PyTorch stack to check"),
+        );
+        return;
+    }
+    versions(first, lock, report);
+    if !gpu {
+        report.push(
+            PHASE,
+            "CUDA from torch",
+            Status::Skip,
+            format!(
+                "torch {} is there; no GPU to run it on",
+                first["torch"].as_str().unwrap_or("?")
+            ),
+        );
+        return;
+    }
+    if let Some(e) = first["errors"]["cuda_init"].as_str() {
+        report.push(
+            PHASE,
+            "CUDA from torch",
+            Status::Fail,
+            format!(
+                "torch {} cannot initialise CUDA: {e}",
+                first["torch"].as_str().unwrap_or("?")
+            ),
+        );
+        libraries(first, lock, measured, report);
+        return;
+    }
+    arch_coverage(first, report);
+    compute(ranks, measured, report);
+    allreduce(ranks, measured, report);
+    libraries(first, lock, measured, report);
+}
+
+fn versions(first: &Value, lock: Option<&Lock>, report: &mut Report) {
+    let torch = first["torch"].as_str().unwrap_or("?");
+    let cuda = first["cuda"].as_str().unwrap_or("none");
+    let (status, detail) = match lock {
+        Some(l) => {
+            let want = format!("{}+{}", l.torch.version, l.torch.variant);
+            let cuda_ok = cuda.starts_with(&format!(
+                "{}.{}",
+                l.cuda.version.major(),
+                l.cuda.version.minor()
+            ));
+            if torch != want && torch != l.torch.version.to_string() {
+                (
+                    Status::Fail,
+                    format!("torch {torch}, but the lock pins {want}"),
+                )
+            } else if !cuda_ok {
+                (
+                    Status::Fail,
+                    format!(
+                        "torch {torch} is built for CUDA {cuda}, the lock pins {}",
+                        l.cuda.version
+                    ),
+                )
+            } else {
+                (
+                    Status::Pass,
+                    format!("torch {torch} (CUDA {cuda}), as pinned"),
+                )
+            }
+        }
+        None => (
+            Status::Pass,
+            format!("torch {torch} (CUDA {cuda}); no lock to hold it to"),
+        ),
+    };
+    report.push(PHASE, "torch", status, detail);
+    if let (Some(v), Some(l)) = (
+        first["cudnn"].as_i64(),
+        lock.and_then(|l| l.cudnn.version.as_ref()),
+    ) {
+        // cuDNN 9 reports major*10000 + minor*100 + patch (91900 is 9.19.0).
+        let have = format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+        let ok = have
+            .parse::<crate::version::Version>()
+            .is_ok_and(|h| h.major() == l.major() && h.minor() == l.minor());
+        report.push(
+            PHASE,
+            "cuDNN from torch",
+            if ok { Status::Pass } else { Status::Fail },
+            format!("torch uses cuDNN {have}; the lock pins {l}"),
+        );
+    }
+}
+
+/// Whether torch carries machine code for the GPU (sm_XY of the same major, minor at most the
+/// GPU's) or PTX it can compile (compute_XY at most the GPU's).
+pub fn covers(arch_list: &[&str], capability: (u32, u32)) -> Option<String> {
+    let (major, minor) = capability;
+    arch_list.iter().find_map(|a| {
+        let (kind, digits) = a.split_once('_')?;
+        let n: u32 = digits.trim_end_matches(['a', 'f']).parse().ok()?;
+        let (m, n) = (n / 10, n % 10);
+        match kind {
+            "sm" if m == major && n <= minor => Some(format!("machine code {a}")),
+            "compute" if (m, n) <= (major, minor) => Some(format!("PTX {a}, compiled at load")),
+            _ => None,
+        }
+    })
+}
+
+fn arch_coverage(first: &Value, report: &mut Report) {
+    let archs: Vec<&str> = first["arch_list"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let cap = first["capability"].as_array().map(|c| {
+        (
+            c.first().and_then(Value::as_u64).unwrap_or(0) as u32,
+            c.get(1).and_then(Value::as_u64).unwrap_or(0) as u32,
+        )
+    });
+    let Some(cap) = cap else { return };
+    let name = first["device_name"].as_str().unwrap_or("the GPU");
+    match covers(&archs, cap) {
+        Some(how) => report.push(
+            PHASE,
+            "GPU architecture in torch",
+            Status::Pass,
+            format!("{name} is sm_{}{}: torch has {how}", cap.0, cap.1),
+        ),
+        None => report.push(
+            PHASE,
+            "GPU architecture in torch",
+            Status::Fail,
+            format!(
+                "{name} is sm_{}{}, and torch was built for {} only: every kernel fails with \
+                 \"no kernel image is available for execution\"; use a torch build that lists it",
+                cap.0,
+                cap.1,
+                archs.join(", ")
+            ),
+        ),
+    }
+}
+
+fn compute(ranks: &[Value], measured: &Measured, report: &mut Report) {
+    for r in ranks {
+        let rank = r["rank"].as_u64().unwrap_or(0);
+        let on = format!(
+            "rank {rank} ({})",
+            r["device_name"].as_str().unwrap_or("GPU")
+        );
+        match (r["errors"]["gemm"].as_str(), r["gemm_rel_error"].as_f64(), r["gemm"]["tflops"].as_f64()) {
+            (Some(e), _, _) => report.push(PHASE, format!("bf16 GEMM, {on}"), Status::Fail, e),
+            (None, Some(err), _) if err > GEMM_TOLERANCE => report.push(
+                PHASE,
+                format!("bf16 GEMM, {on}"),
+                Status::Fail,
+                format!("wrong: relative error {err:.2e} against the CPU reference (tolerance {GEMM_TOLERANCE:.0e})"),
+            ),
+            (None, Some(err), Some(tflops)) => {
+                let (status, floor) = match measured.gemm_floor {
+                    Some((f, _)) if tflops < f => (Status::Fail, format!(", below the floor of {f:.0}")),
+                    Some((f, from)) => (Status::Pass, format!(", floor {f:.0} ({from})")),
+                    None => (Status::Pass, ", no floor for this model in the policy".to_string()),
+                };
+                report.push(
+                    PHASE,
+                    format!("bf16 GEMM, {on}"),
+                    status,
+                    format!(
+                        "{tflops:.0} TFLOP/s at {n}x{n}{floor}; right against the CPU reference (relative error {err:.1e})",
+                        n = r["gemm"]["n"].as_u64().unwrap_or(0)
+                    ),
+                );
+            }
+            _ => report.push(PHASE, format!("bf16 GEMM, {on}"), Status::Fail, "no measurement"),
+        }
+        let conv = match (r["errors"]["conv"].as_str(), r["conv_rel_error"].as_f64()) {
+            (Some(e), _) => (Status::Fail, e.to_string()),
+            (None, Some(err)) if err > CONV_TOLERANCE => (
+                Status::Fail,
+                format!("wrong: relative error {err:.2e} against the CPU reference"),
+            ),
+            (None, Some(err)) if r["cudnn_enabled"].as_bool() == Some(true) => (
+                Status::Pass,
+                format!("right against the CPU reference (relative error {err:.1e})"),
+            ),
+            (None, Some(_)) => (Status::Fail, "cuDNN is not available to torch".to_string()),
+            _ => (Status::Fail, "no measurement".to_string()),
+        };
+        report.push(PHASE, format!("cuDNN convolution, {on}"), conv.0, conv.1);
+    }
+}
+
+/// The best bus bandwidth the probe's own all-reduce measured at `bytes`: (bundled, NCCL).
+fn probe_busbw(allreduce: &Value, bytes: u64) -> (Option<f64>, Option<f64>) {
+    let rows = allreduce["rows"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let best = |nccl: bool| {
+        rows.iter()
+            .filter(|r| r["bytes"].as_u64() == Some(bytes) && r["dtype"] == "f32")
+            .filter(|r| (r["algo"] == "nccl") == nccl)
+            .filter_map(|r| r["busbw"].as_f64())
+            .reduce(f64::max)
+    };
+    (best(false), best(true))
+}
+
+fn allreduce(ranks: &[Value], measured: &Measured, report: &mut Report) {
+    let first = &ranks[0];
+    let world = first["world_size"].as_u64().unwrap_or(1);
+    if let Some(e) = ranks.iter().find_map(|r| r["errors"]["allreduce"].as_str()) {
+        report.push(PHASE, "torch.distributed all-reduce", Status::Fail, e);
+        return;
+    }
+    let (sum, want) = (
+        first["allreduce_sum"].as_f64(),
+        first["allreduce_expected"].as_f64(),
+    );
+    if sum.is_none() || sum != want {
+        report.push(
+            PHASE,
+            "torch.distributed all-reduce",
+            Status::Fail,
+            format!("{world} ranks summed to {sum:?}, not {want:?}"),
+        );
+        return;
+    }
+    let rows: Vec<String> = first["allreduce"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            let bytes = r["bytes"].as_u64().unwrap_or(0);
+            let beside = measured
+                .allreduce
+                .map(|a| probe_busbw(a, bytes))
+                .map(|(k, n)| {
+                    format!(
+                        " (the bundled kernel {}, libnccl {})",
+                        k.map_or("not run".into(), |v| format!("{v:.0}")),
+                        n.map_or("not run".into(), |v| format!("{v:.0}"))
+                    )
+                })
+                .unwrap_or_default();
+            if world > 1 {
+                format!(
+                    "{}: busbw {:.0} GB/s{beside}",
+                    crate::image::inspect::human_size(bytes),
+                    r["busbw"].as_f64().unwrap_or(0.0)
+                )
+            } else {
+                format!(
+                    "{}: {:.1} us",
+                    crate::image::inspect::human_size(bytes),
+                    r["seconds"].as_f64().unwrap_or(0.0) * 1e6
+                )
+            }
+        })
+        .collect();
+    let what = if world > 1 {
+        format!("{world} ranks, one per GPU, right sum")
+    } else {
+        "one rank: ProcessGroupNCCL initialises and reduces (one rank moves no bytes between GPUs, so no bus bandwidth)".to_string()
+    };
+    report.push(
+        PHASE,
+        "torch.distributed all-reduce",
+        Status::Pass,
+        format!("{what}; {}", rows.join(", ")),
+    );
+}
+
+/// A mapped library's version: what the library itself reports (ncclGetVersion, cudnnGetVersion,
+/// cudaRuntimeGetVersion, cuDriverGetVersion), beside its file's where that says more than the
+/// soname's major (the driver's libcuda.so.580.159.04).
+fn version_of(m: &Value) -> String {
+    let name = m["path"]
+        .as_str()
+        .unwrap_or("")
+        .rsplit('/')
+        .next()
+        .unwrap_or("");
+    let file = m["file_version"].as_str().filter(|v| v.contains('.'));
+    let reports = m["reports"].as_i64().map(|v| {
+        if name.starts_with("libcuda.so") || name.starts_with("libcudart.so") {
+            // CUDA's own encoding: major * 1000 + minor * 10.
+            format!("CUDA {}.{}", v / 1000, v % 1000 / 10)
+        } else {
+            // NCCL's and cuDNN 9's: major * 10000 + minor * 100 + patch.
+            format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+        }
+    });
+    match (file, reports) {
+        (Some(f), Some(r)) => format!("{f}, {r}"),
+        (Some(f), None) => f.to_string(),
+        (None, Some(r)) => r,
+        (None, None) => m["file_version"]
+            .as_str()
+            .map_or("version unknown".into(), |v| format!("soname version {v}")),
+    }
+}
+
+/// The watched libraries the process mapped, from which copy, and whether torch's NCCL is the
+/// one the lock pins and the probe measured.
+fn libraries(first: &Value, lock: Option<&Lock>, measured: &Measured, report: &mut Report) {
+    let maps = first["maps"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let watched: Vec<&Value> = maps
+        .iter()
+        .filter(|m| {
+            let name = m["path"]
+                .as_str()
+                .unwrap_or("")
+                .rsplit('/')
+                .next()
+                .unwrap_or("");
+            WATCHED.iter().any(|w| name.starts_with(w))
+        })
+        .collect();
+    let mut listed: Vec<String> = watched
+        .iter()
+        .map(|m| format!("{} ({})", m["path"].as_str().unwrap_or("?"), version_of(m)))
+        .collect();
+    listed.sort();
+    report.push(
+        PHASE,
+        "libraries torch mapped",
+        if listed.is_empty() {
+            Status::Warn
+        } else {
+            Status::Pass
+        },
+        if listed.is_empty() {
+            "none of libcuda, libcudart, cuBLAS, cuDNN, libnccl, NVRTC is mapped".to_string()
+        } else {
+            listed.join(", ")
+        },
+    );
+    let Some(torch_nccl) = first["nccl"].as_str() else {
+        return;
+    };
+    let mapped_nccl = watched
+        .iter()
+        .find(|m| m["path"].as_str().is_some_and(|p| p.contains("libnccl.so")))
+        .and_then(|m| m["path"].as_str());
+    let mut problems = Vec::new();
+    if let Some(pin) = lock.and_then(|l| l.nccl.version.as_ref())
+        && torch_nccl.parse::<crate::version::Version>().ok().as_ref() != Some(pin)
+    {
+        problems.push(format!("the lock pins {pin}"));
+    }
+    if let Some((path, version)) = measured.nccl {
+        if version != torch_nccl {
+            problems.push(format!("the probe measured {path} ({version})"));
+        } else if let Some(m) = mapped_nccl
+            && std::fs::canonicalize(m).ok() != std::fs::canonicalize(path).ok()
+        {
+            problems.push(format!("the probe measured another copy, {path}"));
+        }
+    }
+    report.push(
+        PHASE,
+        "torch's NCCL",
+        if problems.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        format!(
+            "torch binds NCCL {torch_nccl} from {}{}",
+            mapped_nccl.unwrap_or("an unmapped library"),
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!(", but {}", problems.join(" and "))
+            }
+        ),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The framework phase as it ran on an H200 with the machine's torch 2.11
+    /// (benches/h200-framework.sh; benches/results/probe-framework-h200-2026-12-01.json),
+    /// judged again from its raw rank results.
+    fn recorded() -> (Vec<Value>, Value) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/results/probe-framework-h200-2026-12-01.json");
+        let probe: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let ranks = probe["facts"]["framework"].as_array().unwrap().clone();
+        (ranks, probe["facts"]["nccl"][0].clone())
+    }
+
+    fn judged(ranks: &[Value], measured: &Measured) -> Report {
+        let mut report = Report::default();
+        judge(ranks, true, None, measured, &mut report);
+        report
+    }
+
+    fn detail<'a>(report: &'a Report, name: &str) -> (&'a Status, &'a str) {
+        let c = report
+            .checks
+            .iter()
+            .find(|c| c.name.starts_with(name))
+            .unwrap_or_else(|| panic!("no check {name}"));
+        (&c.status, c.detail.as_str())
+    }
+
+    #[test]
+    fn the_h200_run_passes_and_names_the_copies_torch_bound() {
+        let (ranks, nccl) = recorded();
+        let measured = Measured {
+            nccl: Some((
+                nccl["path"].as_str().unwrap(),
+                nccl["version"].as_str().unwrap(),
+            )),
+            allreduce: None,
+            gemm_floor: Some((600.0, "H200 SXM")),
+        };
+        let report = judged(&ranks, &measured);
+        assert!(
+            report.checks.iter().all(|c| c.status == Status::Pass),
+            "{:?}",
+            report.checks
+        );
+        let (_, libs) = detail(&report, "libraries torch mapped");
+        assert!(
+            libs.contains("nvidia/nccl/lib/libnccl.so.2 (2.28.9)"),
+            "{libs}"
+        );
+        assert!(libs.contains("nvidia/cu13/lib/libcublasLt.so.13"), "{libs}");
+        assert!(
+            libs.contains("libcuda.so.580.159.04 (580.159.04, CUDA 13.0)"),
+            "{libs}"
+        );
+        assert!(
+            libs.contains("nvidia/cudnn/lib/libcudnn.so.9 (9.19.0)"),
+            "{libs}"
+        );
+        assert!(!libs.contains("/usr/local/cuda/"), "{libs}");
+        let (_, gemm) = detail(&report, "bf16 GEMM");
+        assert!(gemm.contains("786 TFLOP/s at 8192x8192"), "{gemm}");
+    }
+
+    #[test]
+    fn the_same_run_fails_where_the_node_or_image_would() {
+        let (ranks, _) = recorded();
+        // The probe measured another libnccl than the one torch binds.
+        let other = Measured {
+            nccl: Some(("/usr/lib/x86_64-linux-gnu/libnccl.so.2", "2.27.5")),
+            gemm_floor: Some((900.0, "a stricter floor")),
+            ..Measured::default()
+        };
+        let report = judged(&ranks, &other);
+        let (status, text) = detail(&report, "torch's NCCL");
+        assert_eq!(*status, Status::Fail, "{text}");
+        assert!(
+            text.contains("the probe measured /usr/lib/x86_64-linux-gnu/libnccl.so.2 (2.27.5)"),
+            "{text}"
+        );
+        let (status, text) = detail(&report, "bf16 GEMM");
+        assert_eq!(*status, Status::Fail, "{text}");
+        // A torch built without the GPU's architecture.
+        let mut old = ranks.clone();
+        old[0]["arch_list"] = json!(["sm_70", "sm_80"]);
+        let report = judged(&old, &Measured::default());
+        let (status, text) = detail(&report, "GPU architecture");
+        assert_eq!(*status, Status::Fail, "{text}");
+        assert!(text.contains("no kernel image is available"), "{text}");
+        // CUDA that does not start: CUDA's own words.
+        let mut broken = ranks.clone();
+        broken[0]["errors"] =
+            json!({"cuda_init": "RuntimeError: CUDA driver initialization failed"});
+        let report = judged(&broken, &Measured::default());
+        let (status, text) = detail(&report, "CUDA from torch");
+        assert_eq!(*status, Status::Fail, "{text}");
+        assert!(text.contains("CUDA driver initialization failed"), "{text}");
+    }
+
+    #[test]
+    fn arch_coverage_follows_cuda_s_compatibility() {
+        let h200 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"];
+        assert!(covers(&h200, (9, 0)).unwrap().contains("sm_90"));
+        // sm_80 machine code runs on 8.6 and 8.9, not on 9.0.
+        assert!(covers(&["sm_80"], (8, 9)).is_some());
+        assert!(covers(&["sm_80", "sm_86"], (9, 0)).is_none());
+        assert!(covers(&["sm_86"], (8, 0)).is_none());
+        // PTX of an older architecture compiles for a newer one.
+        assert!(
+            covers(&["sm_80", "compute_80"], (9, 0))
+                .unwrap()
+                .contains("PTX")
+        );
+        assert!(covers(&["compute_90"], (8, 0)).is_none());
+        assert!(covers(&["sm_90a"], (9, 0)).is_some());
+    }
+}
