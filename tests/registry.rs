@@ -1420,3 +1420,57 @@ fn a_recipes_base_is_pulled_from_its_registry_when_build_has_no_from() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.tar");
+    common::skopeo_archive(&good);
+    let bad = dir.path().join("bad.tar");
+    common::tampered_archive(&good, &bad);
+    let out = reg.copy(
+        "auth",
+        &format!("docker-archive:{}", bad.display()),
+        &reg.image("team/t:1"),
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("but the config says"),
+        "{}",
+        stderr(&out)
+    );
+    let out = reg.skopeo_inspect(&[], "team/t:1");
+    assert!(!out.status.success(), "a refused copy left a tag");
+
+    // A blob changed on disk after the image was read: the registry refuses its upload (the
+    // digest is not the content's), and the message names the blob without the upload URL's
+    // state token.
+    let layout = dir.path().join("layout");
+    run(Command::new("cp").arg("-r").arg(common::base()).arg(&layout));
+    let source: gpubake::image::Transport = format!("oci:{}:latest", layout.display())
+        .parse()
+        .unwrap();
+    let image = source.open().unwrap();
+    let layer = image.manifest().layers()[0].digest().to_string();
+    let blob = layout
+        .join("blobs/sha256")
+        .join(layer.trim_start_matches("sha256:"));
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&blob, bytes).unwrap();
+    let remote = gpubake::image::registry::Remote {
+        reference: format!("{}/team/refused:1", reg.addr),
+        access: gpubake::image::registry::Access {
+            cert_dir: Some(PathBuf::from(reg.certs())),
+            authfile: Some(reg.dir.path().join("auth/config.json")),
+            ..Default::default()
+        },
+    };
+    let err = gpubake::image::registry::push(&image, &remote)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&layer), "{err}");
+    assert!(!err.contains("_state"), "{err}");
+}

@@ -197,7 +197,7 @@ impl Session {
 
     /// The error for a failed request, saying what to do where there is something to do.
     pub(super) fn failed(&self, doing: &str, e: OciDistributionError) -> Error {
-        let text = e.to_string();
+        let text = without_queries(&e.to_string());
         if is_unauthorized(&e) {
             return self.refused(doing);
         }
@@ -208,7 +208,7 @@ impl Session {
             OciDistributionError::IoError(_) => true,
             _ => false,
         };
-        let detail = chain(&e);
+        let detail = without_queries(&chain(&e));
         if detail.contains("certificate") {
             return Error::Environment(format!(
                 "{}: the registry's TLS certificate is not trusted while {doing} ({detail}); \
@@ -243,6 +243,27 @@ pub(super) fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+/// `text` with the query of every URL in it cut: an upload's URL carries the registry's
+/// upload state (`_state=…`) and a signed one its signature, neither of which a message
+/// should show.
+fn without_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let url_end = rest[at..]
+            .find(|c: char| c.is_whitespace() || "\"'<>),".contains(c))
+            .map_or(rest.len(), |n| at + n);
+        let url = &rest[..url_end];
+        match url[at..].find('?') {
+            Some(q) => out.push_str(&url[..at + q]),
+            None => out.push_str(url),
+        }
+        rest = &rest[url_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn extra(detail: &str, text: &str) -> String {
@@ -468,7 +489,10 @@ async fn pull_async(
         let pick = pick_platform(&index, platform).ok_or_else(|| {
             Error::image(
                 &s.what,
-                format!("index {digest} has no {platform} image; pick one with --platform"),
+                format!(
+                    "index {digest} has no {platform} image; it has {}",
+                    super::model::index_platforms(&index).join(", ")
+                ),
             )
         })?;
         let by_digest = reference.clone_with_digest(pick.digest().to_string());
@@ -720,17 +744,7 @@ fn top_index(remote: &Remote) -> Result<Option<(ImageIndex, Vec<u8>, Digest)>> {
 
 /// The platforms of the image's index, in its order; None when it is a plain manifest.
 pub fn index_platforms(remote: &Remote) -> Result<Option<Vec<String>>> {
-    Ok(top_index(remote)?.map(|(index, _, _)| {
-        index
-            .manifests()
-            .iter()
-            .map(|m| {
-                Platform::of_descriptor(m)
-                    .map(|p| p.to_string())
-                    .unwrap_or_else(|| "?".into())
-            })
-            .collect()
-    }))
+    Ok(top_index(remote)?.map(|(index, _, _)| super::model::index_platforms(&index)))
 }
 
 /// Pulls every platform of the image into `into` when the registry holds it as an index:
@@ -843,6 +857,18 @@ mod tests {
         assert!(!is_index(&declared_type(
             br#"{"schemaVersion":2,"layers":[]}"#
         )));
+    }
+
+    #[test]
+    fn urls_lose_their_queries() {
+        assert_eq!(
+            without_queries(
+                "url https://h:5000/v2/a/blobs/uploads/u?_state=abc%3D&digest=sha256:1, \
+                 envelope: x (see http://h/y?z)"
+            ),
+            "url https://h:5000/v2/a/blobs/uploads/u, envelope: x (see http://h/y)"
+        );
+        assert_eq!(without_queries("no url here"), "no url here");
     }
 
     #[test]
