@@ -551,7 +551,9 @@ fn allow_files_outside_is_offered_by_the_commands_that_read_a_recipe_only() {
         assert_exit(&out, 0);
         assert!(stdout(&out).contains("--allow-files-outside"), "{cmd}");
     }
-    for cmd in ["copy", "inspect", "verify", "install", "certify", "probe", "lint"] {
+    for cmd in [
+        "copy", "inspect", "verify", "install", "certify", "probe", "lint",
+    ] {
         let out = gpubake(&[cmd, "--help"]);
         assert_exit(&out, 0);
         assert!(!stdout(&out).contains("--allow-files-outside"), "{cmd}");

@@ -1447,10 +1447,12 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     // digest is not the content's), and the message names the blob without the upload URL's
     // state token.
     let layout = dir.path().join("layout");
-    run(Command::new("cp").arg("-r").arg(common::base()).arg(&layout));
-    let source: gpubake::image::Transport = format!("oci:{}:latest", layout.display())
-        .parse()
-        .unwrap();
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(common::base())
+        .arg(&layout));
+    let source: gpubake::image::Transport =
+        format!("oci:{}:latest", layout.display()).parse().unwrap();
     let image = source.open().unwrap();
     let layer = image.manifest().layers()[0].digest().to_string();
     let blob = layout

@@ -172,7 +172,10 @@ pub fn read(
         .layers(layers)
         .build()
         .map_err(|e| bad(e.to_string()))?;
-    Ok((staging.write_json(&manifest, MediaType::ImageManifest)?, true))
+    Ok((
+        staging.write_json(&manifest, MediaType::ImageManifest)?,
+        true,
+    ))
 }
 
 /// The manifest the archive's `index.json` lists (directly, or inside an index it lists)
@@ -204,8 +207,8 @@ fn carried_manifest(
             entries.extend(inner.manifests().iter().cloned());
             continue;
         }
-        let manifest: ImageManifest = serde_json::from_slice(&bytes)
-            .map_err(|e| bad(&format!("manifest {digest}"), e))?;
+        let manifest: ImageManifest =
+            serde_json::from_slice(&bytes).map_err(|e| bad(&format!("manifest {digest}"), e))?;
         let same = digest_of(manifest.config())? == *config
             && manifest.layers().len() == layers.len()
             && manifest

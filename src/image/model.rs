@@ -364,14 +364,16 @@ impl Image {
     /// The platform the config names (`os`, `architecture`, `variant`), when it names one.
     pub fn platform(&self) -> Result<Option<Platform>> {
         let config = self.config()?;
-        Ok(match (config["os"].as_str(), config["architecture"].as_str()) {
-            (Some(os), Some(arch)) => Some(Platform {
-                os: os.to_string(),
-                architecture: arch.to_string(),
-                variant: config["variant"].as_str().map(String::from),
-            }),
-            _ => None,
-        })
+        Ok(
+            match (config["os"].as_str(), config["architecture"].as_str()) {
+                (Some(os), Some(arch)) => Some(Platform {
+                    os: os.to_string(),
+                    architecture: arch.to_string(),
+                    variant: config["variant"].as_str().map(String::from),
+                }),
+                _ => None,
+            },
+        )
     }
 
     /// Every blob: the config, then the layers.

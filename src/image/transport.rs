@@ -379,11 +379,10 @@ impl Transport {
             (Some(_), _) => None,
             (None, Transport::Registry(remote)) => {
                 let (layout, staging) = pull_store(remote, &self.to_string())?;
-                registry::open_index(remote, layout)?
-                    .map(|i| match staging {
-                        Some(s) => i.with_staging(s),
-                        None => i,
-                    })
+                registry::open_index(remote, layout)?.map(|i| match staging {
+                    Some(s) => i.with_staging(s),
+                    None => i,
+                })
             }
             (None, _) => self.open_index()?,
         };
@@ -455,7 +454,10 @@ fn checked_index(index: &IndexImage) -> Result<()> {
 
 /// Where a registry image's blobs are pulled: the blob cache, where build keeps its layers,
 /// so that a base read twice is downloaded once; else a staging layout, kept with the image.
-fn pull_store(remote: &Remote, name: &str) -> Result<(Layout, Option<crate::interrupt::ScratchDir>)> {
+fn pull_store(
+    remote: &Remote,
+    name: &str,
+) -> Result<(Layout, Option<crate::interrupt::ScratchDir>)> {
     match &remote.access.blob_cache {
         Some(cache) => Ok((Layout::create(cache)?.named(name), None)),
         None => {
@@ -678,7 +680,9 @@ mod tests {
         for good in ["v1", "v1.2-rc+1", "a--b", "A_b", "a@b", "team/x"] {
             assert!(is_ref_name(good), "{good}");
         }
-        for bad in ["Bad Tag!", "-x", "a..b", "a---b", "x.", "_x", "a__b", "a//b"] {
+        for bad in [
+            "Bad Tag!", "-x", "a..b", "a---b", "x.", "_x", "a__b", "a//b",
+        ] {
             assert!(!is_ref_name(bad), "{bad}");
         }
     }

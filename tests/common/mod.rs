@@ -279,7 +279,10 @@ pub fn tag_index(
 /// manifest of the image).
 pub fn skopeo_archive(path: &Path) -> String {
     let archive = format!("docker-archive:{}", path.display());
-    run(Command::new("skopeo").arg("copy").arg(from_base()).arg(&archive));
+    run(Command::new("skopeo")
+        .arg("copy")
+        .arg(from_base())
+        .arg(&archive));
     archive
 }
 
@@ -304,7 +307,10 @@ pub fn archive_members(archive: &Path) -> (String, Vec<String>) {
     let layers = m[0]["Layers"].as_array().unwrap();
     (
         m[0]["Config"].as_str().unwrap().to_string(),
-        layers.iter().map(|l| l.as_str().unwrap().to_string()).collect(),
+        layers
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect(),
     )
 }
 
