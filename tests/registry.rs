@@ -714,7 +714,7 @@ fn an_index_is_read_for_the_platform_asked_for() {
     let out = reg.trusted("auth", &["inspect", &remote, "--platform", "linux/s390x"]);
     assert_exit(&out, 2);
     assert!(
-        stderr(&out).contains("has no linux/s390x image"),
+        stderr(&out).contains("has no linux/s390x image; it has linux/amd64, linux/arm64"),
         "{}",
         stderr(&out)
     );
