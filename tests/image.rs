@@ -1261,6 +1261,10 @@ fn a_docker_archive_keeps_the_manifest_it_carries_and_says_when_it_has_none() {
     let theirs = common::skopeo_archive(&dir.path().join("theirs.tar"));
     let read = inspected(&theirs);
     assert_eq!(read["manifest_made_by_gpubake"], true, "{read}");
+    // skopeo makes a manifest of its own for the same archive, with another digest.
+    let skopeo: Value =
+        serde_json::from_str(&run(Command::new("skopeo").arg("inspect").arg(&theirs))).unwrap();
+    assert_ne!(skopeo["Digest"], read["manifest"], "{skopeo}");
     let out = gpubake(&["inspect", &theirs]);
     assert_exit(&out, 0);
     assert!(stdout(&out).contains("made by gpubake"), "{}", stdout(&out));
