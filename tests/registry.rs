@@ -1476,3 +1476,75 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     assert!(err.contains(&layer), "{err}");
     assert!(!err.contains("_state"), "{err}");
 }
+
+#[test]
+fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout() {
+    use gpubake::image::layout::{Layout, descriptor, digest_of};
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The busybox base with a config that lists another diff id for its first layer: every
+    // blob matches its digest, so skopeo pushes it as it is.
+    let wrong = dir.path().join("wrong");
+    run(Command::new("cp").arg("-r").arg(common::base()).arg(&wrong));
+    let store = Layout::open(&wrong).unwrap();
+    let desc = store.find(Some("latest")).unwrap();
+    let bytes = store
+        .read_blob(&digest_of(&desc).unwrap(), Some(desc.size()))
+        .unwrap();
+    let mut manifest: Value = serde_json::from_slice(&bytes).unwrap();
+    let config_digest: Digest = manifest["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut config: Value =
+        serde_json::from_slice(&store.read_blob(&config_digest, None).unwrap()).unwrap();
+    config["rootfs"]["diff_ids"][0] = Digest::of(b"another layer").to_string().into();
+    let (d, n) = store
+        .write_blob(&serde_json::to_vec(&config).unwrap())
+        .unwrap();
+    manifest["config"]["digest"] = d.to_string().into();
+    manifest["config"]["size"] = n.into();
+    let (d, n) = store
+        .write_blob(&serde_json::to_vec(&manifest).unwrap())
+        .unwrap();
+    store
+        .set_tag(
+            &descriptor(oci_spec::image::MediaType::ImageManifest, &d, n),
+            "latest",
+        )
+        .unwrap();
+    let remote = reg.image("bad/diff:1");
+    run(Command::new("skopeo")
+        .args(["copy", "--dest-cert-dir", &reg.certs()])
+        .args(["--dest-creds", &format!("{USER}:{PASSWORD}")])
+        .arg(format!("oci:{}:latest", wrong.display()))
+        .arg(&remote));
+
+    let fresh = dir.path().join("fresh");
+    let out = reg.copy("auth", &remote, &format!("oci:{}:1", fresh.display()));
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("but the config says"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fresh.exists(), "a refused copy left {}", fresh.display());
+    // Into a layout that holds the base already: the blobs the pull added are taken away.
+    let existing = dir.path().join("existing");
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &[
+                "copy",
+                &from_base(),
+                &format!("oci:{}:base", existing.display()),
+            ],
+        ),
+        0,
+    );
+    let before = common::layout_state(&existing);
+    let out = reg.copy("auth", &remote, &format!("oci:{}:1", existing.display()));
+    assert_exit(&out, 2);
+    assert_eq!(common::layout_state(&existing), before);
+}
