@@ -316,14 +316,15 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
         checks: Vec::new(),
     };
     let layout = img.store();
+    let mut missing = Vec::new();
     for desc in img.blobs() {
         let digest = digest_of(desc)?;
         if !layout.blob_path(&digest).exists() {
-            return Err(Error::image(
-                layout.describe(),
-                format!("blob {digest} is missing"),
-            ));
+            missing.push(format!("blob {digest} is missing"));
         }
+    }
+    if !missing.is_empty() {
+        return Err(Error::image(layout.describe(), missing.join("; ")));
     }
 
     let m = img.manifest();
