@@ -1475,6 +1475,13 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
         .to_string();
     assert!(err.contains(&layer), "{err}");
     assert!(!err.contains("_state"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "pushing blob {layer}: the registry answered 400: provided digest did not match \
+             uploaded content (DIGEST_INVALID)"
+        )),
+        "{err}"
+    );
 }
 
 #[test]

@@ -223,10 +223,8 @@ impl Session {
                 self.what
             ));
         }
-        Error::image(
-            &self.what,
-            format!("{doing}: {text}{}", extra(&detail, &text)),
-        )
+        let said = refusal(&e).unwrap_or_else(|| format!("{text}{}", extra(&detail, &text)));
+        Error::image(&self.what, format!("{doing}: {said}"))
     }
 }
 
@@ -243,6 +241,28 @@ pub(super) fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+/// A registry's error answer in its own words (`the registry answered 400: provided digest
+/// did not match uploaded content (DIGEST_INVALID)`) rather than the request's URL and the
+/// raw JSON; None for other errors and answers that carry no OCI error list.
+fn refusal(e: &OciDistributionError) -> Option<String> {
+    let OciDistributionError::ServerError { code, message, .. } = e else {
+        return None;
+    };
+    let body: serde_json::Value = serde_json::from_str(message).ok()?;
+    let errors: Vec<String> = body["errors"]
+        .as_array()?
+        .iter()
+        .map(|x| {
+            format!(
+                "{} ({})",
+                x["message"].as_str().unwrap_or("no message"),
+                x["code"].as_str().unwrap_or("no code")
+            )
+        })
+        .collect();
+    (!errors.is_empty()).then(|| format!("the registry answered {code}: {}", errors.join("; ")))
 }
 
 /// `text` with the query of every URL in it cut: an upload's URL carries the registry's
