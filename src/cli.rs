@@ -288,9 +288,10 @@ enum Command {
     /// anything is read. Every blob of SRC is checked against its manifest and config (digests,
     /// tar streams, diff ids) before anything is written, and a copy that fails leaves DEST as
     /// it was. The manifest is copied byte for byte where both ends keep manifests (layouts,
-    /// registries, and archives gpubake or Docker 25+ wrote), so the digest stays the same; a
-    /// source without one (an older `docker save`, skopeo's archives) gets one gpubake makes,
-    /// and says so. docker-archive:FILE without NAME:TAG records no name, as skopeo writes it.
+    /// registries, and archives with an OCI index.json, as gpubake writes them), so the digest
+    /// stays the same; a source without one (skopeo's archives, Docker 20.10's `docker save`)
+    /// gets one gpubake makes, and says so. docker-archive:FILE without NAME:TAG records no
+    /// name, as skopeo writes it.
     /// A push asks the registry for each blob first, mounts blobs from the repository the image
     /// came from when that is in the same registry, and retries a failed upload from the start
     /// of the blob; a pull resumes a broken download and verifies every blob whole.

@@ -1285,6 +1285,19 @@ fn a_docker_archive_keeps_the_manifest_it_carries_and_says_when_it_has_none() {
         Digest::of(&out.stdout)
     };
     assert_eq!(config(&theirs), config(&from_base()));
+    // Nor does the engine's `docker save` (20.10, as Debian ships it).
+    if common::have("docker", "version") {
+        let name = "gpubake-test-saved:1";
+        let daemon = format!("docker-daemon:{name}");
+        assert_exit(&gpubake(&["copy", &from_base(), &daemon]), 0);
+        let saved = dir.path().join("saved.tar");
+        run(Command::new("docker")
+            .args(["save", name, "-o"])
+            .arg(&saved));
+        let _ = Command::new("docker").args(["rmi", name]).output();
+        let read = inspected(&format!("docker-archive:{}", saved.display()));
+        assert_eq!(read["manifest_made_by_gpubake"], true, "{read}");
+    }
 }
 
 #[test]

@@ -43,9 +43,9 @@ pub fn sniff_layer_type(head: &[u8]) -> MediaType {
 /// `reference` (or of the only image), and whether gpubake made that manifest. The image is
 /// the one Docker's `manifest.json` names (its config and layers, which `docker load` reads);
 /// its manifest is the one the archive's `index.json` lists for exactly that config and those
-/// layers (as `docker save` since Docker 25 and gpubake write), so an image keeps its digest
-/// through an archive; an archive without one (older Docker, skopeo) gets a manifest made
-/// from `manifest.json`, whose digest is gpubake's own.
+/// layers (an OCI layout beside `manifest.json`, as gpubake writes it), so an image keeps its
+/// digest through an archive; an archive without one (skopeo's, Docker 20.10's) gets a
+/// manifest made from `manifest.json`, whose digest is gpubake's own.
 pub fn read(
     archive: &Path,
     reference: Option<&str>,
