@@ -685,7 +685,7 @@ fn in_engine(
     let dir =
         crate::interrupt::scratch_dir(None, ".gpubake-certify-").map_err(|e| e.to_string())?;
     let archive = dir.path().join("image.tar");
-    crate::image::archive::write(opened, &archive, &tag).map_err(|e| e.to_string())?;
+    crate::image::archive::write(opened, &archive, Some(&tag)).map_err(|e| e.to_string())?;
     engine.load(&archive).map_err(|e| e.to_string())?;
     let run = engine.run(&tag, args, files, &opts.gpus, wait);
     engine.remove_image(&tag);

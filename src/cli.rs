@@ -38,7 +38,8 @@ struct RegistryArgs {
     /// /etc/containers/registries.conf (skopeo's option).
     #[arg(long, value_name = "FILE")]
     registries_conf: Option<PathBuf>,
-    /// The platform to take from a multi-platform image (default: this machine's).
+    /// The platform to take from a multi-platform image (default: this machine's); an image
+    /// that is not for it is refused, naming the platforms it has.
     #[arg(long, value_name = "OS/ARCH")]
     platform: Option<String>,
 }
@@ -79,9 +80,14 @@ impl RegistryArgs {
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// What a recipe's `files:` may copy, for the commands that read a recipe.
+#[derive(clap::Args, Debug, Clone)]
+struct RecipeFiles {
     /// Let a recipe's `files:` copy sources from outside the recipe's directory (each entry
     /// may instead say `allow_outside: true`).
-    #[arg(long, global = true)]
+    #[arg(long)]
     allow_files_outside: bool,
 }
 
@@ -98,6 +104,8 @@ enum Command {
     Resolve {
         /// The recipe (YAML).
         recipe: Option<PathBuf>,
+        #[command(flatten)]
+        files: RecipeFiles,
         /// Write the lock here (atomically) instead of to standard output, and the closure
         /// beside it.
         #[arg(short, long)]
@@ -173,6 +181,8 @@ enum Command {
     Render {
         /// The recipe (YAML); the built-in default when absent.
         recipe: Option<PathBuf>,
+        #[command(flatten)]
+        files: RecipeFiles,
         /// Write the Dockerfile here (atomically) instead of to standard output.
         #[arg(short, long, conflicts_with = "context")]
         output: Option<PathBuf>,
@@ -217,6 +227,8 @@ enum Command {
     Build {
         /// The recipe (YAML); the built-in default when absent.
         recipe: Option<PathBuf>,
+        #[command(flatten)]
+        files: RecipeFiles,
         /// Where to write the image.
         #[arg(long, value_name = "DEST")]
         to: String,
@@ -284,8 +296,14 @@ enum Command {
     /// Copy an image from one transport to another, verifying every blob on the way.
     ///
     /// SRC and DEST use the transports of `build`: oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG],
-    /// docker-daemon:NAME:TAG, docker://REGISTRY/NAME:TAG. The manifest is copied byte for byte
-    /// where both ends keep manifests (layouts and registries), so the digest stays the same.
+    /// docker-daemon:NAME:TAG, docker://REGISTRY/NAME:TAG; DEST's name is checked before
+    /// anything is read. Every blob of SRC is checked against its manifest and config (digests,
+    /// tar streams, diff ids) before anything is written, and a copy that fails leaves DEST as
+    /// it was. The manifest is copied byte for byte where both ends keep manifests (layouts,
+    /// registries, and archives with an OCI index.json, as gpubake writes them), so the digest
+    /// stays the same; a source without one (skopeo's archives, Docker 20.10's `docker save`)
+    /// gets one gpubake makes, and says so. docker-archive:FILE without NAME:TAG records no
+    /// name, as skopeo writes it.
     /// A push asks the registry for each blob first, mounts blobs from the repository the image
     /// came from when that is in the same registry, and retries a failed upload from the start
     /// of the blob; a pull resumes a broken download and verifies every blob whole.
@@ -338,7 +356,9 @@ enum Command {
     },
     /// Re-hash every blob of an image and check that its labels, lock and nccl.conf agree.
     ///
-    /// Exits 1 naming what disagrees, 2 when the image cannot be read at all. With
+    /// Every blob is checked, each named by the digest its content has when that is not the
+    /// manifest's (a damaged config does not stop the layers being read). Exits 1 naming what
+    /// disagrees, 2 when the image cannot be read at all. With
     /// --certified (a docker:// image), also exits 1 unless a certificate that `certify
     /// --attach` pushed for this exact digest is attached to it with a passing verdict.
     ///
@@ -530,15 +550,16 @@ enum PresetAction {
 
 /// Runs the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
-    let load_recipe = |path: Option<&Path>| {
+    let load_recipe = |path: Option<&Path>, files: &RecipeFiles| {
         load_recipe(path).map(|mut loaded| {
-            loaded.allow_files_outside = cli.allow_files_outside;
+            loaded.allow_files_outside = files.allow_files_outside;
             loaded
         })
     };
     match cli.command {
         Command::Resolve {
             recipe,
+            files,
             output,
             pylock,
             no_closure,
@@ -547,7 +568,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             json,
             preset_dir,
         } => {
-            let loaded = load_recipe(recipe.as_deref())?;
+            let loaded = load_recipe(recipe.as_deref(), &files)?;
             let opts = Options {
                 driver,
                 preset_dirs: preset_dir,
@@ -690,6 +711,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         } => presets(action, json, &preset_dir),
         Command::Render {
             recipe,
+            files,
             output,
             context,
             pylock,
@@ -699,7 +721,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             driver,
             preset_dir,
         } => {
-            let loaded = load_recipe(recipe.as_deref())?;
+            let loaded = load_recipe(recipe.as_deref(), &files)?;
             let opts = Options {
                 driver,
                 preset_dirs: preset_dir,
@@ -734,6 +756,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Build {
             recipe,
+            files,
             to,
             from,
             compression,
@@ -752,7 +775,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             sbom_format,
             probe_binary,
         } => {
-            let loaded = load_recipe(recipe.as_deref())?;
+            let loaded = load_recipe(recipe.as_deref(), &files)?;
             // An SBOM path that could never be written is refused before the build, not after.
             if let Some(path) = &sbom {
                 crate::fsutil::output_target(path)?;
@@ -1021,6 +1044,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                         "to": dest.to_string(),
                         "manifest": copied.digest,
                         "platforms": copied.platforms,
+                        "manifest_made_by_gpubake": copied.made_here,
                         "bytes": bytes,
                         "seconds": seconds,
                     })
@@ -1038,6 +1062,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                     crate::image::inspect::human_size(bytes),
                     copied.blobs
                 );
+                if copied.made_here {
+                    println!("  {}", crate::image::inspect::MADE_HERE.trim_start());
+                }
                 if !copied.platforms.is_empty() {
                     println!("  platforms {}", copied.platforms.join(", "));
                 }

@@ -543,3 +543,26 @@ fn a_local_preset_that_shadows_a_builtin_is_announced() {
         "{err}"
     );
 }
+
+#[test]
+fn allow_files_outside_is_offered_by_the_commands_that_read_a_recipe_only() {
+    for cmd in ["resolve", "render", "build"] {
+        let out = gpubake(&[cmd, "--help"]);
+        assert_exit(&out, 0);
+        assert!(stdout(&out).contains("--allow-files-outside"), "{cmd}");
+    }
+    for cmd in [
+        "copy", "inspect", "verify", "install", "certify", "probe", "lint",
+    ] {
+        let out = gpubake(&[cmd, "--help"]);
+        assert_exit(&out, 0);
+        assert!(!stdout(&out).contains("--allow-files-outside"), "{cmd}");
+    }
+    let out = gpubake(&["verify", "--allow-files-outside", "oci:./nowhere"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("unexpected argument '--allow-files-outside'"),
+        "{}",
+        stderr(&out)
+    );
+}

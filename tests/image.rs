@@ -296,20 +296,26 @@ fn broken_layouts_exit_2_with_a_clear_message() {
 
     let missing = dir.path().join("missing");
     run(Command::new("cp").arg("-r").arg(&layout).arg(&missing));
-    let layer = report["layers"][1]["digest"].as_str().unwrap();
-    std::fs::remove_file(
-        missing
-            .join("blobs/sha256")
-            .join(layer.trim_start_matches("sha256:")),
-    )
-    .unwrap();
+    // Every missing blob is named, not only the first.
+    for i in [1, 2] {
+        let layer = report["layers"][i]["digest"].as_str().unwrap();
+        std::fs::remove_file(
+            missing
+                .join("blobs/sha256")
+                .join(layer.trim_start_matches("sha256:")),
+        )
+        .unwrap();
+    }
     let out = gpubake(&["verify", &oci(&missing, "v1")]);
     assert_exit(&out, 2);
-    assert!(
-        stderr(&out).contains(&format!("blob {layer} is missing")),
-        "{}",
-        stderr(&out)
-    );
+    for i in [1, 2] {
+        let layer = report["layers"][i]["digest"].as_str().unwrap();
+        assert!(
+            stderr(&out).contains(&format!("blob {layer} is missing")),
+            "{}",
+            stderr(&out)
+        );
+    }
 
     let out = gpubake(&["inspect", &oci(&layout, "nope")]);
     assert_exit(&out, 2);
@@ -1156,4 +1162,364 @@ fn a_layer_with_a_media_type_that_is_no_layer_is_named_so() {
         "{}",
         stderr(&out)
     );
+}
+
+/// The manifest digest `gpubake inspect --json` reads for `image`.
+fn inspected(image: &str) -> Value {
+    let out = gpubake(&["inspect", "--json", image]);
+    assert_exit(&out, 0);
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn copy_refuses_a_tampered_source_and_leaves_the_destination_as_it_was() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.tar");
+    common::skopeo_archive(&good);
+    // One byte of a file's content in a layer, and one byte of a layer's first tar header.
+    let content = dir.path().join("content.tar");
+    common::tampered_archive(&good, &content);
+    let header = dir.path().join("header.tar");
+    std::fs::copy(&good, &header).unwrap();
+    let (_, layers) = common::archive_members(&good);
+    common::flip_byte(&header, common::member_data(&good, &layers[0]).0);
+    // A layout that holds an image already: a failed copy into it must leave it as it was.
+    let existing = dir.path().join("existing");
+    assert_exit(
+        &gpubake(&["copy", &from_base(), &oci(&existing, "base")]),
+        0,
+    );
+    let before = common::layout_state(&existing);
+    for (bad, said) in [
+        (&content, "but the config says"),
+        (&header, "layer sha256:"),
+    ] {
+        let src = format!("docker-archive:{}", bad.display());
+        let out = gpubake(&["verify", &src]);
+        assert_exit(&out, 1);
+        assert!(stdout(&out).contains(said), "{}", stdout(&out));
+        let fresh = dir.path().join("fresh");
+        let out = gpubake(&["copy", &src, &oci(&fresh, "1")]);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains(&format!("{src}: layer sha256:")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!fresh.exists(), "a refused copy left {}", fresh.display());
+        let out = gpubake(&["copy", &src, &oci(&existing, "bad")]);
+        assert_exit(&out, 2);
+        assert_eq!(common::layout_state(&existing), before);
+    }
+    // A layout whose layer blob was changed on disk: refused before the destination is made.
+    let tampered = dir.path().join("tampered");
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(common::base())
+        .arg(&tampered));
+    let layer = inspected(&from_base())["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    flip(&tampered, &layer);
+    let dest = dir.path().join("dest");
+    let out = gpubake(&["copy", &oci(&tampered, "latest"), &oci(&dest, "1")]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(&format!("blob {layer}: content hashes to")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dest.exists(), "a refused copy left {}", dest.display());
+    // The untouched archive copies.
+    let out = gpubake(&[
+        "copy",
+        &format!("docker-archive:{}", good.display()),
+        &oci(&dest, "1"),
+    ]);
+    assert_exit(&out, 0);
+}
+
+#[test]
+fn a_docker_archive_keeps_the_manifest_it_carries_and_says_when_it_has_none() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = inspected(&from_base());
+    let ours = format!("docker-archive:{}", dir.path().join("ours.tar").display());
+    assert_exit(&gpubake(&["copy", &from_base(), &ours]), 0);
+    let read = inspected(&ours);
+    assert_eq!(read["manifest"], base["manifest"], "{read}");
+    assert!(read.get("manifest_made_by_gpubake").is_none(), "{read}");
+    let back = dir.path().join("back");
+    let out = gpubake(&["copy", "--json", &ours, &oci(&back, "1")]);
+    assert_exit(&out, 0);
+    let copied: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(copied["manifest"], base["manifest"], "{copied}");
+    assert_eq!(copied["manifest_made_by_gpubake"], false, "{copied}");
+
+    // skopeo writes no manifest into an archive: gpubake makes one and says so, in inspect
+    // and in copy; the config (the image ID) is the base's.
+    let theirs = common::skopeo_archive(&dir.path().join("theirs.tar"));
+    let read = inspected(&theirs);
+    assert_eq!(read["manifest_made_by_gpubake"], true, "{read}");
+    // skopeo makes a manifest of its own for the same archive, with another digest.
+    let skopeo: Value =
+        serde_json::from_str(&run(Command::new("skopeo").arg("inspect").arg(&theirs))).unwrap();
+    assert_ne!(skopeo["Digest"], read["manifest"], "{skopeo}");
+    let out = gpubake(&["inspect", &theirs]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("made by gpubake"), "{}", stdout(&out));
+    let out = gpubake(&["copy", &theirs, &oci(&dir.path().join("made"), "1")]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("made by gpubake"), "{}", stdout(&out));
+    let config = |image: &str| {
+        let out = Command::new("skopeo")
+            .args(["inspect", "--config", image])
+            .output()
+            .unwrap();
+        Digest::of(&out.stdout)
+    };
+    assert_eq!(config(&theirs), config(&from_base()));
+    // Nor does the engine's `docker save` (20.10, as Debian ships it).
+    if common::have("docker", "version") {
+        let name = "gpubake-test-saved:1";
+        let daemon = format!("docker-daemon:{name}");
+        assert_exit(&gpubake(&["copy", &from_base(), &daemon]), 0);
+        let saved = dir.path().join("saved.tar");
+        run(Command::new("docker")
+            .args(["save", name, "-o"])
+            .arg(&saved));
+        let _ = Command::new("docker").args(["rmi", name]).output();
+        let read = inspected(&format!("docker-archive:{}", saved.display()));
+        assert_eq!(read["manifest_made_by_gpubake"], true, "{read}");
+    }
+}
+
+#[test]
+fn verify_reports_every_bad_blob_by_its_digest_under_the_name_given() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    let report = build(&recipe, &oci(&layout, "v1"), &[]);
+
+    // A bad config and a bad gzip layer: both are named, the layer by the digest its content
+    // has, not by what the decompressor made of it.
+    let both = dir.path().join("both");
+    run(Command::new("cp").arg("-r").arg(&layout).arg(&both));
+    let layer = report["layers"][1]["digest"].as_str().unwrap();
+    flip(&both, report["config"].as_str().unwrap());
+    flip(&both, layer);
+    let name = oci(&both, "v1");
+    let out = gpubake(&["verify", &name]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("FAIL config blob"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("FAIL layer 2"))
+        .unwrap_or_else(|| panic!("layer 2 is not named: {text}"));
+    assert!(
+        line.contains(&format!("blob {layer}: content hashes to sha256:")),
+        "{line}"
+    );
+    assert!(!text.contains("deflate"), "{text}");
+    let twice = format!("oci:{}: oci:{}", both.display(), both.display());
+    assert!(!text.contains(&twice), "{text}");
+    let out = gpubake(&["inspect", &name]);
+    assert_exit(&out, 2);
+    assert!(!stderr(&out).contains(&twice), "{}", stderr(&out));
+
+    // A label that disagrees with the lock is named in plain words.
+    let relabelled = dir.path().join("relabelled");
+    run(Command::new("cp").arg("-r").arg(&layout).arg(&relabelled));
+    let store = Layout::open(&relabelled).unwrap();
+    let desc = store.find(Some("v1")).unwrap();
+    let digest = gpubake::image::layout::digest_of(&desc).unwrap();
+    let mut manifest: Value =
+        serde_json::from_slice(&store.read_blob(&digest, Some(desc.size())).unwrap()).unwrap();
+    let config_digest: Digest = manifest["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut config: Value =
+        serde_json::from_slice(&store.read_blob(&config_digest, None).unwrap()).unwrap();
+    config["config"]["Labels"]["io.gpubake.nccl"] = "2.99.0".into();
+    let (d, n) = store
+        .write_blob(&serde_json::to_vec(&config).unwrap())
+        .unwrap();
+    manifest["config"]["digest"] = d.to_string().into();
+    manifest["config"]["size"] = n.into();
+    let (d, n) = store
+        .write_blob(&serde_json::to_vec(&manifest).unwrap())
+        .unwrap();
+    store
+        .set_tag(&descriptor(MediaType::ImageManifest, &d, n), "v1")
+        .unwrap();
+    let out = gpubake(&["verify", &oci(&relabelled, "v1")]);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("label io.gpubake.nccl is `2.99.0`, the lock says `2.27.5`"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("Some("), "{}", stdout(&out));
+
+    // An archive's image is named as the archive, never as the directory it is staged in.
+    let good = dir.path().join("good.tar");
+    common::skopeo_archive(&good);
+    let broken = dir.path().join("broken.tar");
+    std::fs::copy(&good, &broken).unwrap();
+    let (config_member, _) = common::archive_members(&good);
+    let (at, size) = common::member_data(&good, &config_member);
+    let mut bytes = std::fs::read(&broken).unwrap();
+    bytes[at as usize..(at + size) as usize].fill(b'{');
+    std::fs::write(&broken, bytes).unwrap();
+    let src = format!("docker-archive:{}", broken.display());
+    let out = gpubake(&["inspect", &src]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(&format!("{src}: config sha256:")),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpubake(&["verify", &src]);
+    assert_exit(&out, 1);
+    for text in [stdout(&out), stderr(&out)] {
+        assert!(!text.contains(".gpubake-open-"), "{text}");
+    }
+}
+
+#[test]
+fn a_platform_the_image_is_not_for_is_refused_naming_the_one_it_is_for() {
+    if !common::tools() {
+        return;
+    }
+    let host = gpubake::image::Platform::host();
+    let other = if host.architecture == "amd64" {
+        "linux/arm64"
+    } else {
+        "linux/amd64"
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let said = format!("the image is for {host} only, not {other}");
+    for cmd in ["inspect", "verify"] {
+        let out = gpubake(&[cmd, &from_base(), "--platform", other]);
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains(&said), "{cmd}: {}", stderr(&out));
+    }
+    let to = dir.path().join("to");
+    let out = gpubake(&["copy", &from_base(), &oci(&to, "1"), "--platform", other]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains(&said), "{}", stderr(&out));
+    assert!(!to.exists());
+    // The platform it is for is taken.
+    let host = host.to_string();
+    let out = gpubake(&["copy", &from_base(), &oci(&to, "1"), "--platform", &host]);
+    assert_exit(&out, 0);
+}
+
+#[test]
+fn an_archive_written_without_a_name_records_none_as_skopeo_writes_it() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let unnamed = dir.path().join("unnamed.tar");
+    assert_exit(
+        &gpubake(&[
+            "copy",
+            &from_base(),
+            &format!("docker-archive:{}", unnamed.display()),
+        ]),
+        0,
+    );
+    let theirs = dir.path().join("theirs.tar");
+    common::skopeo_archive(&theirs);
+    let repo_tags = |archive: &Path| {
+        let (at, size) = common::member_data(archive, "manifest.json");
+        let bytes = std::fs::read(archive).unwrap();
+        let m: Value = serde_json::from_slice(&bytes[at as usize..(at + size) as usize]).unwrap();
+        m[0]["RepoTags"].clone()
+    };
+    assert_eq!(repo_tags(&unnamed), serde_json::json!([]));
+    assert_eq!(repo_tags(&theirs), serde_json::json!([]));
+    let named = dir.path().join("named.tar");
+    let to = format!("docker-archive:{}:team/train:v1", named.display());
+    assert_exit(&gpubake(&["copy", &from_base(), &to]), 0);
+    assert_eq!(repo_tags(&named), serde_json::json!(["team/train:v1"]));
+    // The engine loads the unnamed archive untagged, as it loads skopeo's.
+    if common::have("docker", "version") {
+        let loaded = run(Command::new("docker").arg("load").arg("-i").arg(&unnamed));
+        assert!(loaded.starts_with("Loaded image ID: sha256:"), "{loaded}");
+        let id = loaded
+            .trim()
+            .trim_start_matches("Loaded image ID: ")
+            .to_string();
+        let _ = Command::new("docker").args(["rmi", &id]).output();
+    }
+}
+
+#[test]
+fn destination_names_are_checked_before_anything_is_read_or_built() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad_tag = format!("oci:{}:Bad Tag!", dir.path().join("tg").display());
+    let out = gpubake(&["copy", &from_base(), &bad_tag]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("`Bad Tag!` is not a tag"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.path().join("tg").exists());
+    // skopeo refuses that tag too, and takes the ones gpubake takes.
+    let out = Command::new("skopeo")
+        .args(["inspect", &bad_tag])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&out).contains("Invalid image Bad Tag!"),
+        "{}",
+        stderr(&out)
+    );
+    let fine = format!("oci:{}:v1.2-rc+1", dir.path().join("fine").display());
+    assert_exit(&gpubake(&["copy", &from_base(), &fine]), 0);
+    run(Command::new("skopeo").args(["inspect", &fine]));
+
+    let recipe = recipe_in(dir.path(), "");
+    let archive = format!(
+        "docker-archive:{}:UPPER:1",
+        dir.path().join("a.tar").display()
+    );
+    for to in ["docker-daemon:UPPER:1", archive.as_str()] {
+        let out = gpubake(&["copy", &from_base(), to]);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains("`UPPER:1` is not an image name Docker takes"),
+            "{}",
+            stderr(&out)
+        );
+        let start = std::time::Instant::now();
+        let out = gpubake(&build_args(&recipe, &from_base(), to, &[]));
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains("is not an image name Docker takes"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!stdout(&out).contains("built"), "{}", stdout(&out));
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+    assert!(!dir.path().join("a.tar").exists());
 }

@@ -845,7 +845,7 @@ fn an_index_is_read_for_the_platform_asked_for() {
     let out = reg.trusted("auth", &["inspect", &remote, "--platform", "linux/s390x"]);
     assert_exit(&out, 2);
     assert!(
-        stderr(&out).contains("has no linux/s390x image"),
+        stderr(&out).contains("has no linux/s390x image; it has linux/amd64, linux/arm64"),
         "{}",
         stderr(&out)
     );
@@ -1770,4 +1770,139 @@ fn a_token_server_over_plain_http_off_loopback_gets_the_password_only_when_marke
         reg.skopeo_json(&["--registries-conf", &conf], "tokens/base:1")["Digest"],
         layout_digest(&common::base(), "latest")
     );
+}
+
+#[test]
+fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.tar");
+    common::skopeo_archive(&good);
+    let bad = dir.path().join("bad.tar");
+    common::tampered_archive(&good, &bad);
+    let out = reg.copy(
+        "auth",
+        &format!("docker-archive:{}", bad.display()),
+        &reg.image("team/t:1"),
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("but the config says"),
+        "{}",
+        stderr(&out)
+    );
+    let out = reg.skopeo_inspect(&[], "team/t:1");
+    assert!(!out.status.success(), "a refused copy left a tag");
+
+    // A blob changed on disk after the image was read: the registry refuses its upload (the
+    // digest is not the content's), and the message names the blob without the upload URL's
+    // state token.
+    let layout = dir.path().join("layout");
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(common::base())
+        .arg(&layout));
+    let source: gpubake::image::Transport =
+        format!("oci:{}:latest", layout.display()).parse().unwrap();
+    let image = source.open().unwrap();
+    let layer = image.manifest().layers()[0].digest().to_string();
+    let blob = layout
+        .join("blobs/sha256")
+        .join(layer.trim_start_matches("sha256:"));
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&blob, bytes).unwrap();
+    let remote = gpubake::image::registry::Remote {
+        reference: format!("{}/team/refused:1", reg.addr),
+        access: gpubake::image::registry::Access {
+            cert_dir: Some(PathBuf::from(reg.certs())),
+            authfile: Some(reg.dir.path().join("auth/config.json")),
+            ..Default::default()
+        },
+    };
+    let err = gpubake::image::registry::push(&image, &remote)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&layer), "{err}");
+    assert!(!err.contains("_state"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "pushing blob {layer}: the registry answered 400: provided digest did not match \
+             uploaded content (DIGEST_INVALID)"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout() {
+    use gpubake::image::layout::{Layout, descriptor, digest_of};
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The busybox base with a config that lists another diff id for its first layer: every
+    // blob matches its digest, so skopeo pushes it as it is.
+    let wrong = dir.path().join("wrong");
+    run(Command::new("cp").arg("-r").arg(common::base()).arg(&wrong));
+    let store = Layout::open(&wrong).unwrap();
+    let desc = store.find(Some("latest")).unwrap();
+    let bytes = store
+        .read_blob(&digest_of(&desc).unwrap(), Some(desc.size()))
+        .unwrap();
+    let mut manifest: Value = serde_json::from_slice(&bytes).unwrap();
+    let config_digest: Digest = manifest["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut config: Value =
+        serde_json::from_slice(&store.read_blob(&config_digest, None).unwrap()).unwrap();
+    config["rootfs"]["diff_ids"][0] = Digest::of(b"another layer").to_string().into();
+    let (d, n) = store
+        .write_blob(&serde_json::to_vec(&config).unwrap())
+        .unwrap();
+    manifest["config"]["digest"] = d.to_string().into();
+    manifest["config"]["size"] = n.into();
+    let (d, n) = store
+        .write_blob(&serde_json::to_vec(&manifest).unwrap())
+        .unwrap();
+    store
+        .set_tag(
+            &descriptor(oci_spec::image::MediaType::ImageManifest, &d, n),
+            "latest",
+        )
+        .unwrap();
+    let remote = reg.image("bad/diff:1");
+    run(Command::new("skopeo")
+        .args(["copy", "--dest-cert-dir", &reg.certs()])
+        .args(["--dest-creds", &format!("{USER}:{PASSWORD}")])
+        .arg(format!("oci:{}:latest", wrong.display()))
+        .arg(&remote));
+
+    let fresh = dir.path().join("fresh");
+    let out = reg.copy("auth", &remote, &format!("oci:{}:1", fresh.display()));
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("but the config says"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fresh.exists(), "a refused copy left {}", fresh.display());
+    // Into a layout that holds the base already: the blobs the pull added are taken away.
+    let existing = dir.path().join("existing");
+    assert_exit(
+        &reg.gpubake(
+            "auth",
+            &[
+                "copy",
+                &from_base(),
+                &format!("oci:{}:base", existing.display()),
+            ],
+        ),
+        0,
+    );
+    let before = common::layout_state(&existing);
+    let out = reg.copy("auth", &remote, &format!("oci:{}:1", existing.display()));
+    assert_exit(&out, 2);
+    assert_eq!(common::layout_state(&existing), before);
 }

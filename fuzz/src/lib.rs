@@ -340,7 +340,7 @@ pub fn docker_archive(data: &[u8]) {
     let path = dir.path().join("image.tar");
     std::fs::write(&path, data).unwrap();
     let staging = Layout::create(&dir.path().join("staging")).unwrap();
-    let Ok(desc) = gpubake::image::archive::read(&path, None, &staging) else {
+    let Ok((desc, _)) = gpubake::image::archive::read(&path, None, &staging) else {
         return;
     };
     let Ok(opened) = Image::in_layout(staging, &desc, &Platform::host(), None) else {

@@ -4,10 +4,10 @@
 
 use super::digest::Digest;
 use super::layout::{Layout, REF_NAME, canonical_json, descriptor, digest_of};
-use super::model::Image;
+use super::model::{Image, is_index};
 use super::tarstream::Padded;
 use crate::error::{Error, Result};
-use oci_spec::image::{Descriptor, ImageManifestBuilder, MediaType};
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, ImageManifestBuilder, MediaType};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
@@ -40,8 +40,17 @@ pub fn sniff_layer_type(head: &[u8]) -> MediaType {
 }
 
 /// Reads `archive` into `staging` and returns the manifest descriptor of the image named
-/// `reference` (or of the only image); the manifest is made from Docker's `manifest.json`.
-pub fn read(archive: &Path, reference: Option<&str>, staging: &Layout) -> Result<Descriptor> {
+/// `reference` (or of the only image), and whether gpubake made that manifest. The image is
+/// the one Docker's `manifest.json` names (its config and layers, which `docker load` reads);
+/// its manifest is the one the archive's `index.json` lists for exactly that config and those
+/// layers (an OCI layout beside `manifest.json`, as gpubake writes it), so an image keeps its
+/// digest through an archive; an archive without one (skopeo's, Docker 20.10's) gets a
+/// manifest made from `manifest.json`, whose digest is gpubake's own.
+pub fn read(
+    archive: &Path,
+    reference: Option<&str>,
+    staging: &Layout,
+) -> Result<(Descriptor, bool)> {
     let what = format!("docker-archive:{}", archive.display());
     let file = File::open(archive).map_err(|e| Error::io(archive, e))?;
     // `docker save` archives are read as leniently as their layers (see `tarstream`).
@@ -133,9 +142,18 @@ pub fn read(archive: &Path, reference: Option<&str>, staging: &Layout) -> Result
         }
     };
     let (config_digest, config_size) = member(&image.config)?;
+    let layer_members = image
+        .layers
+        .iter()
+        .map(|name| member(name))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some((d, s)) = members.get(Path::new("index.json"))
+        && let Some(found) = carried_manifest(staging, d, *s, &config_digest, &layer_members)?
+    {
+        return Ok((found, false));
+    }
     let mut layers = Vec::new();
-    for name in &image.layers {
-        let (d, s) = member(name)?;
+    for (d, s) in layer_members {
         let mut head = [0u8; 4];
         let n = staging
             .open_blob(&d, Some(s))?
@@ -154,7 +172,56 @@ pub fn read(archive: &Path, reference: Option<&str>, staging: &Layout) -> Result
         .layers(layers)
         .build()
         .map_err(|e| bad(e.to_string()))?;
-    staging.write_json(&manifest, MediaType::ImageManifest)
+    Ok((
+        staging.write_json(&manifest, MediaType::ImageManifest)?,
+        true,
+    ))
+}
+
+/// The manifest the archive's `index.json` lists (directly, or inside an index it lists)
+/// whose config and layers are exactly `config` and `layers`; None when it lists none.
+fn carried_manifest(
+    staging: &Layout,
+    index: &Digest,
+    index_size: u64,
+    config: &Digest,
+    layers: &[(Digest, u64)],
+) -> Result<Option<Descriptor>> {
+    let at = staging.describe();
+    let bad = |what: &str, e: serde_json::Error| Error::image(&at, format!("{what}: {e}"));
+    let index: ImageIndex = serde_json::from_slice(&staging.read_blob(index, Some(index_size))?)
+        .map_err(|e| bad("index.json", e))?;
+    let mut entries: Vec<Descriptor> = index.manifests().clone();
+    let mut seen = 0;
+    while let Some(mut entry) = entries.pop() {
+        let digest = digest_of(&entry)?;
+        // Only blobs the archive holds count; a listed manifest it lacks is not its own.
+        seen += 1;
+        if seen > 64 || !staging.has_blob(&digest, entry.size()) {
+            continue;
+        }
+        let bytes = staging.read_blob(&digest, Some(entry.size()))?;
+        if is_index(&entry) {
+            let inner: ImageIndex =
+                serde_json::from_slice(&bytes).map_err(|e| bad(&format!("index {digest}"), e))?;
+            entries.extend(inner.manifests().iter().cloned());
+            continue;
+        }
+        let manifest: ImageManifest =
+            serde_json::from_slice(&bytes).map_err(|e| bad(&format!("manifest {digest}"), e))?;
+        let same = digest_of(manifest.config())? == *config
+            && manifest.layers().len() == layers.len()
+            && manifest
+                .layers()
+                .iter()
+                .zip(layers)
+                .all(|(l, (d, _))| digest_of(l).is_ok_and(|got| got == *d));
+        if same {
+            entry.set_annotations(None);
+            return Ok(Some(entry));
+        }
+    }
+    Ok(None)
 }
 
 /// Resolves `.` and `..` in a relative path; None when it climbs out.
@@ -175,8 +242,9 @@ fn normalize(path: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// Writes `image` to a docker archive at `path`, atomically, recording `reference` as its tag.
-pub fn write(image: &Image, path: &Path, reference: &str) -> Result<()> {
+/// Writes `image` to a docker archive at `path`, atomically, recording `reference` as its tag
+/// (none without one, as skopeo writes an archive: `docker load` loads it untagged).
+pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> {
     let (layout, desc, manifest) = (image.store(), image.descriptor(), image.manifest());
     let target = crate::fsutil::output_target(path)?;
     let path = target.as_path();
@@ -219,27 +287,29 @@ pub fn write(image: &Image, path: &Path, reference: &str) -> Result<()> {
     }
     let docker = vec![DockerManifest {
         config: blob_name(&blobs[0].0),
-        repo_tags: Some(vec![reference.to_string()]),
+        repo_tags: Some(reference.iter().map(|r| r.to_string()).collect()),
         layers: blobs[1..blobs.len() - 1]
             .iter()
             .map(|(d, _)| blob_name(d))
             .collect(),
     }];
     let mut tagged = desc.clone();
-    tagged.set_annotations(Some(HashMap::from([
-        (
-            REF_NAME.to_string(),
-            reference
-                .rsplit_once(':')
-                .map(|(_, t)| t)
-                .unwrap_or(reference)
-                .to_string(),
-        ),
-        (
-            "io.containerd.image.name".to_string(),
-            reference.to_string(),
-        ),
-    ])));
+    tagged.set_annotations(reference.map(|reference| {
+        HashMap::from([
+            (
+                REF_NAME.to_string(),
+                reference
+                    .rsplit_once(':')
+                    .map(|(_, t)| t)
+                    .unwrap_or(reference)
+                    .to_string(),
+            ),
+            (
+                "io.containerd.image.name".to_string(),
+                reference.to_string(),
+            ),
+        ])
+    }));
     let index = oci_spec::image::ImageIndexBuilder::default()
         .schema_version(2u32)
         .media_type(MediaType::ImageIndex)

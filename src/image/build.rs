@@ -267,7 +267,7 @@ pub fn build_for(
         // The base's blobs stay where it came from: a push to the same registry mounts them.
         let image = Image::in_layout(store.clone(), &one.manifest, &one.platform, None)?
             .with_origin(one.origin.clone());
-        dest.write(&image, &name)?;
+        dest.write(&image, Some(&name))?;
         BuildReport {
             image: dest.to_string(),
             manifest: one.manifest.digest().to_string(),

@@ -46,6 +46,10 @@ pub struct Inspection {
     pub layers: Vec<LayerInfo>,
     /// The merged preset with provenance, when the image has one.
     pub presets: Option<MergedEnv>,
+    /// True when gpubake made the manifest: the source (a docker archive, an engine's
+    /// export) carries none, so another tool may make another, with another digest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub manifest_made_by_gpubake: bool,
     /// The platforms of an index read without `--platform`, in its order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub platforms: Vec<String>,
@@ -60,7 +64,7 @@ pub struct Inspection {
 pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspection> {
     let mut platforms = Vec::new();
     let img = match platform {
-        Some(p) => image.open_for(p)?,
+        Some(p) => image.open_platform(Some(p))?,
         None => match image.open_index()? {
             Some(index) => {
                 platforms = index.platforms();
@@ -111,6 +115,7 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
     Ok(Inspection {
         image: image.to_string(),
         manifest: img.digest(),
+        manifest_made_by_gpubake: img.is_made_here(),
         created: config["created"].as_str().map(String::from),
         platform: format!(
             "{}/{}{}",
@@ -140,8 +145,8 @@ impl Inspection {
     /// The human view: pins, layers, presets with provenance, environment.
     pub fn to_text(&self) -> String {
         let info = self;
-        let rebuilt = if info.image.starts_with("docker-daemon:") {
-            " (rebuilt from `docker save`: the engine keeps no manifest; its image ID is the config digest)"
+        let rebuilt = if info.manifest_made_by_gpubake {
+            MADE_HERE
         } else {
             ""
         };
@@ -205,6 +210,11 @@ impl Inspection {
     }
 }
 
+/// What `inspect` and `copy` say beside a manifest digest that gpubake made.
+pub const MADE_HERE: &str = " (made by gpubake from Docker's manifest.json: the source holds \
+     no manifest, and other tools make their own; the image ID, the config's digest, is the \
+     same in all)";
+
 /// One check of `verify`.
 #[derive(Debug, Serialize)]
 pub struct Check {
@@ -252,10 +262,7 @@ pub fn verify(image: &Transport, platform: Option<&Platform>) -> Result<Verifica
 }
 
 fn open(image: &Transport, platform: Option<&Platform>) -> Result<Image> {
-    match platform {
-        Some(p) => image.open_for(p),
-        None => image.open(),
-    }
+    image.open_platform(platform)
 }
 
 /// The annotation of a certificate artifact that holds certify's verdict.
@@ -309,14 +316,15 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
         checks: Vec::new(),
     };
     let layout = img.store();
+    let mut missing = Vec::new();
     for desc in img.blobs() {
         let digest = digest_of(desc)?;
         if !layout.blob_path(&digest).exists() {
-            return Err(Error::image(
-                layout.describe(),
-                format!("blob {digest} is missing"),
-            ));
+            missing.push(format!("blob {digest} is missing"));
         }
+    }
+    if !missing.is_empty() {
+        return Err(Error::image(layout.describe(), missing.join("; ")));
     }
 
     let m = img.manifest();
@@ -337,43 +345,67 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
         },
     );
 
+    // A damaged config does not stop the layers being read: each is checked against its
+    // digest and read through, and only the diff ids go unchecked.
     let config = match img.config() {
         Ok(c) => {
             v.check("config blob", Ok(m.config().digest().to_string()));
-            c
+            Some(c)
         }
         Err(e) => {
-            v.check("config blob", Err(e.to_string()));
-            return Ok(v);
+            v.check("config blob", Err(without(&e, &layout.describe())));
+            None
         }
     };
-    let diff_ids = strings(&config["rootfs"]["diff_ids"]);
-    v.check(
-        "config",
-        if config["os"].as_str().is_none() || config["architecture"].as_str().is_none() {
-            Err("os or architecture missing".into())
-        } else if diff_ids.len() != m.layers().len() {
-            Err(format!(
-                "{} diff_ids for {} layers",
-                diff_ids.len(),
-                m.layers().len()
-            ))
-        } else {
-            Ok(format!(
-                "{}/{}",
-                config["os"].as_str().unwrap_or(""),
-                config["architecture"].as_str().unwrap_or("")
-            ))
-        },
-    );
+    if let Some(config) = &config {
+        let diff_ids = strings(&config["rootfs"]["diff_ids"]);
+        v.check(
+            "config",
+            if config["os"].as_str().is_none() || config["architecture"].as_str().is_none() {
+                Err("os or architecture missing".into())
+            } else if diff_ids.len() != m.layers().len() {
+                Err(format!(
+                    "{} diff_ids for {} layers",
+                    diff_ids.len(),
+                    m.layers().len()
+                ))
+            } else {
+                Ok(format!(
+                    "{}/{}",
+                    config["os"].as_str().unwrap_or(""),
+                    config["architecture"].as_str().unwrap_or("")
+                ))
+            },
+        );
+    }
     for (i, layer) in img.layers().iter().enumerate() {
-        let result = layer
-            .scan()
-            .map(|_| format!("{} {} bytes", layer.descriptor().digest(), layer.size()));
+        let unchecked = if layer.diff_id().is_none() {
+            " (diff id not checked: the config lists none for it)"
+        } else {
+            ""
+        };
+        let result = layer.scan().map(|_| {
+            format!(
+                "{} {} bytes{unchecked}",
+                layer.descriptor().digest(),
+                layer.size()
+            )
+        });
         v.check(format!("layer {}", i + 1), result);
     }
-    consistency(img, &config, &mut v)?;
+    if let Some(config) = &config {
+        consistency(img, config, &mut v)?;
+    }
     Ok(v)
+}
+
+/// An error's text without the image's name in front: a check of `verify` is printed under
+/// the image already.
+fn without(e: &Error, name: &str) -> String {
+    let text = e.to_string();
+    text.strip_prefix(&format!("{name}: "))
+        .map(str::to_string)
+        .unwrap_or(text)
 }
 
 /// Labels, `/etc/gpubake/lock.yaml`, `/etc/nccl.conf` and the config's environment agree.
@@ -426,11 +458,9 @@ fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> 
         .iter()
         .filter(|(k, _)| k.starts_with("io.gpubake."))
         .filter(|(k, want)| labels.get(*k).and_then(Value::as_str) != Some(want.as_str()))
-        .map(|(k, want)| {
-            format!(
-                "label {k} is {:?}, the lock says {want:?}",
-                labels.get(k).and_then(Value::as_str)
-            )
+        .map(|(k, want)| match labels.get(k).and_then(Value::as_str) {
+            Some(has) => format!("label {k} is `{has}`, the lock says `{want}`"),
+            None => format!("label {k} is missing, the lock says `{want}`"),
         })
         .collect();
     v.check(

@@ -30,6 +30,9 @@ pub fn canonical_json<T: Serialize>(value: &T) -> Vec<u8> {
 #[derive(Clone, Debug)]
 pub struct Layout {
     root: PathBuf,
+    /// What messages call it when it is not the user's own layout (a staging directory that
+    /// holds an archive's members or a registry's downloads): the image it was read from.
+    name: Option<String>,
 }
 
 /// Holds the layout's lock file until dropped.
@@ -50,7 +53,17 @@ impl Layout {
         }
         Ok(Layout {
             root: root.to_path_buf(),
+            name: None,
         })
+    }
+
+    /// The same layout, called `name` in messages: the image a staging layout holds, so an
+    /// error names what the user gave rather than a temporary directory.
+    pub fn named(self, name: impl Into<String>) -> Self {
+        Layout {
+            name: Some(name.into()),
+            ..self
+        }
     }
 
     /// Opens a layout, creating the directory structure if it does not exist yet.
@@ -150,7 +163,8 @@ impl Layout {
             BufReader::with_capacity(1 << 20, file),
             digest.clone(),
             size,
-            format!("{}: blob {digest}", self.describe()),
+            // Callers put the layout's name before what the reader says.
+            format!("blob {digest}"),
         ))
     }
 
@@ -289,9 +303,12 @@ impl Layout {
         self.write_index(&index)
     }
 
-    /// `oci:DIR` for messages.
+    /// `oci:DIR` for messages, or the image a staging layout was filled from.
     pub fn describe(&self) -> String {
-        format!("oci:{}", self.root.display())
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("oci:{}", self.root.display()),
+        }
     }
 }
 

@@ -166,6 +166,7 @@ pub struct Image {
     raw_manifest: Vec<u8>,
     manifest: ImageManifest,
     origin: Option<Origin>,
+    made_here: bool,
     _staging: Option<ScratchDir>,
 }
 
@@ -200,7 +201,10 @@ impl Image {
                 .ok_or_else(|| {
                     Error::image(
                         store.describe(),
-                        format!("index {digest} has no {platform} image"),
+                        format!(
+                            "index {digest} has no {platform} image; it has {}",
+                            index_platforms(&index).join(", ")
+                        ),
                     )
                 })?
                 .clone();
@@ -214,6 +218,7 @@ impl Image {
             raw_manifest: bytes,
             manifest,
             origin: None,
+            made_here: false,
             _staging: staging,
         })
     }
@@ -222,6 +227,19 @@ impl Image {
     pub fn with_origin(mut self, origin: Option<Origin>) -> Image {
         self.origin = origin;
         self
+    }
+
+    /// The same image, marked as one whose manifest gpubake made (`made`): its source, a
+    /// docker archive or an engine's export, held none.
+    pub fn made_here(mut self, made: bool) -> Image {
+        self.made_here = made;
+        self
+    }
+
+    /// True when gpubake made the manifest, so another tool reading the same source may make
+    /// another, with another digest (the config's digest, the image ID, is the same).
+    pub fn is_made_here(&self) -> bool {
+        self.made_here
     }
 
     /// The registry repository that holds some of its blobs, when known.
@@ -309,6 +327,53 @@ impl Image {
         }
         store.write_blob(&self.raw_manifest)?;
         Ok(())
+    }
+
+    /// Checks every blob against the manifest and the config, as a copy does before it writes
+    /// anything: the config's digest, that it parses and (for an image's config) lists a diff
+    /// id for each layer, and each layer's digest, tar stream and diff id.
+    pub fn check(&self) -> Result<()> {
+        let config = self.config()?;
+        let image_config = [
+            MediaType::ImageConfig.to_string(),
+            "application/vnd.docker.container.image.v1+json".to_string(),
+        ];
+        let layers = self.layers();
+        if image_config.contains(&self.manifest.config().media_type().to_string()) {
+            let diff_ids = strings(&config["rootfs"]["diff_ids"]);
+            if diff_ids.len() != layers.len() {
+                return Err(Error::image(
+                    self.describe(),
+                    format!(
+                        "config {} lists {} diff ids for {} layers",
+                        self.manifest.config().digest(),
+                        diff_ids.len(),
+                        layers.len()
+                    ),
+                ));
+            }
+        }
+        for layer in &layers {
+            layer
+                .check(false)
+                .map_err(|e| Error::image(self.describe(), e))?;
+        }
+        Ok(())
+    }
+
+    /// The platform the config names (`os`, `architecture`, `variant`), when it names one.
+    pub fn platform(&self) -> Result<Option<Platform>> {
+        let config = self.config()?;
+        Ok(
+            match (config["os"].as_str(), config["architecture"].as_str()) {
+                (Some(os), Some(arch)) => Some(Platform {
+                    os: os.to_string(),
+                    architecture: arch.to_string(),
+                    variant: config["variant"].as_str().map(String::from),
+                }),
+                _ => None,
+            },
+        )
     }
 
     /// Every blob: the config, then the layers.
@@ -456,6 +521,19 @@ pub fn pick_platform<'a>(index: &'a ImageIndex, platform: &Platform) -> Option<&
         .find(|m| Platform::of_descriptor(m).is_none_or(|p| platform.accepts(&p)))
 }
 
+/// The platform each entry of an index names, in its order (`?` for an entry without one).
+pub fn index_platforms(index: &ImageIndex) -> Vec<String> {
+    index
+        .manifests()
+        .iter()
+        .map(|m| {
+            Platform::of_descriptor(m)
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "?".into())
+        })
+        .collect()
+}
+
 /// The strings of a JSON list (`Env`, `diff_ids`); empty when it is not one.
 pub fn strings(v: &Value) -> Vec<String> {
     v.as_array()
@@ -568,7 +646,9 @@ impl Layer {
             std::io::copy(&mut rest, &mut std::io::sink())
                 .map_err(|e| format!("layer {digest}: {e}"))?;
             let (got, _) = tally.finish();
-            let want = self.diff_id().unwrap_or("");
+            let want = self
+                .diff_id()
+                .ok_or_else(|| format!("layer {digest}: the config lists no diff id for it"))?;
             if got.as_str() != want {
                 return Err(format!(
                     "layer {digest}: uncompressed content is {got}, but the config says {want}"
@@ -611,25 +691,50 @@ impl Layer {
     /// Reads the layer through: its digest, its uncompressed digest against the diff id, and
     /// every entry's path and link target, none of which may leave the root.
     pub fn scan(&self) -> std::result::Result<(), String> {
+        self.check(true)
+    }
+
+    /// Reads the compressed blob through against its digest and size.
+    pub fn check_digest(&self) -> std::result::Result<(), String> {
+        let mut blob = self.compressed().map_err(|e| e.to_string())?;
+        std::io::copy(&mut blob, &mut std::io::sink())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Reads the layer through: its digest, its tar stream to the end and its uncompressed
+    /// digest against the diff id (where the config lists one: `verify` still reads the
+    /// layers of an image whose config is damaged); with `paths`, also every entry's path and
+    /// link target, none of which may leave the root. A blob whose media type names no layer
+    /// is refused with `paths` and otherwise only checked against its digest. When the stream
+    /// does not read, a blob that does not match its digest is named as that, the cause,
+    /// rather than with what the decompressor or the tar reader made of its bytes.
+    pub fn check(&self, paths: bool) -> std::result::Result<(), String> {
         let digest = self.digest().map_err(|e| e.to_string())?;
         // A blob whose media type names no layer is not read as one: its bytes could be
         // anything, and a tar reader's complaint about them would hide the real problem.
         if !self.is_tar() {
-            return Err(format!(
-                "layer {digest}: media type {} is not a layer",
-                self.media_type()
-            ));
+            if paths {
+                return Err(format!(
+                    "layer {digest}: media type {} is not a layer",
+                    self.media_type()
+                ));
+            }
+            return self.check_digest();
         }
         let mut links = LayerLinks::default();
-        self.read_tar(true, |tar, end| {
+        self.read_tar(self.diff_id.is_some(), |tar, end| {
             for entry in tar.entries()? {
                 let entry = entry?;
                 end.saw(&entry);
-                check_entry(&entry).map_err(std::io::Error::other)?;
-                links.add(&entry).map_err(std::io::Error::other)?;
+                if paths {
+                    check_entry(&entry).map_err(std::io::Error::other)?;
+                    links.add(&entry).map_err(std::io::Error::other)?;
+                }
             }
             end.check()
         })
+        .map_err(|e| self.check_digest().err().unwrap_or(e))
     }
 }
 

@@ -271,7 +271,7 @@ impl Session {
 
     /// The error for a failed request, saying what to do where there is something to do.
     pub(super) fn failed(&self, doing: &str, e: OciDistributionError) -> Error {
-        let text = e.to_string();
+        let text = without_queries(&e.to_string());
         if is_unauthorized(&e) {
             return self.refused(doing);
         }
@@ -282,7 +282,7 @@ impl Session {
             OciDistributionError::IoError(_) => true,
             _ => false,
         };
-        let detail = chain(&e);
+        let detail = without_queries(&chain(&e));
         if detail.contains("certificate") {
             return Error::Environment(format!(
                 "{}: the registry's TLS certificate is not trusted while {doing} ({detail}); \
@@ -297,10 +297,8 @@ impl Session {
                 self.what
             ));
         }
-        Error::image(
-            &self.what,
-            format!("{doing}: {text}{}", extra(&detail, &text)),
-        )
+        let said = refusal(&e).unwrap_or_else(|| format!("{text}{}", extra(&detail, &text)));
+        Error::image(&self.what, format!("{doing}: {said}"))
     }
 }
 
@@ -350,6 +348,49 @@ pub(super) fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+/// A registry's error answer in its own words (`the registry answered 400: provided digest
+/// did not match uploaded content (DIGEST_INVALID)`) rather than the request's URL and the
+/// raw JSON; None for other errors and answers that carry no OCI error list.
+fn refusal(e: &OciDistributionError) -> Option<String> {
+    let OciDistributionError::ServerError { code, message, .. } = e else {
+        return None;
+    };
+    let body: serde_json::Value = serde_json::from_str(message).ok()?;
+    let errors: Vec<String> = body["errors"]
+        .as_array()?
+        .iter()
+        .map(|x| {
+            format!(
+                "{} ({})",
+                x["message"].as_str().unwrap_or("no message"),
+                x["code"].as_str().unwrap_or("no code")
+            )
+        })
+        .collect();
+    (!errors.is_empty()).then(|| format!("the registry answered {code}: {}", errors.join("; ")))
+}
+
+/// `text` with the query of every URL in it cut: an upload's URL carries the registry's
+/// upload state (`_state=…`) and a signed one its signature, neither of which a message
+/// should show.
+fn without_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let url_end = rest[at..]
+            .find(|c: char| c.is_whitespace() || "\"'<>),".contains(c))
+            .map_or(rest.len(), |n| at + n);
+        let url = &rest[..url_end];
+        match url[at..].find('?') {
+            Some(q) => out.push_str(&url[..at + q]),
+            None => out.push_str(url),
+        }
+        rest = &rest[url_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn extra(detail: &str, text: &str) -> String {
@@ -575,7 +616,10 @@ async fn pull_async(
         let pick = pick_platform(&index, platform).ok_or_else(|| {
             Error::image(
                 &s.what,
-                format!("index {digest} has no {platform} image; pick one with --platform"),
+                format!(
+                    "index {digest} has no {platform} image; it has {}",
+                    super::model::index_platforms(&index).join(", ")
+                ),
             )
         })?;
         let by_digest = reference.clone_with_digest(pick.digest().to_string());
@@ -827,17 +871,7 @@ fn top_index(remote: &Remote) -> Result<Option<(ImageIndex, Vec<u8>, Digest)>> {
 
 /// The platforms of the image's index, in its order; None when it is a plain manifest.
 pub fn index_platforms(remote: &Remote) -> Result<Option<Vec<String>>> {
-    Ok(top_index(remote)?.map(|(index, _, _)| {
-        index
-            .manifests()
-            .iter()
-            .map(|m| {
-                Platform::of_descriptor(m)
-                    .map(|p| p.to_string())
-                    .unwrap_or_else(|| "?".into())
-            })
-            .collect()
-    }))
+    Ok(top_index(remote)?.map(|(index, _, _)| super::model::index_platforms(&index)))
 }
 
 /// Pulls every platform of the image into `into` when the registry holds it as an index:
@@ -950,6 +984,18 @@ mod tests {
         assert!(!is_index(&declared_type(
             br#"{"schemaVersion":2,"layers":[]}"#
         )));
+    }
+
+    #[test]
+    fn urls_lose_their_queries() {
+        assert_eq!(
+            without_queries(
+                "url https://h:5000/v2/a/blobs/uploads/u?_state=abc%3D&digest=sha256:1, \
+                 envelope: x (see http://h/y?z)"
+            ),
+            "url https://h:5000/v2/a/blobs/uploads/u, envelope: x (see http://h/y)"
+        );
+        assert_eq!(without_queries("no url here"), "no url here");
     }
 
     #[test]

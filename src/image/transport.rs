@@ -52,6 +52,13 @@ impl FromStr for Transport {
                     "`{text}`: oci: needs a directory, as in oci:./image:latest"
                 )));
             }
+            if let Some(tag) = tag.as_deref().filter(|t| !t.is_empty() && !is_ref_name(t)) {
+                return Err(Error::Usage(format!(
+                    "`{text}`: `{tag}` is not a tag an OCI layout may hold: letters and digits, \
+                     separated by one of `.` `_` `-` `+` `:` `@` or by `--` (and `/` between \
+                     parts), as in oci:./image:v1.2"
+                )));
+            }
             return Ok(Transport::Oci {
                 dir: PathBuf::from(dir),
                 tag: tag.filter(|t| !t.is_empty()),
@@ -67,12 +74,19 @@ impl FromStr for Transport {
                     "`{text}`: docker-archive: needs a file"
                 )));
             }
+            if let Some(name) = &reference {
+                docker_name(text, name)?;
+            }
             return Ok(Transport::DockerArchive {
                 path: PathBuf::from(path),
                 reference,
             });
         }
         if let Some(rest) = text.strip_prefix("docker-daemon:") {
+            // An image ID (`sha256:HEX`) names an image to read; anything else is a name.
+            if !rest.is_empty() && rest.parse::<super::digest::Digest>().is_err() {
+                docker_name(text, rest)?;
+            }
             return Ok(Transport::DockerDaemon(rest.to_string()));
         }
         if let Some(rest) = text.strip_prefix("docker://") {
@@ -81,10 +95,12 @@ impl FromStr for Transport {
                     "`{text}`: docker:// needs an image, as in docker://REGISTRY/NAME:TAG"
                 )));
             }
-            return Ok(Transport::Registry(Remote {
+            let remote = Remote {
                 reference: rest.to_string(),
                 access: Access::default(),
-            }));
+            };
+            remote.parsed()?;
+            return Ok(Transport::Registry(remote));
         }
         // A word before a colon that is no path (`containers-storage:img`) names a transport
         // gpubake does not have; anything else is a path, and a path is an OCI layout, the
@@ -104,6 +120,44 @@ impl FromStr for Transport {
         }
         format!("oci:{text}").parse()
     }
+}
+
+/// True for a tag as the OCI image layout's `org.opencontainers.image.ref.name` grammar has
+/// it (which skopeo enforces): `/`-separated parts, each letters and digits joined by one of
+/// `-._:@+` or by `--`.
+fn is_ref_name(tag: &str) -> bool {
+    tag.split('/').all(|part| {
+        let alphanum = |c: char| c.is_ascii_alphanumeric();
+        let mut rest = part;
+        loop {
+            let run = rest.find(|c: char| !alphanum(c)).unwrap_or(rest.len());
+            if run == 0 {
+                return false;
+            }
+            rest = &rest[run..];
+            if rest.is_empty() {
+                return true;
+            }
+            rest = match rest.strip_prefix("--") {
+                Some(r) => r,
+                None if rest.starts_with(['-', '.', '_', ':', '@', '+']) => &rest[1..],
+                None => return false,
+            };
+        }
+    })
+}
+
+/// Refuses a `NAME[:TAG]` that Docker would refuse (uppercase, stray characters), before
+/// anything is read or built.
+fn docker_name(text: &str, name: &str) -> Result<()> {
+    name.parse::<oci_client::Reference>()
+        .map(|_| ())
+        .map_err(|e| {
+            Error::Usage(format!(
+                "`{text}`: `{name}` is not an image name Docker takes ({e}); write NAME:TAG \
+                 in lowercase, as in train:v1"
+            ))
+        })
 }
 
 impl fmt::Display for Transport {
@@ -182,9 +236,21 @@ impl Transport {
         self.open_for(&self.default_platform())
     }
 
+    /// Reads the image for the platform `--platform` names, refusing an image that is not
+    /// for it (naming the platforms it has); without one, as [`Transport::open`] does.
+    pub fn open_platform(&self, platform: Option<&Platform>) -> Result<Image> {
+        let Some(platform) = platform else {
+            return self.open();
+        };
+        let image = self.open_for(platform)?;
+        self.platform_of(&image, Some(platform))?;
+        Ok(image)
+    }
+
     /// Reads the image; for an index, the entry for `platform`.
     pub fn open_for(&self, platform: &Platform) -> Result<Image> {
         let platform = platform.clone();
+        let name = self.to_string();
         match self.clone().supported()? {
             Transport::Oci { dir, tag } => {
                 let layout = Layout::open(&dir)?;
@@ -193,30 +259,22 @@ impl Transport {
             }
             Transport::DockerArchive { path, reference } => {
                 let staging = staging_dir()?;
-                let layout = Layout::create(staging.path())?;
-                let desc = archive::read(&path, reference.as_deref(), &layout)?;
-                Image::in_layout(layout, &desc, &platform, Some(staging))
+                let layout = Layout::create(staging.path())?.named(name);
+                let (desc, made) = archive::read(&path, reference.as_deref(), &layout)?;
+                Ok(Image::in_layout(layout, &desc, &platform, Some(staging))?.made_here(made))
             }
-            Transport::DockerDaemon(name) => {
+            Transport::DockerDaemon(image) => {
                 let staging = staging_dir()?;
                 let tar = staging.path().join("export.tar");
-                crate::engine::Engine::connect()?.export(&name, &tar)?;
-                let layout = Layout::create(&staging.path().join("layout"))?;
-                let desc = archive::read(&tar, None, &layout)?;
-                Image::in_layout(layout, &desc, &platform, Some(staging))
+                crate::engine::Engine::connect()?.export(&image, &tar)?;
+                let layout = Layout::create(&staging.path().join("layout"))?.named(name);
+                let (desc, made) = archive::read(&tar, None, &layout)?;
+                Ok(Image::in_layout(layout, &desc, &platform, Some(staging))?.made_here(made))
             }
             Transport::Registry(mut remote) => {
                 remote.access.platform = platform;
-                match &remote.access.blob_cache {
-                    // Pulled blobs are kept, by digest, where build keeps its layers: a base
-                    // read twice is downloaded once.
-                    Some(cache) => registry::open(&remote, Layout::create(cache)?, None),
-                    None => {
-                        let staging = staging_dir()?;
-                        let layout = Layout::create(staging.path())?;
-                        registry::open(&remote, layout, Some(staging))
-                    }
-                }
+                let (layout, staging) = pull_store(&remote, &name)?;
+                registry::open(&remote, layout, staging)
             }
         }
     }
@@ -259,10 +317,11 @@ impl Transport {
                 if index.store().root() == dir {
                     return index.store().set_tag(index.descriptor(), &tag);
                 }
-                let layout = Layout::create(&dir)?;
-                let _lock = layout.lock()?;
-                index.copy_to(&layout)?;
-                layout.set_tag(index.descriptor(), &tag)
+                let writing = Writing::start(&dir)?;
+                index.copy_to(&writing.layout)?;
+                writing.layout.set_tag(index.descriptor(), &tag)?;
+                writing.done();
+                Ok(())
             }
             Transport::DockerArchive { .. } | Transport::DockerDaemon(_) => {
                 Err(Error::Usage(format!(
@@ -278,75 +337,83 @@ impl Transport {
     /// Copies the image here to `dest`: for an index (in an OCI layout or a registry), every
     /// platform's image and the index's exact bytes, unless `platform` picks one. A docker
     /// archive or engine destination holds one platform, so an index bound there needs one.
+    /// Every blob of the source is checked against its manifest and config (digests, tar
+    /// streams, diff ids) before anything is written, and a copy that fails leaves the
+    /// destination as it was (see [`Writing`]). A registry image bound for an OCI layout is
+    /// downloaded straight into that layout, and checked there before it is tagged.
     pub fn copy_platforms(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
-        // A registry's index is pulled whole: into the destination layout when that is one,
-        // else into a staging layout the push reads from.
-        let pulled = match (platform, self.clone().supported()?, dest) {
-            (None, Transport::Registry(remote), Transport::Oci { dir, .. }) => {
-                let layout = Layout::create(dir)?;
-                let _lock = layout.lock()?;
-                registry::open_index(&remote, layout)?
+        let dest = dest.clone().supported()?;
+        let src = self.clone().supported()?;
+        if let (Transport::Registry(remote), Transport::Oci { dir, tag }) = (&src, &dest) {
+            let tag = tag.as_deref().unwrap_or("latest");
+            let writing = Writing::start(dir)?;
+            let layout = writing.layout.clone().named(self.to_string());
+            let copied = match platform {
+                None => match registry::open_index(remote, layout.clone())? {
+                    Some(index) => {
+                        checked_index(&index)?;
+                        layout.set_tag(index.descriptor(), tag)?;
+                        Copied::of_index(&index)
+                    }
+                    None => {
+                        let image = registry::open(remote, layout.clone(), None)?;
+                        image.check()?;
+                        layout.set_tag(image.descriptor(), tag)?;
+                        Copied::of(&image)
+                    }
+                },
+                Some(p) => {
+                    let mut remote = remote.clone();
+                    remote.access.platform = p.clone();
+                    let image = registry::open(&remote, layout.clone(), None)?;
+                    image.check()?;
+                    self.platform_of(&image, platform)?;
+                    layout.set_tag(image.descriptor(), tag)?;
+                    Copied::of(&image)
+                }
+            };
+            writing.done();
+            return Ok(copied);
+        }
+        let index = match (platform, &src) {
+            (Some(_), _) => None,
+            (None, Transport::Registry(remote)) => {
+                let (layout, staging) = pull_store(remote, &self.to_string())?;
+                registry::open_index(remote, layout)?.map(|i| match staging {
+                    Some(s) => i.with_staging(s),
+                    None => i,
+                })
             }
-            (None, Transport::Registry(remote), _) => {
-                let staging = staging_dir()?;
-                let layout = Layout::create(staging.path())?;
-                registry::open_index(&remote, layout)?.map(|i| i.with_staging(staging))
-            }
-            _ => None,
-        };
-        let index = match pulled {
-            Some(index) => Some(index),
-            None if platform.is_none() => self.open_index()?,
-            None => None,
+            (None, _) => self.open_index()?,
         };
         if let Some(index) = index {
+            checked_index(&index)?;
             dest.write_index(&index)?;
-            let blobs: Vec<&oci_spec::image::Descriptor> =
-                index.images().iter().flat_map(|i| i.blobs()).collect();
-            return Ok(Copied {
-                digest: index.digest(),
-                bytes: blobs.iter().map(|d| d.size()).sum(),
-                blobs: blobs.len(),
-                platforms: index.platforms(),
-            });
+            return Ok(Copied::of_index(&index));
         }
-        let image = match platform {
-            Some(p) => {
-                let image = self.open_for(p)?;
-                dest.write(&image, "gpubake-copy:latest")?;
-                image
-            }
-            None => self.copy(dest)?,
-        };
-        Ok(Copied {
-            digest: image.digest(),
-            bytes: image.blobs().map(|d| d.size()).sum(),
-            blobs: image.blobs().count(),
-            platforms: Vec::new(),
-        })
+        let image = self.open_platform(platform)?;
+        image.check()?;
+        dest.write(&image, None)?;
+        Ok(Copied::of(&image))
     }
 
-    /// Copies the image here to `dest`; returns it as written. A registry image bound for an
-    /// OCI layout is downloaded straight into that layout.
-    pub fn copy(&self, dest: &Transport) -> Result<Image> {
-        if let (Transport::Registry(remote), Transport::Oci { dir, tag }) =
-            (self.clone().supported()?, dest.clone().supported()?)
-        {
-            let layout = Layout::create(&dir)?;
-            let _lock = layout.lock()?;
-            let image = registry::open(&remote, layout.clone(), None)?;
-            layout.set_tag(image.descriptor(), tag.as_deref().unwrap_or("latest"))?;
-            return Ok(image);
+    /// Refuses `image`, read for `platform`, when it is not for that platform.
+    fn platform_of(&self, image: &Image, platform: Option<&Platform>) -> Result<()> {
+        match (platform, image.platform()?) {
+            (Some(want), Some(has)) if !want.accepts(&has) => Err(Error::Usage(format!(
+                "{self}: the image is for {has} only, not {want}; leave --platform out or \
+                 name {has}"
+            ))),
+            _ => Ok(()),
         }
-        let image = self.open()?;
-        dest.write(&image, "gpubake-copy:latest")?;
-        Ok(image)
     }
 
     /// Writes `image` here: an OCI layout gets its blobs (unless they are already there) and
     /// the tag (`latest` when none is named); an archive is written whole, atomically; an
-    /// engine loads one. `name` is the `NAME:TAG` an archive records when none is given.
-    pub fn write(&self, image: &Image, name: &str) -> Result<()> {
+    /// engine loads one. `name` is the `NAME:TAG` an archive records when its transport
+    /// names none; without either, the archive records no name, as skopeo writes one, and
+    /// `docker load` loads the image untagged.
+    pub fn write(&self, image: &Image, name: Option<&str>) -> Result<()> {
         match self.clone().supported()? {
             Transport::Oci { dir, tag } => {
                 let tag = tag.unwrap_or_else(|| "latest".into());
@@ -354,14 +421,14 @@ impl Transport {
                     // The image was made in this layout (by build, holding its lock).
                     return image.store().set_tag(image.descriptor(), &tag);
                 }
-                let layout = Layout::create(&dir)?;
-                let _lock = layout.lock()?;
-                image.copy_to(&layout)?;
-                layout.set_tag(image.descriptor(), &tag)
+                let writing = Writing::start(&dir)?;
+                image.copy_to(&writing.layout)?;
+                writing.layout.set_tag(image.descriptor(), &tag)?;
+                writing.done();
+                Ok(())
             }
             Transport::DockerArchive { path, reference } => {
-                let reference = reference.unwrap_or_else(|| name.to_string());
-                archive::write(image, &path, &reference)
+                archive::write(image, &path, reference.as_deref().or(name))
             }
             Transport::DockerDaemon(reference) => {
                 let reference = if reference.contains(':') {
@@ -372,12 +439,88 @@ impl Transport {
                 let engine = crate::engine::Engine::connect()?;
                 let scratch = staging_dir()?;
                 let tar = scratch.path().join("load.tar");
-                archive::write(image, &tar, &reference)?;
+                archive::write(image, &tar, Some(&reference))?;
                 engine.load(&tar)
             }
             Transport::Registry(remote) => registry::push(image, &remote).map(|_| ()),
         }
     }
+}
+
+/// Checks every image of an index, as [`Image::check`] does.
+fn checked_index(index: &IndexImage) -> Result<()> {
+    index.images().iter().try_for_each(Image::check)
+}
+
+/// Where a registry image's blobs are pulled: the blob cache, where build keeps its layers,
+/// so that a base read twice is downloaded once; else a staging layout, kept with the image.
+fn pull_store(
+    remote: &Remote,
+    name: &str,
+) -> Result<(Layout, Option<crate::interrupt::ScratchDir>)> {
+    match &remote.access.blob_cache {
+        Some(cache) => Ok((Layout::create(cache)?.named(name), None)),
+        None => {
+            let staging = staging_dir()?;
+            let layout = Layout::create(staging.path())?.named(name);
+            Ok((layout, Some(staging)))
+        }
+    }
+}
+
+/// An OCI layout being written, under its lock. Until [`Writing::done`], dropping it undoes
+/// what the writing added: a layout it created is removed whole, and the blobs it added to
+/// one that was there are deleted, so a failed or interrupted copy leaves the destination
+/// as it was (`index.json` is only ever replaced whole, last).
+struct Writing {
+    layout: Layout,
+    created: Option<crate::interrupt::Staged>,
+    /// The blobs an existing layout held before; None once done (or for a new layout).
+    before: Option<std::collections::HashSet<std::ffi::OsString>>,
+    _lock: super::layout::LayoutLock,
+}
+
+impl Writing {
+    fn start(dir: &Path) -> Result<Writing> {
+        let created = (!dir.exists()).then(|| crate::interrupt::Staged::new(dir));
+        let layout = Layout::create(dir)?;
+        let lock = layout.lock()?;
+        let before = created.is_none().then(|| blob_files(&layout));
+        Ok(Writing {
+            layout,
+            created,
+            before,
+            _lock: lock,
+        })
+    }
+
+    /// The image is written and tagged: keep everything.
+    fn done(mut self) {
+        if let Some(created) = self.created.take() {
+            created.keep();
+        }
+        self.before = None;
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if let Some(before) = self.before.take() {
+            for name in blob_files(&self.layout).difference(&before) {
+                let _ = std::fs::remove_file(self.layout.root().join("blobs/sha256").join(name));
+            }
+        }
+    }
+}
+
+/// The names of the files in a layout's blob directory.
+fn blob_files(layout: &Layout) -> std::collections::HashSet<std::ffi::OsString> {
+    std::fs::read_dir(layout.root().join("blobs/sha256"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect()
 }
 
 /// What a copy wrote.
@@ -391,6 +534,33 @@ pub struct Copied {
     pub blobs: usize,
     /// The platforms of an index, in its order; empty for one image.
     pub platforms: Vec<String>,
+    /// The source held no manifest (a docker archive without one, an engine's export), so
+    /// gpubake made it from Docker's `manifest.json`: other tools may make another.
+    pub made_here: bool,
+}
+
+impl Copied {
+    fn of(image: &Image) -> Copied {
+        Copied {
+            digest: image.digest(),
+            bytes: image.blobs().map(|d| d.size()).sum(),
+            blobs: image.blobs().count(),
+            platforms: Vec::new(),
+            made_here: image.is_made_here(),
+        }
+    }
+
+    fn of_index(index: &IndexImage) -> Copied {
+        let blobs: Vec<&oci_spec::image::Descriptor> =
+            index.images().iter().flat_map(|i| i.blobs()).collect();
+        Copied {
+            digest: index.digest(),
+            bytes: blobs.iter().map(|d| d.size()).sum(),
+            blobs: blobs.len(),
+            platforms: index.platforms(),
+            made_here: false,
+        }
+    }
 }
 
 /// A directory for what a source stages, removed when the image is dropped or on interrupt.
@@ -503,6 +673,18 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("docker://REGISTRY/NAME:TAG"), "{err}");
+    }
+
+    #[test]
+    fn tags_follow_the_oci_ref_name_grammar() {
+        for good in ["v1", "v1.2-rc+1", "a--b", "A_b", "a@b", "team/x"] {
+            assert!(is_ref_name(good), "{good}");
+        }
+        for bad in [
+            "Bad Tag!", "-x", "a..b", "a---b", "x.", "_x", "a__b", "a//b",
+        ] {
+            assert!(!is_ref_name(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -273,3 +273,80 @@ pub fn tag_index(
     layout.write_index(&top).unwrap();
     index_desc
 }
+
+/// The busybox base written by skopeo into a docker archive at `path` (as skopeo writes one:
+/// `manifest.json`, the config as `HEX.json`, each layer uncompressed as `HEX.tar`, and no
+/// manifest of the image).
+pub fn skopeo_archive(path: &Path) -> String {
+    let archive = format!("docker-archive:{}", path.display());
+    run(Command::new("skopeo")
+        .arg("copy")
+        .arg(from_base())
+        .arg(&archive));
+    archive
+}
+
+/// Where the data of `member` starts in the tar at `archive`, and its size.
+pub fn member_data(archive: &Path, member: &str) -> (u64, u64) {
+    let mut tar = tar::Archive::new(std::fs::File::open(archive).unwrap());
+    for entry in tar.entries().unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().unwrap() == Path::new(member) {
+            return (entry.raw_file_position(), entry.size());
+        }
+    }
+    panic!("{} holds no {member}", archive.display());
+}
+
+/// Docker's `manifest.json` of the tar at `archive`: the config member and the layer members.
+pub fn archive_members(archive: &Path) -> (String, Vec<String>) {
+    let (at, size) = member_data(archive, "manifest.json");
+    let bytes = std::fs::read(archive).unwrap();
+    let m: serde_json::Value =
+        serde_json::from_slice(&bytes[at as usize..(at + size) as usize]).unwrap();
+    let layers = m[0]["Layers"].as_array().unwrap();
+    (
+        m[0]["Config"].as_str().unwrap().to_string(),
+        layers
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+/// Flips one bit of the byte at `offset` of `path`.
+pub fn flip_byte(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[offset as usize] ^= 0x40;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A copy of the skopeo archive `good` at `bad` with one byte of a file's content in its first
+/// layer flipped: every member is whole, but the layer no longer has the config's diff id.
+pub fn tampered_archive(good: &Path, bad: &Path) {
+    std::fs::copy(good, bad).unwrap();
+    let (_, layers) = archive_members(good);
+    let (at, size) = member_data(good, &layers[0]);
+    let bytes = std::fs::read(good).unwrap();
+    let layer = &bytes[at as usize..(at + size) as usize];
+    let mut inner = tar::Archive::new(layer);
+    let (pos, len) = inner
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap())
+        .find(|e| e.size() > 16)
+        .map(|e| (e.raw_file_position(), e.size()))
+        .expect("the layer holds a file");
+    flip_byte(bad, at + pos + len / 2);
+}
+
+/// The entries of a layout's blob directory and its `index.json`: what a failed write must
+/// leave as it found them.
+pub fn layout_state(layout: &Path) -> (Vec<String>, Vec<u8>) {
+    let mut blobs: Vec<String> = std::fs::read_dir(layout.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    blobs.sort();
+    (blobs, std::fs::read(layout.join("index.json")).unwrap())
+}
