@@ -574,7 +574,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 // Each platform's closure is resolved for its own machine, and each must hold
                 // the lock's pins: a platform whose wheels do not is refused, naming it,
                 // rather than given another stack.
-                let mut first = None;
+                let mut closures = Vec::new();
                 for platform in &platforms {
                     let path = match &pylock {
                         Some(p) => p.clone(),
@@ -594,11 +594,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                         closure.wheels.len(),
                         crate::image::inspect::human_size(bytes)
                     );
-                    first.get_or_insert(closure);
+                    closures.push(closure);
                 }
-                if let Some(closure) = first {
-                    crate::closure::exact_pins(&mut resolved.lock, &closure);
-                }
+                crate::closure::settle(&mut resolved.lock, &closures.iter().collect::<Vec<_>>())?;
             }
             if explain {
                 eprintln!("candidates ({}):", resolved.considered.len());

@@ -8,9 +8,10 @@
 //! closure that no longer matches its recipe is refused instead of silently installed.
 
 use crate::error::{Error, Result};
-use crate::lock::Lock;
+use crate::lock::{Lock, WheelChoice};
 use crate::version::Version;
 use crate::wheel::cache::WheelRef;
+use crate::wheel::tags::Target;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +116,8 @@ pub struct Closure {
     pub pylock: Pylock,
     /// The wheels to install, one per package, in the file's order.
     pub wheels: Vec<WheelRef>,
+    /// For each package with several wheels for the platform, the one taken and why.
+    pub choices: Vec<WheelChoice>,
 }
 
 /// The file name of the closure of recipe `name`, as uv requires it to be spelled.
@@ -415,7 +418,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Closure> {
             pylock.lock_version
         )));
     }
+    let target =
+        recorded_inputs(&pylock).and_then(|i| Some((Target::parse(&i.python, &i.platform)?, i)));
     let mut wheels = Vec::new();
+    let mut choices = Vec::new();
     for (i, p) in pylock.packages.iter().enumerate() {
         let field = format!("{at}: packages[{i}] ({})", p.name);
         let version = p
@@ -431,10 +437,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Closure> {
             }
             [] => return Err(Error::Closure(format!("{field}: no wheel"))),
             many => {
-                return Err(Error::Closure(format!(
-                    "{field}: {} wheels; a closure for one platform names exactly one",
-                    many.len()
-                )));
+                let (chosen, choice) = choose_wheel(&field, p, many, target.as_ref())?;
+                choices.push(choice);
+                chosen
             }
         };
         let url = wheel
@@ -459,7 +464,94 @@ pub fn parse(path: &Path, text: &str) -> Result<Closure> {
         text: text.to_string(),
         pylock,
         wheels,
+        choices,
     })
+}
+
+/// The file name of a wheel entry: its `name`, else the last segment of its URL.
+fn entry_file_name(entry: &WheelEntry) -> String {
+    entry.name.clone().unwrap_or_else(|| {
+        WheelRef {
+            name: String::new(),
+            version: String::new(),
+            url: entry.url.clone().unwrap_or_default(),
+            size: None,
+            sha256: String::new(),
+        }
+        .file_name()
+    })
+}
+
+/// The wheel an installer takes among a package's several wheels for the closure's target
+/// (see [`crate::wheel::tags`]), with the choice as the lock records it.
+fn choose_wheel<'a>(
+    field: &str,
+    package: &Package,
+    many: &'a [WheelEntry],
+    target: Option<&(Target, Inputs)>,
+) -> Result<(&'a WheelEntry, WheelChoice)> {
+    let Some((target, inputs)) = target else {
+        return Err(Error::Closure(format!(
+            "{field}: {} wheels, and no [tool.gpubake] table names the interpreter and \
+             platform to choose one for; write the closure with `gpubake resolve RECIPE -o LOCK`",
+            many.len()
+        )));
+    };
+    let names: Vec<String> = many.iter().map(entry_file_name).collect();
+    let Some((best, fits)) = crate::wheel::tags::choose(&names, target) else {
+        return Err(Error::Closure(format!(
+            "{field}: none of its {} wheels ({}) runs on CPython {} / {}",
+            many.len(),
+            names.join(", "),
+            inputs.python,
+            inputs.platform
+        )));
+    };
+    let describe = |i: usize| {
+        let rank = &fits.iter().find(|(j, _)| *j == i).expect("ranked").1;
+        format!(
+            "{} (tag {}, place {}{})",
+            names[i],
+            rank.tag,
+            rank.place,
+            rank.build
+                .as_ref()
+                .map(|b| format!(", build {b}"))
+                .unwrap_or_default()
+        )
+    };
+    let others: Vec<String> = fits
+        .iter()
+        .filter(|(i, _)| *i != best)
+        .map(|(i, _)| describe(*i))
+        .collect();
+    let unfit = many.len() - fits.len();
+    let rule = format!(
+        "the installer's choice for CPython {} on {}: the most specific tag, then the higher \
+         build tag; {} over {}{}",
+        inputs.python,
+        inputs.platform,
+        describe(best),
+        if others.is_empty() {
+            "no other fitting wheel".to_string()
+        } else {
+            others.join(", ")
+        },
+        if unfit > 0 {
+            format!(" ({unfit} more do not run there)")
+        } else {
+            String::new()
+        }
+    );
+    Ok((
+        &many[best],
+        WheelChoice {
+            package: package.name.clone(),
+            platform: inputs.platform.clone(),
+            wheel: names[best].clone(),
+            rule,
+        },
+    ))
 }
 
 fn tool_table(inputs: &Inputs) -> String {
@@ -578,18 +670,153 @@ pub fn check_pins(lock: &Lock, closure: &Closure) -> Result<()> {
     }
 }
 
-/// Replaces every range the lock still carries (`cuda-bindings <14,>=13.0.3`) with the exact
-/// version of the closure, so the lock names what the image really holds.
-pub fn exact_pins(lock: &mut Lock, closure: &Closure) {
+/// Makes the lock name what the closures hold (the first is the lock's own platform's):
+/// every range the lock still carries (`cuda-bindings <14,>=13.0.3`) becomes the closure's
+/// exact version; NCCL, cuDNN, the CUDA runtime, cuBLAS and the `cuda-toolkit` metapackage
+/// are pinned under the names this release's wheels really use (`nvidia-nccl-cu12`,
+/// `nvidia-cublas` behind `cuda-toolkit[cublas]`); a pin the data lacks or did not confirm
+/// takes the closure's version, read from the wheels' metadata; and every wheel chosen among
+/// several is recorded. A pin the lock promises that the closure cannot fill is an error
+/// naming the release.
+pub fn settle(lock: &mut Lock, closures: &[&Closure]) -> Result<()> {
+    let Some(closure) = closures.first() else {
+        return Ok(());
+    };
+    let found = |name: &str| {
+        closure
+            .wheels
+            .iter()
+            .find(|w| normalize(&w.name) == normalize(name))
+    };
+    let release = format!("torch {}+{}", lock.torch.version, lock.torch.variant);
+    let suffix = format!("cu{}", lock.cuda.version.major());
+    let mut problems = Vec::new();
+    let mut pins: Vec<(String, String)> = Vec::new();
+    let mut library = |what: &str,
+                       base: &str,
+                       suffixed: bool,
+                       promised: Option<String>,
+                       unconfirmed: bool|
+     -> Option<String> {
+        let names = if suffixed {
+            vec![format!("{base}-{suffix}"), base.to_string()]
+        } else {
+            vec![base.to_string()]
+        };
+        match names.iter().find_map(|n| found(n)) {
+            Some(w) => {
+                pins.push((w.name.clone(), w.version.clone()));
+                Some(w.version.clone())
+            }
+            None => {
+                if let Some(v) = &promised
+                    && !unconfirmed
+                {
+                    problems.push(format!(
+                        "{release}: the lock pins {what} {v}, and the closure has no {}",
+                        names.join(" or ")
+                    ));
+                }
+                None
+            }
+        }
+    };
+    let nccl = library(
+        "NCCL",
+        "nvidia-nccl",
+        true,
+        lock.nccl.version.as_ref().map(Version::to_string),
+        lock.nccl.unconfirmed,
+    );
+    let cudnn = library(
+        "cuDNN",
+        "nvidia-cudnn",
+        true,
+        lock.cudnn.version.as_ref().map(Version::to_string),
+        lock.cudnn.unconfirmed,
+    );
+    let runtime = library(
+        "the CUDA runtime",
+        "nvidia-cuda-runtime",
+        true,
+        lock.cuda.runtime.clone(),
+        false,
+    );
+    let cublas = library(
+        "cuBLAS",
+        "nvidia-cublas",
+        true,
+        lock.cuda.cublas.clone(),
+        false,
+    );
+    let toolkit = library(
+        "the cuda-toolkit metapackage",
+        "cuda-toolkit",
+        false,
+        lock.cuda.toolkit.clone(),
+        false,
+    );
+    if !problems.is_empty() {
+        return Err(Error::Closure(format!(
+            "{} cannot fill the pins of the lock of recipe `{}` ({}):\n  {}",
+            closure.path.display(),
+            lock.recipe.name,
+            lock.recipe.file,
+            problems.join("\n  ")
+        )));
+    }
+    let from_closure = |pin: &mut crate::lock::Pin,
+                        v: Option<String>,
+                        what: &str,
+                        label: &str,
+                        labels: &mut indexmap::IndexMap<String, String>| {
+        let Some(v) = v else { return };
+        let Ok(version) = v.parse::<Version>() else {
+            return;
+        };
+        if pin.version.as_ref() != Some(&version) || pin.unconfirmed {
+            pin.rule = format!("{what} {v} as the closure resolved it from the wheels' metadata");
+            pin.version = Some(version);
+            pin.unconfirmed = false;
+            labels.insert(label.to_string(), v);
+        }
+    };
+    from_closure(
+        &mut lock.nccl,
+        nccl,
+        "NCCL",
+        "io.gpubake.nccl",
+        &mut lock.labels,
+    );
+    from_closure(
+        &mut lock.cudnn,
+        cudnn,
+        "cuDNN",
+        "io.gpubake.cudnn",
+        &mut lock.labels,
+    );
+    lock.cuda.runtime = runtime.or(lock.cuda.runtime.take());
+    lock.cuda.cublas = cublas.or(lock.cuda.cublas.take());
+    lock.cuda.toolkit = toolkit.or(lock.cuda.toolkit.take());
     for (name, spec) in lock.packages.iter_mut() {
         if spec.starts_with("==") {
             continue;
         }
-        let bare = normalize(name.split('[').next().unwrap_or(name));
-        if let Some(w) = closure.wheels.iter().find(|w| normalize(&w.name) == bare) {
+        if let Some(w) = found(name.split('[').next().unwrap_or(name)) {
             *spec = format!("=={}", w.version);
         }
     }
+    for (name, version) in pins {
+        let have = lock
+            .packages
+            .keys()
+            .any(|k| normalize(k.split('[').next().unwrap_or(k)) == normalize(&name));
+        if !have {
+            lock.packages.insert(name, format!("=={version}"));
+        }
+    }
+    lock.wheels = closures.iter().flat_map(|c| c.choices.clone()).collect();
+    Ok(())
 }
 
 /// Versions equal as PEP 440 releases; a local label (`+cu128`) on only one side is ignored,
