@@ -289,61 +289,127 @@ pub fn resolve(lock: &Lock, inputs: &Inputs, path: &Path) -> Result<Closure> {
     Ok(closure)
 }
 
-/// The closure a build installs: `explicit` when given, else `pylock.<name>.toml` beside the
-/// recipe when it exists, else a fresh resolution written there (or, for a built-in recipe,
-/// to a temporary file). `offline` refuses to resolve.
-pub fn for_build(
-    lock: &Lock,
-    recipe_file: Option<&Path>,
-    explicit: Option<&Path>,
-    index: Option<&str>,
-    offline: bool,
-) -> Result<(Closure, Option<tempfile::TempDir>)> {
-    for_build_platform(lock, recipe_file, explicit, index, offline, &amd64())
+/// Where a build's closure comes from, and where a resolution it makes is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    /// The recipe's file, beside which `pylock.NAME.toml` is read (never written).
+    pub recipe_file: Option<&'a Path>,
+    /// `--pylock FILE`: this closure and no other.
+    pub explicit: Option<&'a Path>,
+    /// The recipe's `index:`.
+    pub index: Option<&'a str>,
+    /// Refuse to resolve.
+    pub offline: bool,
+    /// gpubake's cache root: a build keeps the closures it resolves under `closures/`.
+    pub cache_dir: &'a Path,
 }
 
-/// [`for_build`] for one of the lock's platforms, from that platform's file.
+/// The closure a build installs for linux/amd64; see [`for_build_platform`].
+pub fn for_build(lock: &Lock, source: &Source) -> Result<Closure> {
+    for_build_platform(lock, source, &amd64())
+}
+
+/// The closure a build installs for `platform`: `--pylock` when given; else the file beside
+/// the recipe when it was resolved for this recipe and this base; else the one a build
+/// resolved before for the same inputs, kept in the cache; else a fresh resolution, written
+/// to the cache. A build never writes beside the recipe: `resolve -o` writes locks. A file
+/// beside the recipe that was resolved for a base with another glibc is resolved again for
+/// this base (offline, it is refused, naming the base as the change).
 pub fn for_build_platform(
     lock: &Lock,
-    recipe_file: Option<&Path>,
-    explicit: Option<&Path>,
-    index: Option<&str>,
-    offline: bool,
+    source: &Source,
     platform: &crate::image::Platform,
-) -> Result<(Closure, Option<tempfile::TempDir>)> {
-    let inputs = inputs_for(lock, index, platform)?;
-    if let Some(path) = explicit {
-        return Ok((read(path, lock, &inputs)?, None));
+) -> Result<Closure> {
+    let inputs = inputs_for(lock, source.index, platform)?;
+    if let Some(path) = source.explicit {
+        return read(path, lock, &inputs);
     }
-    let beside = recipe_file.map(|r| {
-        r.parent()
-            .unwrap_or(Path::new(""))
-            .join(file_name_for(lock, platform))
-    });
+    let name = file_name_for(lock, platform);
+    let cached = cache_path(source.cache_dir, &name, &inputs);
+    let beside = source
+        .recipe_file
+        .map(|r| r.parent().unwrap_or(Path::new("")).join(&name));
     if let Some(path) = beside.as_ref().filter(|p| p.exists()) {
-        return Ok((read(path, lock, &inputs)?, None));
+        match read(path, lock, &inputs) {
+            Ok(closure) => return Ok(closure),
+            // Only the base changed: the recipe's closure is resolved again for this base.
+            Err(_)
+                if resolved_for_another_base(path, &inputs)
+                    && (!source.offline || cached.exists()) =>
+            {
+                eprintln!(
+                    "note: {} was resolved for another base; this base needs wheels for {}, \
+                     so the closure for it comes from the cache (the file is left as it is)",
+                    path.display(),
+                    inputs.platform
+                );
+            }
+            Err(e) => return Err(e),
+        }
     }
-    if offline {
+    if cached.exists() {
+        return read(&cached, lock, &inputs);
+    }
+    if source.offline {
         // A missing input file, not something the machine lacks: exit 2.
         return Err(Error::Closure(format!(
-            "--offline needs the closure: no {} exists; write it with              `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
-            beside
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| file_name_for(lock, platform))
+            "--offline needs the closure: no {} exists for CPython {} / {}; write it with \
+             `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
+            beside.map(|p| p.display().to_string()).unwrap_or(name),
+            inputs.python,
+            inputs.platform
         )));
     }
-    match beside {
-        Some(path) => {
-            let closure = resolve(lock, &inputs, &path)?;
-            eprintln!("wrote {}", path.display());
-            Ok((closure, None))
-        }
-        None => {
-            let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            let path = dir.path().join(file_name_for(lock, platform));
-            Ok((resolve(lock, &inputs, &path)?, Some(dir)))
-        }
+    let dir = cached.parent().expect("cache paths have a directory");
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let closure = resolve(lock, &inputs, &cached)?;
+    eprintln!("resolved the closure into {}", cached.display());
+    Ok(closure)
+}
+
+/// Writes `lock` to `path` and each platform's closure beside it, named as `resolve -o`
+/// names them: what `build --lock-out` keeps of a build.
+pub fn write_lock(
+    lock: &Lock,
+    closures: &[(crate::image::Platform, Closure)],
+    path: &Path,
+) -> Result<()> {
+    crate::fsutil::output_target(path)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    for (platform, closure) in closures {
+        let beside = dir.join(file_name_for(lock, platform));
+        crate::fsutil::write_atomic(&beside, closure.text.as_bytes())?;
+        eprintln!("wrote {}", beside.display());
     }
+    crate::fsutil::write_atomic(path, lock.to_yaml().as_bytes())?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Where a build keeps the closure `name` it resolved from `inputs`: one directory per
+/// set of inputs, so that a change of base or recipe never reads another's.
+fn cache_path(cache_dir: &Path, name: &str, inputs: &Inputs) -> PathBuf {
+    use sha2::Digest as _;
+    let key = serde_json::to_vec(inputs).expect("inputs serialize");
+    let digest = hex::encode(sha2::Sha256::digest(&key));
+    cache_dir.join("closures").join(&digest[..32]).join(name)
+}
+
+/// True when the closure at `path` was resolved from the same requirements, interpreter
+/// and indexes as `inputs`, for another platform: the base's glibc changed, not the recipe.
+fn resolved_for_another_base(path: &Path, inputs: &Inputs) -> bool {
+    let recorded = read_text(path)
+        .ok()
+        .and_then(|t| toml::from_str::<Pylock>(&t).ok())
+        .and_then(|p| recorded_inputs(&p));
+    recorded.is_some_and(|r| other_base(&r, inputs))
+}
+
+fn other_base(recorded: &Inputs, inputs: &Inputs) -> bool {
+    recorded.platform != inputs.platform
+        && recorded.requirements == inputs.requirements
+        && recorded.python == inputs.python
+        && recorded.indexes == inputs.indexes
 }
 
 /// Reads a closure and checks that it was resolved from `inputs` and agrees with the lock.
@@ -357,7 +423,33 @@ pub fn read(path: &Path, lock: &Lock, inputs: &Inputs) -> Result<Closure> {
             path.display()
         ))
     })?;
-    if &recorded != inputs {
+    if other_base(&recorded, inputs) {
+        let glibc = lock
+            .platform
+            .base_glibc
+            .as_ref()
+            .map(|v| {
+                format!(
+                    "glibc {v}{}",
+                    lock.platform
+                        .base_glibc_from
+                        .as_ref()
+                        .map(|f| format!(" ({f})"))
+                        .unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|| format!("glibc {}", lock.platform.glibc));
+        return Err(Error::Closure(format!(
+            "{} was resolved for {}, and this build's base has {glibc}, so its wheels are \
+             chosen for {}: the base changed, not the recipe; build without --offline (the \
+             closure is resolved for this base into the cache), or write one for this base \
+             with `gpubake resolve RECIPE -o LOCK` on a recipe whose `base:` names it",
+            path.display(),
+            recorded.platform,
+            inputs.platform
+        )));
+    }
+    if recorded != *inputs {
         return Err(Error::Closure(format!(
             "{} is stale: it was resolved for {}, the recipe now asks for {}; \
              run `gpubake resolve RECIPE -o LOCK` again",
