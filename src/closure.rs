@@ -1094,6 +1094,33 @@ mod tests {
     }
 
     #[test]
+    fn a_pin_the_closure_cannot_fill_names_the_release_and_the_names_looked_for() {
+        let mut lock = crate::resolve::resolve_recipe(
+            &crate::recipe::LoadedRecipe::builtin_default(),
+            &crate::resolve::Options::default(),
+        )
+        .unwrap()
+        .lock;
+        let small = include_str!("../tests/fixtures/pylock.small.toml");
+        let closure = parse(Path::new("pylock.small.toml"), small).unwrap();
+        let before = lock.clone();
+        let err = settle(&mut lock, &[&closure]).unwrap_err().to_string();
+        let release = format!("torch {}+{}", lock.torch.version, lock.torch.variant);
+        assert!(
+            err.contains(&format!(
+                "{release}: the lock pins NCCL {}, and the closure has no nvidia-nccl-cu12 or \
+                 nvidia-nccl",
+                lock.nccl.version.as_ref().unwrap()
+            )),
+            "{err}"
+        );
+        assert!(err.contains("cuBLAS"), "{err}");
+        // The CUDA runtime is there (nvidia-cuda-runtime-cu12), so it is not named.
+        assert!(!err.contains("the CUDA runtime"), "{err}");
+        assert_eq!(lock, before, "a refused lock is left as it was");
+    }
+
+    #[test]
     fn a_file_too_large_to_be_a_pylock_is_refused_unread() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pylock.big.toml");
