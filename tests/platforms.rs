@@ -814,7 +814,7 @@ fn yaml_closure(machine: &str, url: &str, size: u64, sha256: &str) -> gpubake::c
 fn debian_with_arm64(debian: &Path, dir: &Path) -> PathBuf {
     use gpubake::image::Platform;
     let base_dir = dir.join("base");
-    run(Command::new("cp").arg("-r").arg(&debian).arg(&base_dir));
+    run(Command::new("cp").arg("-r").arg(debian).arg(&base_dir));
     let layout = Layout::open(&base_dir).unwrap();
     let amd = layout.find(Some("bookworm")).unwrap();
     let mut tar = tar::Builder::new(Vec::new());
