@@ -211,10 +211,14 @@ enum Command {
     /// Build an image without a daemon: the base, the locked Python stack, the recipe's files,
     /// the probe, the preset.
     ///
-    /// The Python closure comes from --pylock, else pylock.NAME.toml beside the recipe, else it
-    /// is resolved with uv and written there. Its wheels are fetched into the wheel cache
-    /// ($GPUBAKE_CACHE_DIR, else ~/.cache/gpubake) and installed natively into a virtual
-    /// environment at /opt/gpubake/venv over the base's CPython, one layer per large wheel.
+    /// The base is read first: a base without the lock's CPython, or for another platform,
+    /// fails the build before anything is resolved or written. The Python closure comes from
+    /// --pylock, else pylock.NAME.toml beside the recipe (resolved again for this base when it
+    /// was resolved for a base of another glibc), else it is resolved with uv into the cache;
+    /// a build never writes beside the recipe (--lock-out keeps the lock and closure). Its
+    /// wheels are fetched into the wheel cache ($GPUBAKE_CACHE_DIR, else ~/.cache/gpubake) and
+    /// installed natively into a virtual environment at /opt/gpubake/venv over the base's
+    /// CPython, one layer per large wheel.
     ///
     /// DEST and BASE use skopeo's syntax: oci:DIR[:TAG] (a plain DIR means the same),
     /// docker-archive:FILE[:NAME:TAG], docker-daemon:NAME:TAG (through the Docker Engine) or
@@ -248,6 +252,10 @@ enum Command {
         /// Build from the pylock and the wheel cache alone: no resolution, no download.
         #[arg(long)]
         offline: bool,
+        /// Also write the lock the image holds here (atomically), with the closure it
+        /// installs beside it as pylock.NAME.toml, as `resolve -o` writes them.
+        #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
+        lock_out: Option<PathBuf>,
         /// Leave the Python stack out: a node preflight image with the probe and presets only.
         #[arg(long, conflicts_with_all = ["pylock", "offline"])]
         without_python: bool,
@@ -611,7 +619,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 // Each platform's closure is resolved for its own machine, and each must hold
                 // the lock's pins: a platform whose wheels do not is refused, naming it,
                 // rather than given another stack.
-                let mut first = None;
+                let mut closures = Vec::new();
                 for platform in &platforms {
                     let path = match &pylock {
                         Some(p) => p.clone(),
@@ -631,11 +639,9 @@ pub fn run(cli: Cli) -> Result<i32> {
                         closure.wheels.len(),
                         crate::image::inspect::human_size(bytes)
                     );
-                    first.get_or_insert(closure);
+                    closures.push(closure);
                 }
-                if let Some(closure) = first {
-                    crate::closure::exact_pins(&mut resolved.lock, &closure);
-                }
+                crate::closure::settle(&mut resolved.lock, &closures.iter().collect::<Vec<_>>())?;
             }
             if explain {
                 eprintln!("candidates ({}):", resolved.considered.len());
@@ -763,6 +769,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             no_cache,
             pylock,
             offline,
+            lock_out,
             without_python,
             stack_layers,
             engine_build,
@@ -776,8 +783,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             probe_binary,
         } => {
             let loaded = load_recipe(recipe.as_deref(), &files)?;
-            // An SBOM path that could never be written is refused before the build, not after.
-            if let Some(path) = &sbom {
+            // An SBOM or lock path that could never be written is refused before the build,
+            // not after.
+            for path in sbom.iter().chain(&lock_out) {
                 crate::fsutil::output_target(path)?;
             }
             let to = registry.transport(&to)?;
@@ -793,14 +801,16 @@ pub fn run(cli: Cli) -> Result<i32> {
                 None => None,
             };
             // The base given is the one whose glibc counts, not the recipe's `base:` text.
+            // It is read first: a base that cannot serve the image fails the build before
+            // anything is resolved over the network or written.
+            let recipe_base = |e: Error| match &from {
+                Some(base) if !explicit => recipe_base_failed(e, base),
+                _ => e,
+            };
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
-                    // A base that cannot be read is reported by the build itself, after the
-                    // recipe's other inputs (the closure) have been checked.
-                    let found = base
-                        .open()
-                        .ok()
-                        .and_then(|opened| crate::image::fs::base_glibc(&opened).ok().flatten());
+                    let found = crate::image::fs::base_glibc(&base.open().map_err(recipe_base)?)
+                        .map_err(recipe_base)?;
                     if let Some((v, what)) = &found
                         && explicit
                     {
@@ -815,7 +825,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
                 _ => None,
             };
-            let resolved = resolve::resolve_recipe(
+            let mut resolved = resolve::resolve_recipe(
                 &loaded,
                 &Options {
                     driver,
@@ -853,9 +863,13 @@ pub fn run(cli: Cli) -> Result<i32> {
                 );
             }
             let only = registry.platform()?;
-            // Each platform installs its own closure, read from (or resolved into) its own
-            // file; a build of one platform passes it as the build's closure.
-            let mut scratch = Vec::new();
+            if let Some(base) = &from {
+                crate::image::build::check_base(base, &resolved, only.as_ref(), !without_python)
+                    .map_err(recipe_base)?;
+            }
+            let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
+            // Each platform installs its own closure, read from its own file or resolved
+            // into the cache; a build of one platform passes it as the build's closure.
             let mut closures = Vec::new();
             if !without_python {
                 let locked = resolved.lock.platforms();
@@ -871,20 +885,22 @@ pub fn run(cli: Cli) -> Result<i32> {
                         resolved.lock.platforms.join(", ")
                     )));
                 }
+                let source = crate::closure::Source {
+                    recipe_file: recipe.as_deref(),
+                    explicit: pylock.as_deref(),
+                    index: loaded.recipe.index.as_deref(),
+                    offline,
+                    cache_dir: &cache_dir,
+                };
                 for platform in chosen {
-                    let (closure, dir) = crate::closure::for_build_platform(
-                        &resolved.lock,
-                        recipe.as_deref(),
-                        pylock.as_deref(),
-                        loaded.recipe.index.as_deref(),
-                        offline,
-                        &platform,
-                    )
-                    .map_err(|e| for_platform(e, &platform, locked.len()))?;
-                    scratch.push(dir);
+                    let closure =
+                        crate::closure::for_build_platform(&resolved.lock, &source, &platform)
+                            .map_err(|e| for_platform(e, &platform, locked.len()))?;
                     closures.push((platform, closure));
                 }
             }
+            let all: Vec<&crate::closure::Closure> = closures.iter().map(|(_, c)| c).collect();
+            crate::closure::settle(&mut resolved.lock, &all)?;
             let closure = match closures.as_slice() {
                 [(_, one)] => Some(one.clone()),
                 _ => None,
@@ -899,13 +915,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             let epoch = crate::image::build::source_date_epoch()?;
             let opts = crate::image::BuildOptions {
                 to,
-                from,
+                from: from.clone(),
                 compression,
                 epoch,
                 no_cache,
                 closure,
                 offline,
-                cache_dir: crate::wheel::cache::WheelCache::default_root()?,
+                cache_dir,
                 stack_layers,
                 probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
             };
@@ -914,18 +930,16 @@ pub fn run(cli: Cli) -> Result<i32> {
                 only,
                 probes: probe_binary,
                 closures: if closures.len() > 1 {
-                    closures
+                    closures.clone()
                 } else {
                     Vec::new()
                 },
             };
-            let report =
-                crate::image::build_for(&loaded, &resolved, &opts, &platforms).map_err(|e| {
-                    match &opts.from {
-                        Some(base) if !explicit => recipe_base_failed(e, base),
-                        _ => e,
-                    }
-                })?;
+            let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)
+                .map_err(recipe_base)?;
+            if let Some(path) = &lock_out {
+                crate::closure::write_lock(&resolved.lock, &closures, path)?;
+            }
             if let Some(path) = &sbom {
                 let subject = crate::sbom::Subject {
                     lock: &resolved.lock,
@@ -1438,14 +1452,18 @@ fn context_entries(
     if !plan.stack {
         return plan.entries(dockerfile, &probe, None);
     }
-    let (closure, _scratch) = crate::closure::for_build(
+    let cache_dir = WheelCache::default_root()?;
+    let closure = crate::closure::for_build(
         lock,
-        recipe_file,
-        pylock,
-        loaded.recipe.index.as_deref(),
-        offline,
+        &crate::closure::Source {
+            recipe_file,
+            explicit: pylock,
+            index: loaded.recipe.index.as_deref(),
+            offline,
+            cache_dir: &cache_dir,
+        },
     )?;
-    let cache = WheelCache::open(WheelCache::default_root()?)?;
+    let cache = WheelCache::open(cache_dir)?;
     cache.fetch(
         &closure.wheels,
         &FetchOptions {

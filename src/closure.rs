@@ -8,9 +8,10 @@
 //! closure that no longer matches its recipe is refused instead of silently installed.
 
 use crate::error::{Error, Result};
-use crate::lock::Lock;
+use crate::lock::{Lock, WheelChoice};
 use crate::version::Version;
 use crate::wheel::cache::WheelRef;
+use crate::wheel::tags::Target;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +116,8 @@ pub struct Closure {
     pub pylock: Pylock,
     /// The wheels to install, one per package, in the file's order.
     pub wheels: Vec<WheelRef>,
+    /// For each package with several wheels for the platform, the one taken and why.
+    pub choices: Vec<WheelChoice>,
 }
 
 /// The file name of the closure of recipe `name`, as uv requires it to be spelled.
@@ -286,61 +289,127 @@ pub fn resolve(lock: &Lock, inputs: &Inputs, path: &Path) -> Result<Closure> {
     Ok(closure)
 }
 
-/// The closure a build installs: `explicit` when given, else `pylock.<name>.toml` beside the
-/// recipe when it exists, else a fresh resolution written there (or, for a built-in recipe,
-/// to a temporary file). `offline` refuses to resolve.
-pub fn for_build(
-    lock: &Lock,
-    recipe_file: Option<&Path>,
-    explicit: Option<&Path>,
-    index: Option<&str>,
-    offline: bool,
-) -> Result<(Closure, Option<tempfile::TempDir>)> {
-    for_build_platform(lock, recipe_file, explicit, index, offline, &amd64())
+/// Where a build's closure comes from, and where a resolution it makes is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    /// The recipe's file, beside which `pylock.NAME.toml` is read (never written).
+    pub recipe_file: Option<&'a Path>,
+    /// `--pylock FILE`: this closure and no other.
+    pub explicit: Option<&'a Path>,
+    /// The recipe's `index:`.
+    pub index: Option<&'a str>,
+    /// Refuse to resolve.
+    pub offline: bool,
+    /// gpubake's cache root: a build keeps the closures it resolves under `closures/`.
+    pub cache_dir: &'a Path,
 }
 
-/// [`for_build`] for one of the lock's platforms, from that platform's file.
+/// The closure a build installs for linux/amd64; see [`for_build_platform`].
+pub fn for_build(lock: &Lock, source: &Source) -> Result<Closure> {
+    for_build_platform(lock, source, &amd64())
+}
+
+/// The closure a build installs for `platform`: `--pylock` when given; else the file beside
+/// the recipe when it was resolved for this recipe and this base; else the one a build
+/// resolved before for the same inputs, kept in the cache; else a fresh resolution, written
+/// to the cache. A build never writes beside the recipe: `resolve -o` writes locks. A file
+/// beside the recipe that was resolved for a base with another glibc is resolved again for
+/// this base (offline, it is refused, naming the base as the change).
 pub fn for_build_platform(
     lock: &Lock,
-    recipe_file: Option<&Path>,
-    explicit: Option<&Path>,
-    index: Option<&str>,
-    offline: bool,
+    source: &Source,
     platform: &crate::image::Platform,
-) -> Result<(Closure, Option<tempfile::TempDir>)> {
-    let inputs = inputs_for(lock, index, platform)?;
-    if let Some(path) = explicit {
-        return Ok((read(path, lock, &inputs)?, None));
+) -> Result<Closure> {
+    let inputs = inputs_for(lock, source.index, platform)?;
+    if let Some(path) = source.explicit {
+        return read(path, lock, &inputs);
     }
-    let beside = recipe_file.map(|r| {
-        r.parent()
-            .unwrap_or(Path::new(""))
-            .join(file_name_for(lock, platform))
-    });
+    let name = file_name_for(lock, platform);
+    let cached = cache_path(source.cache_dir, &name, &inputs);
+    let beside = source
+        .recipe_file
+        .map(|r| r.parent().unwrap_or(Path::new("")).join(&name));
     if let Some(path) = beside.as_ref().filter(|p| p.exists()) {
-        return Ok((read(path, lock, &inputs)?, None));
+        match read(path, lock, &inputs) {
+            Ok(closure) => return Ok(closure),
+            // Only the base changed: the recipe's closure is resolved again for this base.
+            Err(_)
+                if resolved_for_another_base(path, &inputs)
+                    && (!source.offline || cached.exists()) =>
+            {
+                eprintln!(
+                    "note: {} was resolved for another base; this base needs wheels for {}, \
+                     so the closure for it comes from the cache (the file is left as it is)",
+                    path.display(),
+                    inputs.platform
+                );
+            }
+            Err(e) => return Err(e),
+        }
     }
-    if offline {
+    if cached.exists() {
+        return read(&cached, lock, &inputs);
+    }
+    if source.offline {
         // A missing input file, not something the machine lacks: exit 2.
         return Err(Error::Closure(format!(
-            "--offline needs the closure: no {} exists; write it with              `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
-            beside
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| file_name_for(lock, platform))
+            "--offline needs the closure: no {} exists for CPython {} / {}; write it with \
+             `gpubake resolve RECIPE -o LOCK` where an index is reachable, or pass --pylock FILE",
+            beside.map(|p| p.display().to_string()).unwrap_or(name),
+            inputs.python,
+            inputs.platform
         )));
     }
-    match beside {
-        Some(path) => {
-            let closure = resolve(lock, &inputs, &path)?;
-            eprintln!("wrote {}", path.display());
-            Ok((closure, None))
-        }
-        None => {
-            let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            let path = dir.path().join(file_name_for(lock, platform));
-            Ok((resolve(lock, &inputs, &path)?, Some(dir)))
-        }
+    let dir = cached.parent().expect("cache paths have a directory");
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let closure = resolve(lock, &inputs, &cached)?;
+    eprintln!("resolved the closure into {}", cached.display());
+    Ok(closure)
+}
+
+/// Writes `lock` to `path` and each platform's closure beside it, named as `resolve -o`
+/// names them: what `build --lock-out` keeps of a build.
+pub fn write_lock(
+    lock: &Lock,
+    closures: &[(crate::image::Platform, Closure)],
+    path: &Path,
+) -> Result<()> {
+    crate::fsutil::output_target(path)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    for (platform, closure) in closures {
+        let beside = dir.join(file_name_for(lock, platform));
+        crate::fsutil::write_atomic(&beside, closure.text.as_bytes())?;
+        eprintln!("wrote {}", beside.display());
     }
+    crate::fsutil::write_atomic(path, lock.to_yaml().as_bytes())?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Where a build keeps the closure `name` it resolved from `inputs`: one directory per
+/// set of inputs, so that a change of base or recipe never reads another's.
+fn cache_path(cache_dir: &Path, name: &str, inputs: &Inputs) -> PathBuf {
+    use sha2::Digest as _;
+    let key = serde_json::to_vec(inputs).expect("inputs serialize");
+    let digest = hex::encode(sha2::Sha256::digest(&key));
+    cache_dir.join("closures").join(&digest[..32]).join(name)
+}
+
+/// True when the closure at `path` was resolved from the same requirements, interpreter
+/// and indexes as `inputs`, for another platform: the base's glibc changed, not the recipe.
+fn resolved_for_another_base(path: &Path, inputs: &Inputs) -> bool {
+    let recorded = read_text(path)
+        .ok()
+        .and_then(|t| toml::from_str::<Pylock>(&t).ok())
+        .and_then(|p| recorded_inputs(&p));
+    recorded.is_some_and(|r| other_base(&r, inputs))
+}
+
+fn other_base(recorded: &Inputs, inputs: &Inputs) -> bool {
+    recorded.platform != inputs.platform
+        && recorded.requirements == inputs.requirements
+        && recorded.python == inputs.python
+        && recorded.indexes == inputs.indexes
 }
 
 /// Reads a closure and checks that it was resolved from `inputs` and agrees with the lock.
@@ -354,7 +423,33 @@ pub fn read(path: &Path, lock: &Lock, inputs: &Inputs) -> Result<Closure> {
             path.display()
         ))
     })?;
-    if &recorded != inputs {
+    if other_base(&recorded, inputs) {
+        let glibc = lock
+            .platform
+            .base_glibc
+            .as_ref()
+            .map(|v| {
+                format!(
+                    "glibc {v}{}",
+                    lock.platform
+                        .base_glibc_from
+                        .as_ref()
+                        .map(|f| format!(" ({f})"))
+                        .unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|| format!("glibc {}", lock.platform.glibc));
+        return Err(Error::Closure(format!(
+            "{} was resolved for {}, and this build's base has {glibc}, so its wheels are \
+             chosen for {}: the base changed, not the recipe; build without --offline (the \
+             closure is resolved for this base into the cache), or write one for this base \
+             with `gpubake resolve RECIPE -o LOCK` on a recipe whose `base:` names it",
+            path.display(),
+            recorded.platform,
+            inputs.platform
+        )));
+    }
+    if recorded != *inputs {
         return Err(Error::Closure(format!(
             "{} is stale: it was resolved for {}, the recipe now asks for {}; \
              run `gpubake resolve RECIPE -o LOCK` again",
@@ -415,7 +510,10 @@ pub fn parse(path: &Path, text: &str) -> Result<Closure> {
             pylock.lock_version
         )));
     }
+    let target =
+        recorded_inputs(&pylock).and_then(|i| Some((Target::parse(&i.python, &i.platform)?, i)));
     let mut wheels = Vec::new();
+    let mut choices = Vec::new();
     for (i, p) in pylock.packages.iter().enumerate() {
         let field = format!("{at}: packages[{i}] ({})", p.name);
         let version = p
@@ -431,10 +529,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Closure> {
             }
             [] => return Err(Error::Closure(format!("{field}: no wheel"))),
             many => {
-                return Err(Error::Closure(format!(
-                    "{field}: {} wheels; a closure for one platform names exactly one",
-                    many.len()
-                )));
+                let (chosen, choice) = choose_wheel(&field, p, many, target.as_ref())?;
+                choices.push(choice);
+                chosen
             }
         };
         let url = wheel
@@ -459,7 +556,94 @@ pub fn parse(path: &Path, text: &str) -> Result<Closure> {
         text: text.to_string(),
         pylock,
         wheels,
+        choices,
     })
+}
+
+/// The file name of a wheel entry: its `name`, else the last segment of its URL.
+fn entry_file_name(entry: &WheelEntry) -> String {
+    entry.name.clone().unwrap_or_else(|| {
+        WheelRef {
+            name: String::new(),
+            version: String::new(),
+            url: entry.url.clone().unwrap_or_default(),
+            size: None,
+            sha256: String::new(),
+        }
+        .file_name()
+    })
+}
+
+/// The wheel an installer takes among a package's several wheels for the closure's target
+/// (see [`crate::wheel::tags`]), with the choice as the lock records it.
+fn choose_wheel<'a>(
+    field: &str,
+    package: &Package,
+    many: &'a [WheelEntry],
+    target: Option<&(Target, Inputs)>,
+) -> Result<(&'a WheelEntry, WheelChoice)> {
+    let Some((target, inputs)) = target else {
+        return Err(Error::Closure(format!(
+            "{field}: {} wheels, and no [tool.gpubake] table names the interpreter and \
+             platform to choose one for; write the closure with `gpubake resolve RECIPE -o LOCK`",
+            many.len()
+        )));
+    };
+    let names: Vec<String> = many.iter().map(entry_file_name).collect();
+    let Some((best, fits)) = crate::wheel::tags::choose(&names, target) else {
+        return Err(Error::Closure(format!(
+            "{field}: none of its {} wheels ({}) runs on CPython {} / {}",
+            many.len(),
+            names.join(", "),
+            inputs.python,
+            inputs.platform
+        )));
+    };
+    let describe = |i: usize| {
+        let rank = &fits.iter().find(|(j, _)| *j == i).expect("ranked").1;
+        format!(
+            "{} (tag {}, place {}{})",
+            names[i],
+            rank.tag,
+            rank.place,
+            rank.build
+                .as_ref()
+                .map(|b| format!(", build {b}"))
+                .unwrap_or_default()
+        )
+    };
+    let others: Vec<String> = fits
+        .iter()
+        .filter(|(i, _)| *i != best)
+        .map(|(i, _)| describe(*i))
+        .collect();
+    let unfit = many.len() - fits.len();
+    let rule = format!(
+        "the installer's choice for CPython {} on {}: the most specific tag, then the higher \
+         build tag; {} over {}{}",
+        inputs.python,
+        inputs.platform,
+        describe(best),
+        if others.is_empty() {
+            "no other fitting wheel".to_string()
+        } else {
+            others.join(", ")
+        },
+        if unfit > 0 {
+            format!(" ({unfit} more do not run there)")
+        } else {
+            String::new()
+        }
+    );
+    Ok((
+        &many[best],
+        WheelChoice {
+            package: package.name.clone(),
+            platform: inputs.platform.clone(),
+            wheel: names[best].clone(),
+            rule,
+        },
+    ))
 }
 
 fn tool_table(inputs: &Inputs) -> String {
@@ -578,18 +762,153 @@ pub fn check_pins(lock: &Lock, closure: &Closure) -> Result<()> {
     }
 }
 
-/// Replaces every range the lock still carries (`cuda-bindings <14,>=13.0.3`) with the exact
-/// version of the closure, so the lock names what the image really holds.
-pub fn exact_pins(lock: &mut Lock, closure: &Closure) {
+/// Makes the lock name what the closures hold (the first is the lock's own platform's):
+/// every range the lock still carries (`cuda-bindings <14,>=13.0.3`) becomes the closure's
+/// exact version; NCCL, cuDNN, the CUDA runtime, cuBLAS and the `cuda-toolkit` metapackage
+/// are pinned under the names this release's wheels really use (`nvidia-nccl-cu12`,
+/// `nvidia-cublas` behind `cuda-toolkit[cublas]`); a pin the data lacks or did not confirm
+/// takes the closure's version, read from the wheels' metadata; and every wheel chosen among
+/// several is recorded. A pin the lock promises that the closure cannot fill is an error
+/// naming the release.
+pub fn settle(lock: &mut Lock, closures: &[&Closure]) -> Result<()> {
+    let Some(closure) = closures.first() else {
+        return Ok(());
+    };
+    let found = |name: &str| {
+        closure
+            .wheels
+            .iter()
+            .find(|w| normalize(&w.name) == normalize(name))
+    };
+    let release = format!("torch {}+{}", lock.torch.version, lock.torch.variant);
+    let suffix = format!("cu{}", lock.cuda.version.major());
+    let mut problems = Vec::new();
+    let mut pins: Vec<(String, String)> = Vec::new();
+    let mut library = |what: &str,
+                       base: &str,
+                       suffixed: bool,
+                       promised: Option<String>,
+                       unconfirmed: bool|
+     -> Option<String> {
+        let names = if suffixed {
+            vec![format!("{base}-{suffix}"), base.to_string()]
+        } else {
+            vec![base.to_string()]
+        };
+        match names.iter().find_map(|n| found(n)) {
+            Some(w) => {
+                pins.push((w.name.clone(), w.version.clone()));
+                Some(w.version.clone())
+            }
+            None => {
+                if let Some(v) = &promised
+                    && !unconfirmed
+                {
+                    problems.push(format!(
+                        "{release}: the lock pins {what} {v}, and the closure has no {}",
+                        names.join(" or ")
+                    ));
+                }
+                None
+            }
+        }
+    };
+    let nccl = library(
+        "NCCL",
+        "nvidia-nccl",
+        true,
+        lock.nccl.version.as_ref().map(Version::to_string),
+        lock.nccl.unconfirmed,
+    );
+    let cudnn = library(
+        "cuDNN",
+        "nvidia-cudnn",
+        true,
+        lock.cudnn.version.as_ref().map(Version::to_string),
+        lock.cudnn.unconfirmed,
+    );
+    let runtime = library(
+        "the CUDA runtime",
+        "nvidia-cuda-runtime",
+        true,
+        lock.cuda.runtime.clone(),
+        false,
+    );
+    let cublas = library(
+        "cuBLAS",
+        "nvidia-cublas",
+        true,
+        lock.cuda.cublas.clone(),
+        false,
+    );
+    let toolkit = library(
+        "the cuda-toolkit metapackage",
+        "cuda-toolkit",
+        false,
+        lock.cuda.toolkit.clone(),
+        false,
+    );
+    if !problems.is_empty() {
+        return Err(Error::Closure(format!(
+            "{} cannot fill the pins of the lock of recipe `{}` ({}):\n  {}",
+            closure.path.display(),
+            lock.recipe.name,
+            lock.recipe.file,
+            problems.join("\n  ")
+        )));
+    }
+    let from_closure = |pin: &mut crate::lock::Pin,
+                        v: Option<String>,
+                        what: &str,
+                        label: &str,
+                        labels: &mut indexmap::IndexMap<String, String>| {
+        let Some(v) = v else { return };
+        let Ok(version) = v.parse::<Version>() else {
+            return;
+        };
+        if pin.version.as_ref() != Some(&version) || pin.unconfirmed {
+            pin.rule = format!("{what} {v} as the closure resolved it from the wheels' metadata");
+            pin.version = Some(version);
+            pin.unconfirmed = false;
+            labels.insert(label.to_string(), v);
+        }
+    };
+    from_closure(
+        &mut lock.nccl,
+        nccl,
+        "NCCL",
+        "io.gpubake.nccl",
+        &mut lock.labels,
+    );
+    from_closure(
+        &mut lock.cudnn,
+        cudnn,
+        "cuDNN",
+        "io.gpubake.cudnn",
+        &mut lock.labels,
+    );
+    lock.cuda.runtime = runtime.or(lock.cuda.runtime.take());
+    lock.cuda.cublas = cublas.or(lock.cuda.cublas.take());
+    lock.cuda.toolkit = toolkit.or(lock.cuda.toolkit.take());
     for (name, spec) in lock.packages.iter_mut() {
         if spec.starts_with("==") {
             continue;
         }
-        let bare = normalize(name.split('[').next().unwrap_or(name));
-        if let Some(w) = closure.wheels.iter().find(|w| normalize(&w.name) == bare) {
+        if let Some(w) = found(name.split('[').next().unwrap_or(name)) {
             *spec = format!("=={}", w.version);
         }
     }
+    for (name, version) in pins {
+        let have = lock
+            .packages
+            .keys()
+            .any(|k| normalize(k.split('[').next().unwrap_or(k)) == normalize(&name));
+        if !have {
+            lock.packages.insert(name, format!("=={version}"));
+        }
+    }
+    lock.wheels = closures.iter().flat_map(|c| c.choices.clone()).collect();
+    Ok(())
 }
 
 /// Versions equal as PEP 440 releases; a local label (`+cu128`) on only one side is ignored,
@@ -772,6 +1091,33 @@ mod tests {
             platform_for(&"2.17".parse().unwrap()),
             "x86_64-manylinux_2_17"
         );
+    }
+
+    #[test]
+    fn a_pin_the_closure_cannot_fill_names_the_release_and_the_names_looked_for() {
+        let mut lock = crate::resolve::resolve_recipe(
+            &crate::recipe::LoadedRecipe::builtin_default(),
+            &crate::resolve::Options::default(),
+        )
+        .unwrap()
+        .lock;
+        let small = include_str!("../tests/fixtures/pylock.small.toml");
+        let closure = parse(Path::new("pylock.small.toml"), small).unwrap();
+        let before = lock.clone();
+        let err = settle(&mut lock, &[&closure]).unwrap_err().to_string();
+        let release = format!("torch {}+{}", lock.torch.version, lock.torch.variant);
+        assert!(
+            err.contains(&format!(
+                "{release}: the lock pins NCCL {}, and the closure has no nvidia-nccl-cu12 or \
+                 nvidia-nccl",
+                lock.nccl.version.as_ref().unwrap()
+            )),
+            "{err}"
+        );
+        assert!(err.contains("cuBLAS"), "{err}");
+        // The CUDA runtime is there (nvidia-cuda-runtime-cu12), so it is not named.
+        assert!(!err.contains("the CUDA runtime"), "{err}");
+        assert_eq!(lock, before, "a refused lock is left as it was");
     }
 
     #[test]

@@ -59,6 +59,24 @@ pub struct Lock {
     /// Things a person should know about this lock (unconfirmed data, PTX-only GPUs).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Each package of the closure that has several wheels for the platform, with the one
+    /// installed and why (the installer's tag order). Written from the closure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wheels: Vec<WheelChoice>,
+}
+
+/// Which of a package's fitting wheels the image installs, and why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WheelChoice {
+    /// The package.
+    pub package: String,
+    /// The platform the closure is for (`x86_64-manylinux_2_39`).
+    pub platform: String,
+    /// The wheel installed (its file name).
+    pub wheel: String,
+    /// The rule: its best tag and place in the target's tag order, against the others'.
+    pub rule: String,
 }
 
 /// The recipe a lock came from.

@@ -751,26 +751,33 @@ fn a_platform_whose_closure_breaks_the_pins_stops_the_build() {
     if !common::have("uv", "--version") {
         return;
     }
+    let Some(debian) = common::debian_base() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
+    let base = debian_with_arm64(&debian, dir.path());
     let recipe = write(
         dir.path(),
         "multi.yaml",
-        &common::recipe("pytorch: '2.9'\npython: '3.12'\nplatforms: [linux/amd64, linux/arm64]\n"),
+        &common::recipe("pytorch: '2.9'\npython: '3.11'\nplatforms: [linux/amd64, linux/arm64]\n"),
     );
-    let out = gpubake(&[
-        "build",
-        &recipe,
-        "--from",
-        &format!("oci:{}", dir.path().join("no-base").display()),
-        "--to",
-        &format!("oci:{}", dir.path().join("out").display()),
-    ]);
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["build", &recipe, "--from"])
+        .arg(format!("oci:{}:multi", base.display()))
+        .arg("--to")
+        .arg(format!("oci:{}", dir.path().join("out").display()))
+        .env("GPUBAKE_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
     assert_exit(&out, 2);
     let err = stderr(&out);
     assert!(err.contains("linux/arm64: "), "{err}");
     assert!(err.contains("CPU builds through 2.10"), "{err}");
     assert!(!dir.path().join("out").exists());
-    assert!(dir.path().join("pylock.test-linux-amd64.toml").exists());
+    // linux/amd64's closure was resolved into the cache; nothing was written beside the recipe.
+    assert!(cache.path().join("closures").exists(), "{err}");
+    assert!(!dir.path().join("pylock.test-linux-amd64.toml").exists());
     assert!(!dir.path().join("pylock.test.toml").exists());
     // The engine builds the rendered Dockerfile, whose closure is linux/amd64's.
     let recipe = two_platform_recipe(dir.path());
@@ -801,23 +808,13 @@ fn yaml_closure(machine: &str, url: &str, size: u64, sha256: &str) -> gpubake::c
     gpubake::closure::parse(Path::new(&format!("pylock.{machine}.toml")), &text).unwrap()
 }
 
-/// Each platform's Python stack holds that platform's wheels: a two-platform build installs
-/// PyYAML's x86_64 wheel over the real Debian base (amd64) and its aarch64 wheel over an arm64
-/// base that names its CPython (the builder reads the base's paths, never runs them), with
-/// the pure-Python six in both.
-#[test]
-fn each_platform_s_stack_holds_its_own_wheels() {
-    let Some(debian) = common::debian_base() else {
-        return;
-    };
-    if !common::tools() {
-        return;
-    }
-    use gpubake::image::{Platform, PlatformOptions, Transport};
-    let dir = tempfile::tempdir().unwrap();
-    // The index: Debian bookworm as linux/amd64, and an arm64 image with /usr/bin/python3.11.
-    let base_dir = dir.path().join("base");
-    run(Command::new("cp").arg("-r").arg(&debian).arg(&base_dir));
+/// A copy of the Debian base under `dir` as an index tagged `multi`: Debian bookworm as
+/// linux/amd64, and an arm64 image with /usr/bin/python3.11 (a name only: the builder reads
+/// the base's paths, never runs them).
+fn debian_with_arm64(debian: &Path, dir: &Path) -> PathBuf {
+    use gpubake::image::Platform;
+    let base_dir = dir.join("base");
+    run(Command::new("cp").arg("-r").arg(debian).arg(&base_dir));
     let layout = Layout::open(&base_dir).unwrap();
     let amd = layout.find(Some("bookworm")).unwrap();
     let mut tar = tar::Builder::new(Vec::new());
@@ -863,6 +860,24 @@ fn each_platform_s_stack_holds_its_own_wheels() {
         .unwrap();
     let index_desc = layout.write_json(&index, MediaType::ImageIndex).unwrap();
     layout.set_tag(&index_desc, "multi").unwrap();
+    base_dir
+}
+
+/// Each platform's Python stack holds that platform's wheels: a two-platform build installs
+/// PyYAML's x86_64 wheel over the real Debian base (amd64) and its aarch64 wheel over an arm64
+/// base that names its CPython (the builder reads the base's paths, never runs them), with
+/// the pure-Python six in both.
+#[test]
+fn each_platform_s_stack_holds_its_own_wheels() {
+    let Some(debian) = common::debian_base() else {
+        return;
+    };
+    if !common::tools() {
+        return;
+    }
+    use gpubake::image::{Platform, PlatformOptions, Transport};
+    let dir = tempfile::tempdir().unwrap();
+    let base_dir = debian_with_arm64(&debian, dir.path());
 
     let text =
         common::recipe("pytorch: '2.9'\npython: '3.11'\nplatforms: [linux/amd64, linux/arm64]\n");

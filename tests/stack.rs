@@ -380,25 +380,26 @@ fn resolve_writes_the_closure_beside_the_lock_with_every_hash() {
         "{lock_text}"
     );
 
+    // The builds below need a base with CPython 3.11: a build checks its base first.
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let from = format!("oci:{}:bookworm", base.display());
+    let to = format!("oci:{}", dir.path().join("out").display());
+    let cache = tempfile::tempdir().unwrap();
+
     // Without uv on PATH, a build from that pylock goes on past the closure (here to the
-    // missing base): only resolving needs uv.
+    // wheels, which an empty cache lacks offline): only resolving needs uv.
     let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args([
-            "build",
-            &recipe,
-            "--offline",
-            "--from",
-            "oci:/nonexistent/base",
-            "--to",
-        ])
-        .arg(format!("oci:{}", dir.path().join("out").display()))
+        .args(["build", &recipe, "--offline", "--from", &from, "--to", &to])
         .env("PATH", "/nonexistent")
+        .env("GPUBAKE_CACHE_DIR", cache.path())
         .output()
         .unwrap();
-    assert_exit(&out, 2);
+    assert!(!out.status.success());
     let err = common::stderr(&out);
     assert!(
-        err.contains("/nonexistent/base") && !err.contains("uv"),
+        err.contains("--offline:") && err.contains("not in the cache") && !err.contains("uv"),
         "{err}"
     );
 
@@ -409,15 +410,7 @@ fn resolve_writes_the_closure_beside_the_lock_with_every_hash() {
          presets: [base]\npip: [tqdm==4.67.0]\n",
     )
     .unwrap();
-    let out = common::gpubake(&[
-        "build",
-        &recipe,
-        "--offline",
-        "--from",
-        "oci:/nonexistent",
-        "--to",
-        &format!("oci:{}", dir.path().join("out").display()),
-    ]);
+    let out = common::gpubake(&["build", &recipe, "--offline", "--from", &from, "--to", &to]);
     assert_exit(&out, 2);
     let err = common::stderr(&out);
     assert!(
@@ -441,15 +434,227 @@ fn resolve_writes_the_closure_beside_the_lock_with_every_hash() {
         "--pylock",
         wrong.to_str().unwrap(),
         "--from",
-        "oci:/nonexistent",
+        &from,
         "--to",
-        &format!("oci:{}", dir.path().join("out").display()),
+        &to,
     ]);
     assert_exit(&out, 2);
     let err = common::stderr(&out);
     assert!(
         err.contains("nvidia-nccl-cu12: the lock pins 2.27.5, the closure has 2.27.3"),
         "{err}"
+    );
+    assert!(!dir.path().join("out").exists(), "nothing was written");
+}
+
+/// Files in `dir`, by name.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_build_checks_its_base_before_it_resolves_or_writes() {
+    if !common::tools() || !have("uv", "--version") {
+        return;
+    }
+    // The recipe of a new user, on a base without CPython: the build fails naming that,
+    // before any resolution (none reaches the cache) and without a file beside the recipe.
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: early\nbase: ubuntu:24.04\npython: \"3.12\"\npytorch: \"2.9\"\n",
+    );
+    let arm = common::write(
+        dir.path(),
+        "arm.yaml",
+        "name: early-arm\nbase: ubuntu:24.04\npython: \"3.12\"\npytorch: \"2.11\"\n\
+         platforms: [linux/arm64]\n",
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let build = |recipe: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["build", recipe, "--from", &common::from_base(), "--to"])
+            .arg(format!("oci:{}", out_dir.path().join("out").display()))
+            .env("GPUBAKE_CACHE_DIR", cache.path())
+            .output()
+            .unwrap()
+    };
+    let out = build(&recipe);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(err.contains("the base has no CPython"), "{err}");
+    assert!(!err.contains("resolved"), "{err}");
+    // A base of another architecture is refused as early.
+    let out = build(&arm);
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("the base for linux/arm64 is linux/amd64"),
+        "{err}"
+    );
+    assert_eq!(listing(dir.path()), ["arm.yaml", "r.yaml"]);
+    assert!(
+        !cache.path().join("closures").exists(),
+        "nothing was resolved"
+    );
+    assert!(listing(out_dir.path()).is_empty(), "nothing was built");
+}
+
+/// Resolves `recipe` with `resolve -o` into `dir`, or None where PyPI is not reachable
+/// outside CI.
+fn resolve_beside(recipe: &str, dir: &Path) -> Option<()> {
+    let out = common::gpubake(&[
+        "resolve",
+        recipe,
+        "-o",
+        dir.join("r.lock").to_str().unwrap(),
+    ]);
+    if common::stderr(&out).contains("cannot be reached") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: PyPI is not reachable");
+        return None;
+    }
+    assert_exit(&out, 0);
+    Some(())
+}
+
+#[test]
+fn a_pylock_for_another_base_is_resolved_again_into_the_cache_or_refused_offline() {
+    if !have("uv", "--version") {
+        return;
+    }
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    // Resolved for ubuntu:24.04 (glibc 2.39); built on Debian 12 (glibc 2.36).
+    let dir = tempfile::tempdir().unwrap();
+    let text = "name: moved\nbase: ubuntu:24.04\npython: \"3.11\"\npytorch: \"2.9\"\n";
+    let recipe = common::write(dir.path(), "r.yaml", text);
+    if resolve_beside(&recipe, dir.path()).is_none() {
+        return;
+    }
+    let beside = dir.path().join("pylock.moved.toml");
+    let written = std::fs::read(&beside).unwrap();
+    assert!(String::from_utf8_lossy(&written).contains("x86_64-manylinux_2_39"));
+
+    // Offline, the build refuses it, naming the base as what changed.
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["build", &recipe, "--offline", "--from"])
+        .arg(format!("oci:{}:bookworm", base.display()))
+        .arg("--to")
+        .arg(format!("oci:{}", dir.path().join("out").display()))
+        .env("GPUBAKE_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    for want in [
+        "was resolved for x86_64-manylinux_2_39",
+        "glibc 2.36",
+        "x86_64-manylinux_2_36",
+        "the base changed, not the recipe",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    assert!(!err.contains("stale"), "{err}");
+
+    // Online, the closure is resolved again for this base, into the cache: the recipe's
+    // folder keeps its files as they were.
+    let loaded =
+        LoadedRecipe::parse(Document::from_text(recipe.clone(), text.to_string())).unwrap();
+    let glibc = Some(("2.36".parse().unwrap(), "glibc of Debian 12".to_string()));
+    let resolved = resolve::resolve_recipe(
+        &loaded,
+        &resolve::Options {
+            base_glibc: glibc,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let source = closure::Source {
+        recipe_file: Some(Path::new(&recipe)),
+        explicit: None,
+        index: None,
+        offline: false,
+        cache_dir: cache.path(),
+    };
+    let again = closure::for_build(&resolved.lock, &source).unwrap();
+    assert!(
+        again.path.starts_with(cache.path().join("closures")),
+        "{}",
+        again.path.display()
+    );
+    assert_eq!(again.inputs().unwrap().platform, "x86_64-manylinux_2_36");
+    assert_eq!(std::fs::read(&beside).unwrap(), written);
+    assert_eq!(
+        listing(dir.path()),
+        ["pylock.moved.toml", "r.lock", "r.yaml"]
+    );
+    // The next build, offline too, takes it from the cache.
+    let offline = closure::Source {
+        offline: true,
+        ..source
+    };
+    let cached = closure::for_build(&resolved.lock, &offline).unwrap();
+    assert_eq!(cached.path, again.path);
+    // A recipe without the file beside it resolves into the cache as well.
+    std::fs::remove_file(&beside).unwrap();
+    let fresh = closure::for_build(&resolved.lock, &source).unwrap();
+    assert_eq!(fresh.path, again.path);
+    assert!(!beside.exists());
+}
+
+#[test]
+fn lock_out_writes_the_lock_of_the_image_and_is_checked_before_the_build() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(dir.path(), "r.yaml", &common::recipe("pytorch: \"2.9\"\n"));
+    let to = format!("oci:{}", dir.path().join("out").display());
+    let from = common::from_base();
+    // A path that can never be a file is refused before anything is built.
+    let out = common::gpubake(&common::build_args(
+        &recipe,
+        &from,
+        &to,
+        &["--lock-out", dir.path().to_str().unwrap()],
+    ));
+    assert_exit(&out, 2);
+    assert!(!dir.path().join("out").exists());
+    let lock_out = dir.path().join("kept/image.lock");
+    std::fs::create_dir(dir.path().join("kept")).unwrap();
+    let out = common::gpubake(&common::build_args(
+        &recipe,
+        &from,
+        &to,
+        &["--lock-out", lock_out.to_str().unwrap()],
+    ));
+    assert_exit(&out, 0);
+    let lock: gpubake::lock::Lock =
+        serde_yaml::from_str(&std::fs::read_to_string(&lock_out).unwrap()).unwrap();
+    assert_eq!(lock.torch.version.to_string(), "2.9.1");
+    // The image carries the pins of the lock written, read from the base it was built on.
+    let inspect = common::gpubake(&["inspect", &to, "--json"]);
+    assert_exit(&inspect, 0);
+    let shown: serde_json::Value = serde_json::from_str(&common::stdout(&inspect)).unwrap();
+    for (key, value) in &lock.labels {
+        assert_eq!(shown["labels"][key], value.as_str(), "{key}");
+    }
+    assert!(
+        lock.platform
+            .base_glibc_from
+            .as_deref()
+            .is_some_and(|f| f.ends_with("read from the base image")),
+        "{:?}",
+        lock.platform
     );
 }
 

@@ -399,6 +399,76 @@ fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
     }
 }
 
+/// Checks the base for every platform the build makes, before the closure is resolved and
+/// before anything is written: the base holds an image for the platform, and a build with
+/// the Python stack finds the lock's CPython in it. (Its glibc is read before the recipe is
+/// resolved: the resolution refuses a release the base's glibc cannot run.)
+pub fn check_base(
+    base_ref: &Transport,
+    resolved: &Resolved,
+    only: Option<&Platform>,
+    with_python: bool,
+) -> Result<()> {
+    let pick = PlatformOptions {
+        only: only.cloned(),
+        ..PlatformOptions::default()
+    };
+    for platform in target_platforms(resolved, &pick)? {
+        base_for(base_ref, &platform, &resolved.lock, with_python)?;
+    }
+    Ok(())
+}
+
+/// The base's image for `platform`, its config, and with the Python stack, the CPython the
+/// lock pins; refuses a base for another platform or without that interpreter.
+fn base_for(
+    base_ref: &Transport,
+    platform: &Platform,
+    lock: &crate::lock::Lock,
+    with_python: bool,
+) -> Result<(Image, Value, Option<stack::Interpreter>)> {
+    let base = base_ref.open_for(platform)?;
+    let config_digest = base.manifest().config().digest().to_string();
+    let config: Value = serde_json::from_slice(&base.config_bytes()?)
+        .map_err(|e| Error::image(base_ref, format!("config {config_digest}: {e}")))?;
+    base_diff_ids(&config, base.manifest().layers().len())
+        .map_err(|m| Error::image(base_ref, format!("config {config_digest}: {m}")))?;
+    // A base whose config names another platform would give an image whose every binary
+    // fails with "exec format error" there.
+    let base_platform = Platform {
+        os: config["os"].as_str().unwrap_or(&platform.os).to_string(),
+        architecture: config["architecture"]
+            .as_str()
+            .unwrap_or(&platform.architecture)
+            .to_string(),
+        variant: config["variant"].as_str().map(String::from),
+    };
+    if !platform.accepts(&base_platform) && !base_platform.accepts(platform) {
+        return Err(Error::image(
+            base_ref,
+            format!(
+                "the base for {platform} is {base_platform} (config {config_digest}); give a \
+                 base image index that holds {platform}, or drop {platform} from the recipe's \
+                 `platforms:`"
+            ),
+        ));
+    }
+    // The interpreter last: reading the paths reads every layer.
+    let python = if with_python {
+        let want = lock
+            .python
+            .version
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let paths = super::fs::paths(&base)?;
+        Some(stack::find_python(&paths, &want).map_err(|m| Error::image(base_ref, m))?)
+    } else {
+        None
+    };
+    Ok((base, config, python))
+}
+
 /// One platform's manifest, as [`build_platform`] wrote it.
 struct PlatformBuilt {
     platform: Platform,
@@ -453,47 +523,8 @@ fn build_platform(
     name_platform: bool,
 ) -> Result<PlatformBuilt> {
     let dest = &opts.to;
-    let base = base_ref.open_for(platform)?;
-    // The interpreter is checked before anything is written.
-    let python = match closure {
-        Some(_) => {
-            let want = resolved
-                .lock
-                .python
-                .version
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default();
-            let paths = super::fs::paths(&base)?;
-            Some(stack::find_python(&paths, &want).map_err(|m| Error::image(base_ref, m))?)
-        }
-        None => None,
-    };
-    let config_digest = base.manifest().config().digest().to_string();
-    let mut config: Value = serde_json::from_slice(&base.config_bytes()?)
-        .map_err(|e| Error::image(base_ref, format!("config {config_digest}: {e}")))?;
-    base_diff_ids(&config, base.manifest().layers().len())
-        .map_err(|m| Error::image(base_ref, format!("config {config_digest}: {m}")))?;
-    // A base whose config names another platform would give an image whose every binary
-    // fails with "exec format error" there.
-    let base_platform = Platform {
-        os: config["os"].as_str().unwrap_or(&platform.os).to_string(),
-        architecture: config["architecture"]
-            .as_str()
-            .unwrap_or(&platform.architecture)
-            .to_string(),
-        variant: config["variant"].as_str().map(String::from),
-    };
-    if !platform.accepts(&base_platform) && !base_platform.accepts(platform) {
-        return Err(Error::image(
-            base_ref,
-            format!(
-                "the base for {platform} is {base_platform} (config {config_digest}); give a \
-                 base image index that holds {platform}, or drop {platform} from the recipe's \
-                 `platforms:`"
-            ),
-        ));
-    }
+    let (base, mut config, python) =
+        base_for(base_ref, platform, &resolved.lock, closure.is_some())?;
     if name_platform {
         config["os"] = json!(platform.os);
         config["architecture"] = json!(platform.architecture);

@@ -666,6 +666,13 @@ impl Layer {
         mut visit: impl FnMut(&str, &mut LayerEntry<'_>) -> std::io::Result<ControlFlow<()>>,
     ) -> Result<()> {
         let digest = self.digest()?;
+        // As in `scan`: a blob whose media type names no layer is not read as a tar stream.
+        if !self.is_tar() {
+            return Err(Error::image(
+                format!("{}: layer {digest}", self.store.describe()),
+                format!("media type {} is not a layer", self.media_type()),
+            ));
+        }
         let reader: Box<dyn Read> = decompressor(self.media_type(), self.compressed()?)
             .map_err(|e| Error::image(&digest, e.to_string()))?;
         let bad = |e: std::io::Error| {

@@ -761,5 +761,6 @@ fn build_lock(
         env,
         labels,
         warnings,
+        wheels: Vec::new(),
     }
 }

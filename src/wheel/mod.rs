@@ -7,3 +7,4 @@
 
 pub mod cache;
 pub mod install;
+pub mod tags;
