@@ -328,7 +328,9 @@ enum Command {
     ///
     /// Exits 1 naming what disagrees, 2 when the image cannot be read at all. With
     /// --certified (a docker:// image), also exits 1 unless a certificate that `certify
-    /// --attach` pushed for this exact digest is attached to it with a passing verdict.
+    /// --attach` pushed for this exact digest is attached to it with a passing verdict and a
+    /// probe that ran on GPUs; --static-ok also accepts a certificate of the static checks
+    /// alone (`certify --gpus none`).
     ///
     /// Example: gpubake verify oci:./out:v1
     Verify {
@@ -337,9 +339,13 @@ enum Command {
         image: String,
         #[command(flatten)]
         registry: RegistryArgs,
-        /// Also require an attached certificate with a passing verdict (docker:// only).
+        /// Also require an attached certificate with a passing verdict whose probe ran on GPUs
+        /// (docker:// only).
         #[arg(long)]
         certified: bool,
+        /// With --certified, also accept a certificate of the static checks alone.
+        #[arg(long, requires = "certified")]
+        static_ok: bool,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -350,7 +356,10 @@ enum Command {
     /// packages, the NCCL preset linted, NVIDIA_REQUIRE_CUDA against the lock, no secrets in Env,
     /// layer count and size. Dynamic: the image is loaded into the Docker engine and the probe
     /// runs in a container with GPUs, as `docker run --gpus` asks for them. Exits 0 certified,
-    /// 1 a check failed, 3 GPUs were asked for but the engine or GPU runtime is missing.
+    /// 1 a check failed, 3 GPUs were asked for but the engine or GPU runtime is missing. The
+    /// certificate records what ran (its `scope`: the static checks alone, or the probe on
+    /// which GPUs, full or quick, under what); `verify --certified` accepts a static-only
+    /// one only with --static-ok.
     ///
     /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
     Certify {
@@ -1051,11 +1060,16 @@ pub fn run(cli: Cli) -> Result<i32> {
             image,
             registry,
             certified,
+            static_ok,
             json,
         } => {
             let image = registry.transport(&image)?;
             let v = if certified {
-                crate::image::inspect::verify_certified(&image, registry.platform()?.as_ref())?
+                crate::image::inspect::verify_certified(
+                    &image,
+                    registry.platform()?.as_ref(),
+                    static_ok,
+                )?
             } else {
                 crate::image::inspect::verify(&image, registry.platform()?.as_ref())?
             };
@@ -1214,9 +1228,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                 println!("{certificate}");
             } else {
                 print!("{}", report.to_text());
+                let scope = crate::certify::Scope::of(
+                    &serde_json::to_value(&report).expect("reports serialize"),
+                );
                 println!(
                     "{image}: {}",
                     match code {
+                        0 if !scope.probed() => {
+                            "certified on the static checks only: no probe ran (--gpus none)"
+                        }
                         0 => "certified",
                         3 => "static checks passed; the GPU probe could not run here",
                         _ => "NOT certified",

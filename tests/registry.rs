@@ -760,6 +760,16 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         "{}",
         stderr(&out)
     );
+    // No probe ran, and the verdict and the certificate say so.
+    assert!(
+        stdout(&out).contains("certified on the static checks only: no probe ran"),
+        "{}",
+        stdout(&out)
+    );
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cert).unwrap()).unwrap();
+    assert_eq!(written["facts"]["scope"]["level"], "static", "{written}");
+    assert_eq!(written["facts"]["scope"]["gpus"], "none", "{written}");
 
     // distribution 2.8 has no referrers API: the artifact is listed in the index under the
     // tag `sha256-<hex>`, which skopeo reads as any other manifest.
@@ -774,6 +784,10 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         listed["annotations"]["io.gpubake.verdict"], "certified",
         "{index}"
     );
+    assert_eq!(
+        listed["annotations"]["io.gpubake.scope"], "static gpus=none",
+        "{index}"
+    );
     let artifact = listed["digest"].as_str().unwrap();
     let manifest = reg.skopeo_json(&["--raw"], &format!("certified/app@{artifact}"));
     assert_eq!(manifest["subject"]["digest"], digest.as_str(), "{manifest}");
@@ -781,13 +795,33 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     assert_exit(&out, 0);
     assert_eq!(json_of(&out)["referrers"][0]["digest"], artifact);
-    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
-    assert_exit(&out, 0);
+    let out = reg.trusted("auth", &["inspect", &target]);
     assert!(
-        stdout(&out).contains(&format!("{artifact} certifies {digest}")),
+        stdout(&out).contains(&format!(
+            "{artifact} application/vnd.gpubake.certificate.v1+json  certified (static gpus=none)"
+        )),
         "{}",
         stdout(&out)
     );
+    // A certificate of the static checks alone does not pass the gate unless asked for.
+    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("static checks only, no probe ran")
+            && stdout(&out).contains("--static-ok"),
+        "{}",
+        stdout(&out)
+    );
+    let out = reg.trusted("auth", &["verify", &target, "--certified", "--static-ok"]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{artifact} certifies {digest}: static checks only"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert_exit(&reg.trusted("auth", &["verify", &target, "--static-ok"]), 2);
 
     // A second attachment adds to the index rather than replacing it.
     let out = reg.trusted("auth", &["certify", &target, "--gpus", "none", "--attach"]);
