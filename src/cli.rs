@@ -897,10 +897,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                     }
                 })?;
             if let Some(path) = &sbom {
+                let base_source = opts
+                    .from
+                    .as_ref()
+                    .map_or_else(|| resolved.lock.base.clone(), ToString::to_string);
                 let subject = crate::sbom::Subject {
                     lock: &resolved.lock,
                     wheels: &wheels,
                     base_digest: &report.base,
+                    base_source: &base_source,
                     image_digest: &report.manifest,
                     epoch: opts.epoch,
                 };
@@ -1453,7 +1458,7 @@ fn engine_build_image(
     };
     match from {
         None => {}
-        Some(Transport::DockerDaemon(base)) => lock.base = base.clone(),
+        Some(Transport::DockerDaemon(base)) => lock.rebase(base.clone()),
         Some(other) => {
             return Err(Error::Usage(format!(
                 "--engine-build reads its base from the engine: use --from docker-daemon:NAME:TAG, not {other}"

@@ -381,6 +381,28 @@ fn engine_builds_from_the_rendered_dockerfile_and_loads_daemonless_builds() {
     );
     let (ok, conf2) = docker(&["run", "--rm", &loaded, "cat", "/etc/nccl.conf"]);
     assert!(ok && conf2 == conf, "{conf2}");
+    // Both paths label the image alike (a preflight image says so) and certify judges them
+    // alike.
+    let (_, loaded_labels) = docker(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config.Labels}}",
+        &loaded,
+    ]);
+    let loaded_labels: Value = serde_json::from_str(&loaded_labels).unwrap();
+    assert_eq!(
+        labels, loaded_labels,
+        "the two build paths label differently"
+    );
+    assert_eq!(labels["io.gpubake.python-stack"], "none", "{labels}");
+    let (built_code, built_text) = certify(&format!("docker-daemon:{built}"), &[]);
+    let (loaded_code, loaded_text) = certify(&format!("docker-daemon:{loaded}"), &[]);
+    assert_eq!(
+        (built_code, loaded_code),
+        (0, 0),
+        "{built_text}\n{loaded_text}"
+    );
 
     for image in [&built, &loaded, &base] {
         engine.remove_image(image);

@@ -399,6 +399,16 @@ fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
     }
 }
 
+/// The OCI annotation (and label) that names the image's base.
+pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
+
+/// Whether `base` is the recipe's own `base:`, pulled from its registry: only then does the
+/// recipe's name for it say where it came from.
+fn base_is_the_recipes(base: &Transport, lock: &crate::lock::Lock) -> bool {
+    matches!(base, Transport::Registry(_))
+        && Transport::of_base(&lock.base).is_ok_and(|t| t.to_string() == base.to_string())
+}
+
 /// One platform's manifest, as [`build_platform`] wrote it.
 struct PlatformBuilt {
     platform: Platform,
@@ -545,10 +555,25 @@ fn build_platform(
 
     let created = rfc3339(opts.epoch);
     edit_config(&mut config, resolved, &extra_env, &built, &created);
-    config["config"]["Labels"][STACK_LABEL] = json!(match closure {
-        Some(_) => stack::VENV,
-        None => "none",
-    });
+    let (key, value) = stack::stack_label(closure.is_some());
+    config["config"]["Labels"][key] = json!(value);
+    let from_recipe = base_is_the_recipes(base_ref, &resolved.lock);
+    if !from_recipe && let Some(labels) = config["config"]["Labels"].as_object_mut() {
+        labels.remove(BASE_NAME);
+    }
+    // The base by the digest really used; by the recipe's name only when it came from there
+    // (a layout, an archive or the engine is no registry, and naming where on the build host
+    // would make the digest depend on it).
+    let mut annotations = HashMap::from([
+        (
+            "org.opencontainers.image.base.digest".to_string(),
+            base.digest(),
+        ),
+        ("org.opencontainers.image.created".to_string(), created),
+    ]);
+    if from_recipe {
+        annotations.insert(BASE_NAME.to_string(), resolved.lock.base.clone());
+    }
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
     let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
     layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
@@ -557,20 +582,7 @@ fn build_platform(
         .media_type(MediaType::ImageManifest)
         .config(new_config.clone())
         .layers(layers)
-        .annotations(HashMap::from([
-            // The base as the recipe names it, and the digest of the one really used: where
-            // it was read from (a local path, a daemon) would make the digest depend on the
-            // build host.
-            (
-                "org.opencontainers.image.base.name".to_string(),
-                resolved.lock.base.clone(),
-            ),
-            (
-                "org.opencontainers.image.base.digest".to_string(),
-                base.digest(),
-            ),
-            ("org.opencontainers.image.created".to_string(), created),
-        ]))
+        .annotations(annotations)
         .build()
         .map_err(|e| Error::image(dest, e.to_string()))?;
     let mut manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;

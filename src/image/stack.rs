@@ -222,6 +222,13 @@ pub fn venv_entries(python: &Interpreter) -> Vec<Entry> {
     ]
 }
 
+/// The label that says whether an image carries the Python stack: the venv's path, or
+/// `none` for a preflight image (`--without-python`). Both build paths set it, so `certify`
+/// judges their images alike.
+pub fn stack_label(stack: bool) -> (&'static str, &'static str) {
+    (super::build::STACK_LABEL, if stack { VENV } else { "none" })
+}
+
 /// The environment the image's config gets: the venv first on PATH.
 pub fn image_env(base_path: Option<&str>) -> Vec<(String, String)> {
     let path = base_path.unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
