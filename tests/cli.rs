@@ -543,3 +543,141 @@ fn a_local_preset_that_shadows_a_builtin_is_announced() {
         "{err}"
     );
 }
+
+/// `build` refuses what `certify` would fail the image for, before it builds, unless
+/// `--skip-checks`; `resolve` refuses a torch pin beside `pytorch:`.
+#[test]
+fn build_refuses_recipes_certify_would_fail_unless_told_to_skip_checks() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let from = common::from_base();
+    for (name, env, said) in [
+        (
+            "p2p.yaml",
+            "NCCL_P2P_DISABLE: \"true\"",
+            "error[not-a-number]: NCCL_P2P_DISABLE",
+        ),
+        ("secret.yaml", "AWS_SECRET_ACCESS_KEY: abc", "error[secret]"),
+    ] {
+        let recipe = write(
+            dir.path(),
+            name,
+            &format!("name: gate\nbase: x\npytorch: '2.9'\npresets: [base]\nenv:\n  {env}\n"),
+        );
+        let layout = dir.path().join(name.replace(".yaml", ""));
+        let to = format!("oci:{}:v1", layout.display());
+        let out = gpubake(&common::build_args(&recipe, &from, &to, &[]));
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{name}:6:"))
+                && err.contains(said)
+                && err.contains("--skip-checks"),
+            "{err}"
+        );
+        assert!(!layout.exists(), "a refused build writes nothing");
+        let out = gpubake(&common::build_args(&recipe, &from, &to, &["--skip-checks"]));
+        assert_exit(&out, 0);
+        // What was built anyway is what certify fails.
+        let out = gpubake(&["certify", &to, "--gpus", "none"]);
+        assert_exit(&out, 1);
+    }
+    let recipe = write(
+        dir.path(),
+        "pip.yaml",
+        "name: gate\nbase: x\npytorch: '2.9'\npip: ['torch==2.8.0']\n",
+    );
+    let out = gpubake(&["resolve", &recipe, "--no-closure"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("pip.yaml:4:") && stderr(&out).contains("asks for torch"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `install --root DIR` installs over DIR's CPython (or --python-root's), not the host's, and
+/// names DIR when it has none; it prints the venv's path whole.
+#[test]
+fn install_uses_the_roots_cpython_and_names_a_root_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let pylock = common::root().join("tests/fixtures/pylock.small.toml");
+    let pylock = pylock.to_str().unwrap();
+    let cache = common::stack::wheel_cache();
+    let cache = cache.to_str().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = gpubake(&[
+        "install",
+        pylock,
+        "--wheels",
+        cache,
+        "--root",
+        empty.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains(&format!("{}: the base has no CPython", empty.display()))
+            && stderr(&out).contains("--python-root"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!empty.join("opt").exists(), "nothing is installed");
+
+    // A root with the closure's CPython 3.11 (its name is what is looked for).
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::write(rootfs.join("usr/bin/python3.11"), "").unwrap();
+    let out = gpubake(&[
+        "install",
+        pylock,
+        "--wheels",
+        cache,
+        "--root",
+        rootfs.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!(
+            "into {}/opt/gpubake/venv over /usr/bin/python3.11",
+            rootfs.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // Into an empty directory over another root's CPython, as the rendered Dockerfile does.
+    let stack = dir.path().join("stack");
+    let out = gpubake(&[
+        "install",
+        pylock,
+        "--wheels",
+        cache,
+        "--root",
+        stack.to_str().unwrap(),
+        "--python-root",
+        rootfs.to_str().unwrap(),
+        "--offline",
+    ]);
+    assert_exit(&out, 0);
+    let cfg = std::fs::read_to_string(stack.join("opt/gpubake/venv/pyvenv.cfg")).unwrap();
+    assert!(cfg.contains("/usr/bin"), "{cfg}");
+}
+
+/// A stack layer budget the plan cannot honour is refused before anything is built.
+#[test]
+fn a_stack_layer_budget_below_the_plans_floor_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    for n in ["0", "3"] {
+        let out = gpubake(&["build", "--stack-layers", n, "--to", &to]);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains("the stack takes at least 4 layers"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(!dir.path().join("out").exists());
+}

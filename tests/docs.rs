@@ -415,7 +415,7 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
-        command: "gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --offline",
+        command: "gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --python-root / --offline",
         stage: Stage::Image,
         exit: &[0],
         how: How::StandIn {
