@@ -159,17 +159,28 @@ impl Inspection {
         if let Some(c) = &info.created {
             out.push_str(&format!("created   {c}\n"));
         }
-        out.push_str("pins\n");
-        for (k, v) in info
+        // gpubake's labels are the pins; the rest (the base's, the recipe's) are shown as
+        // labels. A heading with nothing under it is left out.
+        let (pins, labels): (Vec<_>, Vec<_>) = info
             .labels
             .iter()
-            .filter(|(k, _)| k.starts_with("io.gpubake."))
-        {
-            out.push_str(&format!(
-                "  {:<28} {}\n",
-                k.trim_start_matches("io.gpubake."),
-                v.as_str().unwrap_or("")
-            ));
+            .partition(|(k, _)| k.starts_with("io.gpubake."));
+        let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        if !pins.is_empty() {
+            out.push_str("pins\n");
+            for (k, v) in &pins {
+                out.push_str(&format!(
+                    "  {:<28} {}\n",
+                    k.trim_start_matches("io.gpubake."),
+                    text(v)
+                ));
+            }
+        }
+        if !labels.is_empty() {
+            out.push_str("labels\n");
+            for (k, v) in &labels {
+                out.push_str(&format!("  {k}={}\n", text(v)));
+            }
         }
         out.push_str("layers\n");
         for l in &info.layers {
@@ -349,7 +360,12 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
                 m.media_type()
             ))
         } else {
-            Ok(format!("{} ({} layers)", img.digest(), m.layers().len()))
+            Ok(format!(
+                "{} ({} layer{})",
+                img.digest(),
+                m.layers().len(),
+                if m.layers().len() == 1 { "" } else { "s" }
+            ))
         },
     );
 
