@@ -194,7 +194,11 @@ impl LoadedRecipe {
             if !src.exists() {
                 return Err(self.doc.invalid(
                     &field,
-                    format!("{} does not exist", src.display()),
+                    // As written beside the recipe's folder, without `./` doubled.
+                    format!(
+                        "{} does not exist",
+                        src.components().collect::<std::path::PathBuf>().display()
+                    ),
                     Some("a file or directory relative to the recipe".into()),
                 ));
             }

@@ -681,3 +681,76 @@ fn a_stack_layer_budget_below_the_plans_floor_is_refused() {
     }
     assert!(!dir.path().join("out").exists());
 }
+
+/// Messages name what the user wrote: the second of two keys, a mapping rather than a Rust
+/// type, a number too large rather than a bad requirement, the folder rather than a temporary
+/// file, a path without `./` doubled.
+#[test]
+fn messages_name_what_the_user_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str, args: &[&str]| {
+        let path = write(dir.path(), name, text);
+        let mut all = vec![args[0], path.as_str()];
+        all.extend(&args[1..]);
+        let out = gpubake_in(dir.path(), &all);
+        assert_exit(&out, 2);
+        stderr(&out) + &stdout(&out)
+    };
+    let err = run(
+        "dup.yaml",
+        "name: a\nbase: x\nname: b\npytorch: '2.9'\n",
+        &["resolve"],
+    );
+    assert!(
+        err.contains("dup.yaml:3:1: duplicate field `name`"),
+        "{err}"
+    );
+    let err = run("list.yaml", "- a\n- b\n", &["resolve"]);
+    assert!(
+        err.contains("expected a recipe: a mapping of its fields") && !err.contains("struct"),
+        "{err}"
+    );
+    let err = run(
+        "drv.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\ndriver: '>=99999999999999999999'\n",
+        &["resolve"],
+    );
+    assert!(
+        err.contains("too large for a version") && !err.contains("not a version requirement"),
+        "{err}"
+    );
+    let missing = dir.path().join("no/such/Dockerfile");
+    let err = run(
+        "ok.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\n",
+        &["render", "-o", missing.to_str().unwrap()],
+    );
+    assert!(
+        err.contains(&format!(
+            "{}: No such file",
+            dir.path().join("no/such").display()
+        )) && !err.contains(".gpubake-"),
+        "{err}"
+    );
+    write(
+        dir.path(),
+        "nf.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\nfiles:\n  - {src: ./nonexistent, dest: /x}\n",
+    );
+    let out = gpubake_in(dir.path(), &["resolve", "./nf.yaml"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(": ./nonexistent does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    let bin = dir.path().join("nccl.conf");
+    std::fs::write(&bin, [0x7f, b'E', b'L', b'F', 0xff, 0xfe, 0]).unwrap();
+    let out = gpubake(&["lint", bin.to_str().unwrap()]);
+    assert_exit(&out, 2);
+    assert!(
+        stdout(&out).contains("not UTF-8 text") && stdout(&out).contains("a UTF-8 text file"),
+        "{}",
+        stdout(&out)
+    );
+}
