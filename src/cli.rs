@@ -307,7 +307,7 @@ enum Command {
     /// build stage that installs into an empty directory and copies it onto the image's /).
     /// A root without the closure's CPython is refused, naming what it has.
     ///
-    /// Example: gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --python-root / --offline
+    /// Example: gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --python-root /
     Install {
         /// The closure (PEP 751), as `gpubake resolve -o` writes it.
         pylock: PathBuf,
