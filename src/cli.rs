@@ -786,8 +786,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                         .open()
                         .ok()
                         .and_then(|opened| crate::image::fs::base_glibc(&opened).ok().flatten());
+                    // Said only where there are wheels to check, and where the base is
+                    // another than the recipe's (the lock records the glibc either way).
                     if let Some((v, what)) = &found
                         && explicit
+                        && !without_python
+                        && !crate::image::build::base_is_the_recipes(base, &loaded.recipe.base)
                     {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \

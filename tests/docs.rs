@@ -183,8 +183,10 @@ struct Example {
     how: How,
 }
 
-/// The lines of the build output that only a PyTorch closure's layers produce.
+/// The lines of the build output that only a build with the PyTorch closure prints: its
+/// layers, and the note on checking its wheels against the base's glibc.
 const STACK_LAYERS: &[&str] = &[
+    "note:",
     "venv",
     "torch",
     "nvidia-cudnn-cu12",

@@ -1087,8 +1087,10 @@ fn the_real_base_glibc_is_checked_and_named() {
         &[],
     ));
     assert_exit(&out, 0);
+    // A build without the Python stack checks no wheels, and says nothing of them; the lock
+    // still records the glibc it was resolved against.
     assert!(
-        stderr(&out).contains("checking the wheels against glibc"),
+        !stderr(&out).contains("checking the wheels"),
         "{}",
         stderr(&out)
     );

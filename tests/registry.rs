@@ -426,6 +426,60 @@ fn a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout() {
     assert_exit(&out, 0);
 }
 
+/// Pulled from the recipe's own `base:`, the image names it (org.opencontainers.image.base.name
+/// beside its digest) and the build has no other base to tell of.
+#[test]
+fn the_recipes_own_base_is_named_and_no_other_base_is_announced() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let remote_base = reg.image("library/own-base:1");
+    assert_exit(&reg.copy("auth", &from_base(), &remote_base), 0);
+    let reference = remote_base.trim_start_matches("docker://").to_string();
+    let recipe = write(
+        dir.path(),
+        "recipe.yaml",
+        &format!("name: own\nbase: {reference}\npytorch: '2.9'\npresets: [base]\n"),
+    );
+    let layout = dir.path().join("out");
+    let out = reg.trusted(
+        "auth",
+        &build_args(
+            &recipe,
+            &remote_base,
+            &format!("oci:{}:v1", layout.display()),
+            &[],
+        ),
+    );
+    assert_exit(&out, 0);
+    assert!(
+        !stderr(&out).contains("not against the recipe's base"),
+        "{}",
+        stderr(&out)
+    );
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap();
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(
+            layout
+                .join("blobs/sha256")
+                .join(digest.trim_start_matches("sha256:")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["annotations"]["org.opencontainers.image.base.name"],
+        reference.as_str(),
+        "{manifest}"
+    );
+    assert_eq!(
+        manifest["annotations"]["org.opencontainers.image.base.digest"],
+        reg.skopeo_digest("library/own-base:1").as_str(),
+        "{manifest}"
+    );
+}
+
 #[test]
 fn a_registry_image_serves_as_the_base() {
     let Some(reg) = Registry::start() else { return };

@@ -527,3 +527,30 @@ fn without_uv_resolving_the_closure_is_exit_3_saying_how_to_install_it() {
         common::stderr(&out)
     );
 }
+
+/// A build without the Python stack checks no wheels, so it says nothing of checking them
+/// against the base's glibc; from the recipe's own base it says nothing of another base.
+#[test]
+fn a_preflight_build_says_nothing_of_wheels() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("r.yaml");
+    std::fs::write(
+        &recipe,
+        "name: pre\nbase: debian:bookworm\npython: '3.11'\npytorch: '2.9'\npresets: [base]\n",
+    )
+    .unwrap();
+    let from = format!("oci:{}:bookworm", base.display());
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    let out = common::gpubake(&common::build_args(
+        recipe.to_str().unwrap(),
+        &from,
+        &to,
+        &[],
+    ));
+    assert_exit(&out, 0);
+    let err = common::stderr(&out);
+    assert!(!err.contains("checking the wheels"), "{err}");
+}

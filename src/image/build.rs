@@ -402,11 +402,16 @@ fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
 /// The OCI annotation (and label) that names the image's base.
 pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
 
-/// Whether `base` is the recipe's own `base:`, pulled from its registry: only then does the
-/// recipe's name for it say where it came from.
-fn base_is_the_recipes(base: &Transport, lock: &crate::lock::Lock) -> bool {
-    matches!(base, Transport::Registry(_))
-        && Transport::of_base(&lock.base).is_ok_and(|t| t.to_string() == base.to_string())
+/// Whether `base` is the recipe's `base:` reference (`recipe_base`), pulled from its
+/// registry: only then does the recipe's name for it say where it came from.
+pub fn base_is_the_recipes(base: &Transport, recipe_base: &str) -> bool {
+    // Compared as docker names them: `debian:bookworm` is docker.io/library/debian:bookworm.
+    let whole = |t: &Transport| match t {
+        Transport::Registry(remote) => remote.parsed().ok().map(|r| r.whole()),
+        _ => None,
+    };
+    let recipe = Transport::of_base(recipe_base).ok();
+    whole(base).is_some_and(|b| recipe.as_ref().and_then(whole) == Some(b))
 }
 
 /// One platform's manifest, as [`build_platform`] wrote it.
@@ -557,7 +562,7 @@ fn build_platform(
     edit_config(&mut config, resolved, &extra_env, &built, &created);
     let (key, value) = stack::stack_label(closure.is_some());
     config["config"]["Labels"][key] = json!(value);
-    let from_recipe = base_is_the_recipes(base_ref, &resolved.lock);
+    let from_recipe = base_is_the_recipes(base_ref, &resolved.lock.base);
     if !from_recipe && let Some(labels) = config["config"]["Labels"].as_object_mut() {
         labels.remove(BASE_NAME);
     }
@@ -807,6 +812,36 @@ fn import(base: &Image, store: &Layout, base_ref: &Transport) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_recipes_own_registry_reference_is_its_base() {
+        let t = |s: &str| -> Transport { s.parse().unwrap() };
+        for (from, recipe, same) in [
+            (
+                "docker://docker.io/library/debian:bookworm",
+                "debian:bookworm",
+                true,
+            ),
+            (
+                "docker://registry.example:5000/team/base:1",
+                "registry.example:5000/team/base:1",
+                true,
+            ),
+            (
+                "docker://docker.io/library/debian:trixie",
+                "debian:bookworm",
+                false,
+            ),
+            ("oci:./base:bookworm", "debian:bookworm", false),
+            ("docker-daemon:debian:bookworm", "debian:bookworm", false),
+        ] {
+            assert_eq!(
+                base_is_the_recipes(&t(from), recipe),
+                same,
+                "{from} for {recipe}"
+            );
+        }
+    }
 
     #[test]
     fn timestamps_render_as_rfc3339() {
