@@ -99,6 +99,110 @@ pub fn looks_secret(name: &str) -> bool {
         || n == "API_KEY"
 }
 
+/// What a certificate's checks covered: the static checks alone, or also the probe on GPUs
+/// (which GPUs, which run, under what). Recorded in the certificate as the fact `scope`, so a
+/// certificate made with `--gpus none` cannot pass for one that met a GPU.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Scope {
+    /// `static` (no probe reported) or `probe`.
+    pub level: String,
+    /// The GPUs asked for: `all`, a count, or `none`.
+    pub gpus: String,
+    /// The probe's run when it reported: `full` or `quick`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Where the probe's container ran: `engine` or the OCI runtime's program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<String>,
+}
+
+impl Scope {
+    /// The scope of a certificate: its `scope` fact; a certificate without one (made before
+    /// certify recorded it) counts as static unless it carries a probe's report.
+    pub fn of(certificate: &Value) -> Scope {
+        serde_json::from_value(certificate["facts"]["scope"].clone()).unwrap_or_else(|_| Scope {
+            level: if certificate["facts"]["probe"].is_object() {
+                "probe".into()
+            } else {
+                "static".into()
+            },
+            gpus: "unknown".into(),
+            run: None,
+            launcher: None,
+        })
+    }
+
+    /// Whether the probe ran on GPUs and reported.
+    pub fn probed(&self) -> bool {
+        self.level == "probe"
+    }
+
+    /// The short form kept in the artifact's annotation and shown by `inspect`.
+    pub fn annotation(&self) -> String {
+        match (&self.run, &self.launcher) {
+            (Some(run), Some(launcher)) if self.probed() => {
+                format!("probe gpus={} run={run} launcher={launcher}", self.gpus)
+            }
+            _ if self.probed() => format!("probe gpus={}", self.gpus),
+            _ => format!("static gpus={}", self.gpus),
+        }
+    }
+
+    /// In words, for certify's last line and verify's.
+    pub fn describe(&self) -> String {
+        if self.probed() {
+            format!(
+                "static checks and the probe on {} GPU(s){}{}",
+                self.gpus,
+                self.run
+                    .as_deref()
+                    .map(|r| format!(", {r} run"))
+                    .unwrap_or_default(),
+                self.launcher
+                    .as_deref()
+                    .map(|l| format!(", under {l}"))
+                    .unwrap_or_default()
+            )
+        } else {
+            format!("static checks only, no probe ran (gpus {})", self.gpus)
+        }
+    }
+}
+
+/// The annotation of a certificate artifact that holds its [`Scope`] in short.
+pub const SCOPE: &str = "io.gpubake.scope";
+
+/// Whether `certificate` (attached as an artifact whose verdict annotation is `verdict`)
+/// certifies the image `digest`: a passing verdict, no failed check, and a probe on GPUs
+/// unless `static_ok`. Ok: what it certifies; Err: why it does not.
+pub fn judge_certificate(
+    certificate: &Value,
+    verdict: Option<&str>,
+    digest: &str,
+    static_ok: bool,
+) -> std::result::Result<String, String> {
+    if certificate["facts"]["manifest"] != digest {
+        return Err(format!(
+            "it certifies {}, not {digest}",
+            certificate["facts"]["manifest"]
+        ));
+    }
+    let failed = certificate["checks"]
+        .as_array()
+        .is_none_or(|c| c.iter().any(|c| c["status"] == "FAIL"));
+    if verdict != Some("certified") || failed {
+        return Err(format!("its verdict is {}", verdict.unwrap_or("missing")));
+    }
+    let scope = Scope::of(certificate);
+    if !scope.probed() && !static_ok {
+        return Err(format!(
+            "{}: pass --static-ok to accept a certificate without a probe",
+            scope.describe()
+        ));
+    }
+    Ok(scope.describe())
+}
+
 /// Pushes `report`, the certificate of the registry image `image`, beside it as an OCI 1.1
 /// referrer, with the verdict of `code` as an annotation; returns the artifact's digest.
 pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
@@ -117,6 +221,7 @@ pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let scope = Scope::of(&serde_json::to_value(report).expect("reports serialize"));
     crate::image::referrers::attach(
         remote,
         digest,
@@ -127,6 +232,7 @@ pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
                 crate::image::inspect::VERDICT.to_string(),
                 verdict.to_string(),
             ),
+            (SCOPE.to_string(), scope.annotation()),
             (
                 "org.opencontainers.image.created".to_string(),
                 crate::image::build::rfc3339(now),
@@ -199,6 +305,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
         .any(|c| c.phase == "structure" && c.status == Status::Fail);
     let static_failed = report.worst() == Status::Fail;
     let mut probe_code = 0;
+    let mut probed = false;
     if damaged && opts.gpus != Gpus::None {
         report.push(
             "probe",
@@ -223,7 +330,10 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
                 report.push("probe", PROBE_CHECK, Status::Fail, why);
                 1
             }
-            ProbeRun::Reported => i32::from(report.worst() == Status::Fail),
+            ProbeRun::Reported => {
+                probed = true;
+                i32::from(report.worst() == Status::Fail)
+            }
         };
     }
     // One rule for what the node breaks (README, certify's exit codes): the image's own
@@ -236,6 +346,19 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     } else {
         probe_code
     };
+    let scope = Scope {
+        level: if probed { "probe" } else { "static" }.into(),
+        gpus: opts.gpus.to_string(),
+        run: probed.then(|| if opts.quick { "quick" } else { "full" }.into()),
+        launcher: probed.then(|| match &opts.launcher {
+            Launcher::Engine => "engine".to_string(),
+            Launcher::Runtime { program, .. } => program.clone(),
+        }),
+    };
+    report.fact(
+        "scope",
+        serde_json::to_value(&scope).expect("scopes serialize"),
+    );
     report.seconds = start.elapsed().as_secs_f64();
     Ok((report, code))
 }
@@ -255,7 +378,9 @@ fn node_failures(report: &Report) -> impl Iterator<Item = &crate::probe::report:
 
 /// The verdict line under the report, saying what the exit code means for this run.
 pub fn summary(report: &Report, code: i32) -> String {
+    let probed = Scope::of(&serde_json::to_value(report).expect("reports serialize")).probed();
     match code {
+        0 if !probed => "certified on the static checks only: no probe ran (--gpus none)".into(),
         0 => "certified".into(),
         3 => {
             let node: Vec<String> = node_failures(report)
@@ -869,6 +994,49 @@ mod tests {
             cdi_names(&Gpus::All, &["nvidia.com/gpu=GPU-1".to_string()]),
             ["nvidia.com/gpu=GPU-1"]
         );
+    }
+
+    #[test]
+    fn a_certificate_passes_the_gate_only_with_a_probe_unless_static_ok() {
+        let digest = "sha256:aa";
+        let cert = |scope: Value, status: &str| {
+            json!({
+                "checks": [{"phase": "static", "name": "x", "status": status, "detail": ""}],
+                "facts": {"manifest": digest, "scope": scope},
+            })
+        };
+        let static_only = cert(json!({"level": "static", "gpus": "none"}), "PASS");
+        let why = judge_certificate(&static_only, Some("certified"), digest, false).unwrap_err();
+        assert!(
+            why.contains("static checks only") && why.contains("--static-ok"),
+            "{why}"
+        );
+        let ok = judge_certificate(&static_only, Some("certified"), digest, true).unwrap();
+        assert!(ok.contains("static checks only"), "{ok}");
+
+        let probed = cert(
+            json!({"level": "probe", "gpus": "all", "run": "quick", "launcher": "crun"}),
+            "PASS",
+        );
+        let ok = judge_certificate(&probed, Some("certified"), digest, false).unwrap();
+        assert_eq!(
+            ok,
+            "static checks and the probe on all GPU(s), quick run, under crun"
+        );
+        assert_eq!(
+            Scope::of(&probed).annotation(),
+            "probe gpus=all run=quick launcher=crun"
+        );
+        assert!(judge_certificate(&probed, Some("failed"), digest, true).is_err());
+        assert!(judge_certificate(&probed, Some("certified"), "sha256:bb", true).is_err());
+        let failed = cert(json!({"level": "probe", "gpus": "all"}), "FAIL");
+        assert!(judge_certificate(&failed, Some("certified"), digest, true).is_err());
+
+        // Certificates from before the scope was recorded: a probe's report or nothing.
+        let old = json!({"checks": [], "facts": {"manifest": digest}});
+        assert!(!Scope::of(&old).probed());
+        let old = json!({"checks": [], "facts": {"manifest": digest, "probe": {"checks": []}}});
+        assert!(Scope::of(&old).probed());
     }
 
     #[test]

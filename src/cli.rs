@@ -227,6 +227,10 @@ enum Command {
     /// Two builds of the same recipe and base give the same digest (SOURCE_DATE_EPOCH sets the
     /// timestamps, 0 by default); unchanged layers are not written again.
     ///
+    /// The recipe is linted first: an image that `certify` would fail for its recipe (a lint
+    /// error in its NCCL settings, a secret in `env:`, presets that contradict each other) is
+    /// refused (exit 2) before anything is built, unless --skip-checks.
+    ///
     /// Example: gpubake build recipes/h100-pytorch2.9.yaml --from oci:./base:latest --to oci:./out:v1
     Build {
         /// The recipe (YAML); the built-in default when absent.
@@ -259,9 +263,13 @@ enum Command {
         /// Leave the Python stack out: a node preflight image with the probe and presets only.
         #[arg(long, conflicts_with_all = ["pylock", "offline"])]
         without_python: bool,
-        /// The most layers the Python stack may take (one per large wheel, then groups).
-        #[arg(long, value_name = "N", default_value_t = 60)]
+        /// The most layers the Python stack may take (one per large wheel, then groups; at
+        /// least 4: the venv, the small nvidia wheels, the rest, the extras).
+        #[arg(long, value_name = "N", default_value_t = 60, value_parser = parse_stack_layers)]
         stack_layers: usize,
+        /// Build even when the recipe's lint finds errors (certify will fail the image).
+        #[arg(long)]
+        skip_checks: bool,
         /// Build with the Docker engine from the rendered Dockerfile instead (DEST must be
         /// docker-daemon:NAME:TAG; BASE, if given, docker-daemon:NAME:TAG too).
         #[arg(long)]
@@ -333,9 +341,11 @@ enum Command {
     /// For builds that run in a container: the rendered Dockerfile runs it in a build stage.
     /// Each wheel comes from the wheel cache at --wheels (as `render --context` lays it out)
     /// and is checked by its sha256, every file against RECORD, into a virtual environment at
-    /// /opt/gpubake/venv under --root, over this filesystem's CPython.
+    /// /opt/gpubake/venv under --root, over the CPython of --root (or of --python-root, for a
+    /// build stage that installs into an empty directory and copies it onto the image's /).
+    /// A root without the closure's CPython is refused, naming what it has.
     ///
-    /// Example: gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --offline
+    /// Example: gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --python-root /
     Install {
         /// The closure (PEP 751), as `gpubake resolve -o` writes it.
         pylock: PathBuf,
@@ -345,11 +355,15 @@ enum Command {
         /// The filesystem root to install under.
         #[arg(long, value_name = "DIR", default_value = "/")]
         root: PathBuf,
+        /// The filesystem whose CPython the venv runs on, the image's root (default: --root).
+        #[arg(long, value_name = "DIR")]
+        python_root: Option<PathBuf>,
         /// Take every wheel from --wheels; download none.
         #[arg(long)]
         offline: bool,
     },
-    /// Show an image's pins, presets, layers and environment.
+    /// Show an image's pins (its io.gpubake.* labels), other labels, layers, presets and
+    /// environment.
     ///
     /// Example: gpubake inspect oci:./out:v1
     Inspect {
@@ -368,7 +382,9 @@ enum Command {
     /// manifest's (a damaged config does not stop the layers being read). Exits 1 naming what
     /// disagrees, 2 when the image cannot be read at all. With
     /// --certified (a docker:// image), also exits 1 unless a certificate that `certify
-    /// --attach` pushed for this exact digest is attached to it with a passing verdict.
+    /// --attach` pushed for this exact digest is attached to it with a passing verdict and a
+    /// probe that ran on GPUs; --static-ok also accepts a certificate of the static checks
+    /// alone (`certify --gpus none`).
     ///
     /// Example: gpubake verify oci:./out:v1
     Verify {
@@ -377,9 +393,13 @@ enum Command {
         image: String,
         #[command(flatten)]
         registry: RegistryArgs,
-        /// Also require an attached certificate with a passing verdict (docker:// only).
+        /// Also require an attached certificate with a passing verdict whose probe ran on GPUs
+        /// (docker:// only).
         #[arg(long)]
         certified: bool,
+        /// With --certified, also accept a certificate of the static checks alone.
+        #[arg(long, requires = "certified")]
+        static_ok: bool,
         /// Print as JSON.
         #[arg(long)]
         json: bool,
@@ -390,7 +410,10 @@ enum Command {
     /// packages, the NCCL preset linted, NVIDIA_REQUIRE_CUDA against the lock, no secrets in Env,
     /// layer count and size. Dynamic: the image is loaded into the Docker engine and the probe
     /// runs in a container with GPUs, as `docker run --gpus` asks for them. Exits 0 certified,
-    /// 1 a check failed, 3 GPUs were asked for but the engine or GPU runtime is missing.
+    /// 1 a check failed, 3 GPUs were asked for but the engine or GPU runtime is missing. The
+    /// certificate records what ran (its `scope`: the static checks alone, or the probe on
+    /// which GPUs, full or quick, under what); `verify --certified` accepts a static-only
+    /// one only with --static-ok.
     ///
     /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
     Certify {
@@ -772,6 +795,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             lock_out,
             without_python,
             stack_layers,
+            skip_checks,
             engine_build,
             template,
             driver,
@@ -811,8 +835,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                 Some(base) if !engine_build => {
                     let found = crate::image::fs::base_glibc(&base.open().map_err(recipe_base)?)
                         .map_err(recipe_base)?;
+                    // Said only where there are wheels to check, and where the base is
+                    // another than the recipe's (the lock records the glibc either way).
                     if let Some((v, what)) = &found
                         && explicit
+                        && !without_python
+                        && !crate::image::build::base_is_the_recipes(base, &loaded.recipe.base)
                     {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \
@@ -825,16 +853,17 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
                 _ => None,
             };
-            let mut resolved = resolve::resolve_recipe(
-                &loaded,
-                &Options {
-                    driver,
-                    preset_dirs: preset_dir,
-                    base_glibc,
-                },
-            )?;
+            let options = Options {
+                driver,
+                preset_dirs: preset_dir,
+                base_glibc,
+            };
+            let mut resolved = resolve::resolve_recipe(&loaded, &options)?;
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
+            }
+            if !skip_checks {
+                crate::lint::gate(&loaded, &options)?;
             }
             if engine_build {
                 // The engine builds for the machine it runs on, from the linux/amd64 closure
@@ -941,10 +970,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                 crate::closure::write_lock(&resolved.lock, &closures, path)?;
             }
             if let Some(path) = &sbom {
+                let base_source = opts
+                    .from
+                    .as_ref()
+                    .map_or_else(|| resolved.lock.base.clone(), ToString::to_string);
                 let subject = crate::sbom::Subject {
                     lock: &resolved.lock,
                     wheels: &wheels,
                     base_digest: &report.base,
+                    base_source: &base_source,
                     image_digest: &report.manifest,
                     epoch: opts.epoch,
                 };
@@ -1008,6 +1042,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             pylock,
             wheels,
             root,
+            python_root,
             offline,
         } => {
             let text = crate::closure::read_text(&pylock)?;
@@ -1018,8 +1053,14 @@ pub fn run(cli: Cli) -> Result<i32> {
                     pylock.display()
                 ))
             })?;
-            let python = crate::image::stack::find_python_in(Path::new("/"), &want)
-                .map_err(|m| Error::Environment(format!("this filesystem: {m}")))?;
+            let python_root = python_root.as_deref().unwrap_or(&root);
+            let python = crate::image::stack::find_python_in(python_root, &want).map_err(|m| {
+                Error::Environment(format!(
+                    "{}: {m}; the venv runs on the CPython of --root, or of --python-root \
+                     when the stack is installed apart from the image's filesystem",
+                    python_root.display()
+                ))
+            })?;
             let cache = crate::wheel::cache::WheelCache::open(wheels)?;
             let fetch = crate::wheel::cache::FetchOptions {
                 offline,
@@ -1030,10 +1071,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             let files =
                 crate::image::stack::install_into(&root, &closure, &python, &cache, &fetch, epoch)?;
             println!(
-                "installed {} wheels ({files} files) into {}{} over {} in {:.1} s",
+                "installed {} wheels ({files} files) into {} over {} in {:.1} s",
                 closure.wheels.len(),
-                root.display(),
-                crate::image::stack::VENV.trim_start_matches('/'),
+                root.join(crate::image::stack::VENV.trim_start_matches('/'))
+                    .display(),
                 python.path,
                 start.elapsed().as_secs_f64()
             );
@@ -1108,11 +1149,16 @@ pub fn run(cli: Cli) -> Result<i32> {
             image,
             registry,
             certified,
+            static_ok,
             json,
         } => {
             let image = registry.transport(&image)?;
             let v = if certified {
-                crate::image::inspect::verify_certified(&image, registry.platform()?.as_ref())?
+                crate::image::inspect::verify_certified(
+                    &image,
+                    registry.platform()?.as_ref(),
+                    static_ok,
+                )?
             } else {
                 crate::image::inspect::verify(&image, registry.platform()?.as_ref())?
             };
@@ -1490,7 +1536,7 @@ fn engine_build_image(
     };
     match from {
         None => {}
-        Some(Transport::DockerDaemon(base)) => lock.base = base.clone(),
+        Some(Transport::DockerDaemon(base)) => lock.rebase(base.clone()),
         Some(other) => {
             return Err(Error::Usage(format!(
                 "--engine-build reads its base from the engine: use --from docker-daemon:NAME:TAG, not {other}"
@@ -1529,6 +1575,21 @@ fn engine_build_image(
         start.elapsed().as_secs_f64()
     );
     Ok(0)
+}
+
+/// `--stack-layers`: a count the stack's plan can honour.
+fn parse_stack_layers(text: &str) -> std::result::Result<usize, String> {
+    let n: usize = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of layers"))?;
+    let min = crate::image::stack::MIN_STACK_LAYERS;
+    if n < min {
+        return Err(format!(
+            "the stack takes at least {min} layers (the venv, the small nvidia wheels, the rest \
+             of the closure, the recipe's extras)"
+        ));
+    }
+    Ok(n)
 }
 
 fn short(v: &Version) -> String {

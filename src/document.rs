@@ -37,11 +37,11 @@ impl Document {
                 whole_file(&name),
                 None,
                 format!(
-                    "file is {} bytes; gpubake reads YAML inputs of at most {} bytes",
+                    "file is {} bytes; gpubake reads inputs of at most {} bytes",
                     meta.len(),
                     MAX_INPUT_BYTES
                 ),
-                Some("a recipe or preset of a few kilobytes".into()),
+                Some("a recipe, preset or nccl.conf of a few kilobytes".into()),
             ));
         }
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
@@ -53,7 +53,7 @@ impl Document {
                     "not UTF-8 text (invalid byte at offset {})",
                     e.utf8_error().valid_up_to()
                 ),
-                Some("a UTF-8 YAML file".into()),
+                Some("a UTF-8 text file (a YAML recipe or preset, or an nccl.conf)".into()),
             )
         })?;
         Ok(Self::from_text(name, text))
@@ -151,12 +151,27 @@ impl Document {
                 })
                 .collect();
             let inner = err.into_inner();
-            let message = bare_message(&inner.to_string(), &path);
+            let mut message = bare_message(&inner.to_string(), &path);
+            // serde names the Rust type (`expected struct Recipe`); the user wrote YAML.
+            if let Some(i) = message.find("expected struct ") {
+                message = format!(
+                    "{}expected a {what}: a mapping of its fields",
+                    &message[..i]
+                );
+            }
+            // serde_yaml places a duplicate field of a struct at the document's start; the
+            // second occurrence of the key at the top level is what to fix.
+            let duplicate = message
+                .strip_prefix("duplicate field `")
+                .and_then(|rest| rest.split('`').next())
+                .filter(|_| steps_is_top(&segments))
+                .and_then(|key| self.second_top_key(key));
             // serde_yaml places custom errors (bad versions, duplicate keys) at the start of
             // the document, so point at the field itself whenever it can be found.
             let steps: Vec<&str> = segments.iter().map(String::as_str).collect();
             let on_key = message.starts_with("unknown field");
             let at = match self.find(&steps, on_key) {
+                _ if duplicate.is_some() => duplicate.clone().expect("checked"),
                 Some(at) if !steps.is_empty() => at,
                 _ => Location {
                     file: self.name.clone(),
@@ -167,6 +182,25 @@ impl Document {
             let field = (!steps.is_empty()).then(|| field_path(&steps));
             let top = steps.first().copied().unwrap_or("");
             Error::invalid(at, field, message, help(top))
+        })
+    }
+
+    /// Where `key` is given a second time at the top level (a line that starts with it).
+    fn second_top_key(&self, key: &str) -> Option<Location> {
+        let line = self
+            .text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| {
+                l.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with(':'))
+            })
+            .nth(1)?
+            .0;
+        Some(Location {
+            file: self.name.clone(),
+            line: Some(line + 1),
+            column: Some(1),
         })
     }
 
@@ -263,6 +297,11 @@ fn bare_message(message: &str, path: &str) -> String {
         _ => message,
     };
     message.to_string()
+}
+
+/// True when a parse error's path is the document itself (a top-level field).
+fn steps_is_top(segments: &[String]) -> bool {
+    segments.len() <= 1
 }
 
 /// A string map that keeps file order and refuses a key given twice, which plain serde maps

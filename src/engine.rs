@@ -36,6 +36,16 @@ impl std::str::FromStr for Gpus {
     }
 }
 
+impl std::fmt::Display for Gpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gpus::All => f.write_str("all"),
+            Gpus::Count(n) => write!(f, "{n}"),
+            Gpus::None => f.write_str("none"),
+        }
+    }
+}
+
 /// What a container printed and how it ended.
 #[derive(Debug)]
 pub struct RunOutcome {

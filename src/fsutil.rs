@@ -73,6 +73,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // The folder first: tempfile's own error names the temporary file it could not make,
+    // which the user never asked for.
+    std::fs::metadata(dir)
+        .and_then(|m| {
+            m.is_dir()
+                .then_some(())
+                .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOTDIR))
+        })
+        .map_err(|e| Error::io(dir, e))?;
     let (mut tmp, _scratch) = crate::interrupt::guarded(
         || {
             tempfile::Builder::new()

@@ -213,6 +213,13 @@ impl Lock {
             .collect()
     }
 
+    /// The lock of an image built on `base`, an image of the engine's own store rather than
+    /// the recipe's registry reference: the base label, which would name that registry, goes.
+    pub fn rebase(&mut self, base: String) {
+        self.base = base;
+        self.labels.shift_remove(crate::image::build::BASE_NAME);
+    }
+
     /// The lock as YAML, with a header naming its origin.
     pub fn to_yaml(&self) -> String {
         let body = serde_yaml::to_string(self).expect("locks serialize");

@@ -116,7 +116,10 @@ impl FileSpec {
 /// What each field allows, for error messages.
 pub fn field_help(field: &str) -> Option<String> {
     let text = match field {
-        "name" => "an image name such as `llm-train`",
+        "name" => {
+            "an image name such as `llm-train`: a letter or digit, then letters, digits, `.`, \
+             `_` and `-`, at most 128 characters"
+        }
         "description" => "one line of text",
         "base" => "a base image reference such as `nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04`",
         "python" => "a Python version such as `3.12`, `3.13t`, or a constraint such as `>=3.11`",
@@ -191,7 +194,11 @@ impl LoadedRecipe {
             if !src.exists() {
                 return Err(self.doc.invalid(
                     &field,
-                    format!("{} does not exist", src.display()),
+                    // As written beside the recipe's folder, without `./` doubled.
+                    format!(
+                        "{} does not exist",
+                        src.components().collect::<std::path::PathBuf>().display()
+                    ),
                     Some("a file or directory relative to the recipe".into()),
                 ));
             }
@@ -216,6 +223,17 @@ impl LoadedRecipe {
                     ));
                 }
             }
+            if let Err(why) = check_tree(&src, &f.dest) {
+                return Err(self.doc.invalid(
+                    &field,
+                    format!("`{}`: {why}", f.src),
+                    Some(
+                        "files and directories whose symlinks stay inside them, copied to paths \
+                         gpubake does not write"
+                            .into(),
+                    ),
+                ));
+            }
             out.push((src, f));
         }
         Ok(out)
@@ -237,6 +255,13 @@ impl LoadedRecipe {
 fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
     if recipe.name.trim().is_empty() {
         return Err(doc.invalid(&["name"], "the name is empty", field_help("name")));
+    }
+    if let Err(why) = check_name(&recipe.name) {
+        return Err(doc.invalid(
+            &["name"],
+            format!("`{}` is not an image name: {why}", recipe.name),
+            field_help("name"),
+        ));
     }
     if recipe.base.trim().is_empty() || recipe.base.contains(char::is_whitespace) {
         return Err(doc.invalid(
@@ -299,6 +324,21 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
                 field_help("pip"),
             ));
         }
+        let name = req
+            .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .next()
+            .unwrap_or_default();
+        if crate::closure::normalize(name) == "torch" {
+            return Err(doc.invalid(
+                &["pip", &i.to_string()],
+                format!(
+                    "`{req}` asks for torch beside `pytorch: {}`, which chooses the torch build \
+                     and everything pinned with it",
+                    recipe.pytorch
+                ),
+                Some("drop it from `pip:` and ask in `pytorch:` (`pytorch: \"==2.8.0\"`)".into()),
+            ));
+        }
     }
     let mut seen: Vec<crate::image::Platform> = Vec::new();
     for (i, text) in recipe.platforms.iter().enumerate() {
@@ -336,6 +376,112 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
     Ok(())
 }
 
+/// The paths gpubake writes into every image, which a recipe's `files:` may not replace:
+/// the venv, the lock and preset, NCCL's config file, the probe.
+const OWNED_PATHS: [&str; 4] = [
+    crate::image::stack::VENV,
+    "/etc/gpubake",
+    "/etc/nccl.conf",
+    crate::image::build::PROBE_PATH_IN_IMAGE,
+];
+
+/// A `files:` entry as it lands in the image: no path of it replaces one gpubake writes, and
+/// no symlink in it points outside it (an absolute target names a path of the build host, which
+/// in the image is another file or none; a relative one that climbs out reaches the same).
+fn check_tree(src: &Path, dest: &str) -> std::result::Result<(), String> {
+    let dest = format!("/{}", dest.trim_matches('/'));
+    let owned = |path: &str| {
+        OWNED_PATHS
+            .iter()
+            .find(|o| path == **o || path.starts_with(&format!("{o}/")))
+    };
+    if let Some(o) = owned(&dest) {
+        return Err(format!(
+            "its destination {dest} would replace {o}, which gpubake writes"
+        ));
+    }
+    for item in walkdir::WalkDir::new(src).follow_links(false).min_depth(1) {
+        let item = item.map_err(|e| e.to_string())?;
+        let rel = item.path().strip_prefix(src).unwrap_or(item.path());
+        let at = format!("{dest}/{}", rel.display());
+        if let Some(o) = owned(&at) {
+            return Err(format!(
+                "{} would land at {at}, replacing {o}, which gpubake writes",
+                item.path().display()
+            ));
+        }
+        if !item.file_type().is_symlink() {
+            continue;
+        }
+        let target = std::fs::read_link(item.path()).map_err(|e| e.to_string())?;
+        let escapes = target.is_absolute() || {
+            // Climb from the link's directory inside the tree; below its root is outside.
+            let mut depth = rel.components().count() as i64 - 1;
+            target.components().any(|c| {
+                match c {
+                    std::path::Component::ParentDir => depth -= 1,
+                    std::path::Component::Normal(_) => depth += 1,
+                    _ => {}
+                }
+                depth < 0
+            })
+        };
+        if escapes {
+            return Err(format!(
+                "the symlink {} points at {}, outside the directory: in the image it would \
+                 not be that file",
+                item.path().display(),
+                target.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The longest recipe name: a file name (`pylock.NAME.toml`) and an image name must hold it.
+const NAME_MAX: usize = 128;
+
+/// A recipe's name names files beside the lock (`pylock.NAME.toml`) and the image, so it is
+/// one path component that needs no quoting: a letter or digit, then letters, digits, `.`,
+/// `_` and `-`, at most [`NAME_MAX`] bytes.
+fn check_name(name: &str) -> std::result::Result<(), String> {
+    if name.len() > NAME_MAX {
+        return Err(format!("{} bytes, more than {NAME_MAX}", name.len()));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err("it must start with a letter or a digit".into());
+    }
+    match name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(c) => Err(format!("{c:?} is not allowed")),
+        None => Ok(()),
+    }
+}
+
+/// The variables gpubake sets in every image, with why a recipe or preset may not: both
+/// build paths would have to pick a winner, and either pick breaks the image or its lock.
+pub fn owned_env(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "PATH" => {
+            "the image's PATH is the venv's bin followed by the base's PATH, so `python3` is \
+             the venv's; put tools in /usr/local/bin instead"
+        }
+        "VIRTUAL_ENV" => "it names the venv gpubake installs, /opt/gpubake/venv",
+        "NVIDIA_VISIBLE_DEVICES" | "NVIDIA_DRIVER_CAPABILITIES" | "NVIDIA_REQUIRE_CUDA" => {
+            "it is derived from the lock (its `nvidia:` section) for nvidia-container-toolkit; \
+             choose devices at run time (`docker run --gpus`, `-e`)"
+        }
+        "LD_LIBRARY_PATH" => {
+            "torch loads the CUDA libraries of the venv's nvidia-* wheels through its RPATH, \
+             and LD_LIBRARY_PATH is searched before it, so other copies would be bound; the \
+             driver's libraries come from nvidia-container-toolkit"
+        }
+        _ => return None,
+    })
+}
+
 /// An environment variable's name must be a shell identifier and its value one line, since
 /// it goes into `ENV` and `/etc/nccl.conf`.
 pub fn check_env_entry(doc: &Document, path: &[&str], name: &str, value: &str) -> Result<()> {
@@ -349,6 +495,15 @@ pub fn check_env_entry(doc: &Document, path: &[&str], name: &str, value: &str) -
             path,
             format!("`{name}` is not an environment variable name"),
             Some("letters, digits and `_`, not starting with a digit".into()),
+        ));
+    }
+    if let Some(why) = owned_env(name) {
+        // At the key: the name is what is wrong, whatever the value.
+        return Err(crate::error::Error::invalid(
+            doc.locate(path, true),
+            Some(crate::document::field_path(path)),
+            format!("`{name}` is set by gpubake, not by recipes or presets: {why}"),
+            Some(format!("drop `{name}` from `env:`")),
         ));
     }
     if value.contains(['\n', '\r', '\0']) || value.len() > 1023 {
@@ -405,6 +560,83 @@ mod tests {
         assert!(err.contains("same platform as linux/arm64"), "{err}");
         let err = parse("platforms: [arm64]\n").err().unwrap().to_string();
         assert!(err.contains("`arm64` is not a platform"), "{err}");
+    }
+
+    #[test]
+    fn names_that_cannot_name_a_file_are_refused_with_the_rule() {
+        let long = "a".repeat(300);
+        for (name, why) in [
+            ("sub/x", "'/' is not allowed"),
+            ("..", "must start with a letter or a digit"),
+            ("'my image'", "' ' is not allowed"),
+            ("'x$(id)'", "'$' is not allowed"),
+            ("--", "must start with a letter or a digit"),
+            (long.as_str(), "300 bytes, more than 128"),
+        ] {
+            let err = LoadedRecipe::parse(Document::from_text(
+                "r.yaml",
+                format!("base: x\nname: {name}\npytorch: '2.9'\n"),
+            ))
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(err.contains("r.yaml:2:7"), "{err}");
+            assert!(err.contains(why) && err.contains("at most 128"), "{err}");
+        }
+        for name in ["llm-train-h100", "Train_2.9", "a"] {
+            assert!(
+                LoadedRecipe::parse(Document::from_text(
+                    "r.yaml",
+                    format!("name: {name}\nbase: x\npytorch: '2.9'\n"),
+                ))
+                .is_ok(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn torch_in_pip_is_refused_beside_pytorch() {
+        for req in ["torch==2.8.0", "Torch>=2", "torch[opt]"] {
+            let err = LoadedRecipe::parse(Document::from_text(
+                "r.yaml",
+                format!("name: a\nbase: x\npytorch: '2.9'\npip: [six, '{req}']\n"),
+            ))
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(
+                err.contains("r.yaml:4:") && err.contains("asks for torch"),
+                "{err}"
+            );
+        }
+        assert!(
+            LoadedRecipe::parse(Document::from_text(
+                "r.yaml",
+                "name: a\nbase: x\npytorch: '2.9'\npip: [torchvision==0.24.1, torch-optimizer]\n",
+            ))
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn variables_gpubake_sets_are_refused_where_written() {
+        for (key, value) in [
+            ("PATH", "/usr/bin"),
+            ("NVIDIA_VISIBLE_DEVICES", "\"0\""),
+            ("VIRTUAL_ENV", "/x"),
+            ("LD_LIBRARY_PATH", "/usr/local/cuda/lib64"),
+        ] {
+            let err = LoadedRecipe::parse(Document::from_text(
+                "r.yaml",
+                format!("name: a\nbase: x\npytorch: '2.9'\nenv:\n  OMP_NUM_THREADS: '8'\n  {key}: {value}\n"),
+            ))
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(err.contains("r.yaml:6:"), "{err}");
+            assert!(err.contains(&format!("`{key}` is set by gpubake")), "{err}");
+        }
     }
 
     #[test]

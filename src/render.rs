@@ -168,9 +168,12 @@ pub fn render(
         .map(|f| context! { src => f.context.clone(), dest => f.dest.clone() })
         .collect();
     let nccl_conf: Vec<String> = lock.env.nccl_conf().lines().map(String::from).collect();
+    let (stack_key, stack_value) = crate::image::stack::stack_label(plan.stack);
     let labels: Vec<_> = lock
         .labels
         .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .chain([(stack_key, stack_value)])
         .map(|(key, value)| context! { key, value })
         .collect();
     let python = lock

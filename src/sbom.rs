@@ -43,6 +43,10 @@ pub struct Subject<'a> {
     pub wheels: &'a [WheelRef],
     /// The digest of the base image's manifest (`sha256:…`).
     pub base_digest: &'a str,
+    /// The base as the build read it: `--from` as given (`oci:../base:bookworm`,
+    /// `docker-daemon:NAME:TAG`, `docker://…`), or the recipe's base pulled from its registry.
+    /// A base from a layout, an archive or the engine names no registry.
+    pub base_source: &'a str,
     /// The digest of the built image's manifest (`sha256:…`).
     pub image_digest: &'a str,
     /// The build's timestamp (`SOURCE_DATE_EPOCH`), which the document is dated by.
@@ -72,7 +76,7 @@ impl Subject<'_> {
         let created = crate::image::build::rfc3339(self.epoch);
         let creator = format!("Tool: {TOOL}-{}", env!("CARGO_PKG_VERSION"));
         let lock = self.lock;
-        let base = ImageName::parse(&lock.base);
+        let base = ImageName::parse(self.base_source);
 
         let annotations: Vec<Value> = self
             .pins()
@@ -118,8 +122,9 @@ impl Subject<'_> {
                 "licenseDeclared": "NOASSERTION",
                 "copyrightText": "NOASSERTION",
                 "comment": format!(
-                    "the base image, `{}` in the recipe; the checksum is its manifest's",
-                    lock.base
+                    "the base image, read from `{}` (`{}` in the recipe); the checksum is its \
+                     manifest's",
+                    self.base_source, lock.base
                 ),
             }),
         ];
@@ -169,7 +174,7 @@ impl Subject<'_> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
         let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
         let lock = self.lock;
-        let base = ImageName::parse(&lock.base);
+        let base = ImageName::parse(self.base_source);
         let base_purl = base.purl(self.base_digest);
         let image_purl = oci_purl(&lock.recipe.name, None, None, self.image_digest);
 
@@ -180,7 +185,10 @@ impl Subject<'_> {
                 "version": self.base_digest,
                 "purl": base_purl,
                 "hashes": [{"alg": "SHA-256", "content": base_hex}],
-                "properties": [{"name": "gpubake:base:reference", "value": lock.base}],
+                "properties": [
+                    {"name": "gpubake:base:reference", "value": self.base_source},
+                    {"name": "gpubake:base:recipe", "value": lock.base},
+                ],
             });
             if bom_ref {
                 c["bom-ref"] = json!(base_purl);
@@ -416,8 +424,9 @@ fn oci_purl(name: &str, repository: Option<&str>, tag: Option<&str>, digest: &st
     purl
 }
 
-/// A base image as the recipe names it: a registry reference (`nvidia/cuda:12.8.1-…`,
-/// `nvcr.io/nvidia/pytorch:25.01-py3`) or a local transport (`oci:./base:latest`).
+/// A base image as the build read it: a registry reference (`nvidia/cuda:12.8.1-…`,
+/// `docker://nvcr.io/nvidia/pytorch:25.01-py3`) or a local transport (`oci:./base:latest`,
+/// `docker-daemon:train:v1`), which names no registry.
 #[derive(Debug, PartialEq)]
 struct ImageName {
     /// The last path segment, lower case: the purl's name.
@@ -450,10 +459,26 @@ impl ImageName {
                 };
             }
         }
-        let reference = ["docker://", "docker-daemon:"]
-            .iter()
-            .find_map(|p| text.strip_prefix(p))
-            .unwrap_or(text);
+        // An image of the engine's own store: its name is the engine's, not a registry's.
+        if let Some(rest) = text.strip_prefix("docker-daemon:") {
+            let rest = rest.split('@').next().unwrap_or_default();
+            let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+            let (repo, tag) = match rest[last_slash..].rfind(':') {
+                Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+                None => (rest, None),
+            };
+            let name = repo
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            return ImageName {
+                name: if name.is_empty() { "base".into() } else { name },
+                repository: None,
+                tag: tag.filter(|t| !t.is_empty()).map(str::to_string),
+            };
+        }
+        let reference = text.strip_prefix("docker://").unwrap_or(text);
         // A digest in the reference is dropped: the document names the one really used.
         let reference = reference.split('@').next().unwrap_or_default();
         let last_slash = reference.rfind('/').map_or(0, |i| i + 1);
@@ -524,6 +549,7 @@ mod tests {
             lock,
             wheels,
             base_digest: BASE,
+            base_source: "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
             image_digest: image,
             epoch: 1_700_000_000,
         }
@@ -703,11 +729,12 @@ mod tests {
                 Some("localhost:5000/team/base"),
                 None,
             ),
+            ("docker-daemon:train:v1", "train", None, Some("v1")),
             (
-                "docker-daemon:train:v1",
-                "train",
-                Some("docker.io/library/train"),
-                Some("v1"),
+                "docker://registry.example:5000/team/base:1",
+                "base",
+                Some("registry.example:5000/team/base"),
+                Some("1"),
             ),
             (
                 "oci:./images/bookworm:latest",

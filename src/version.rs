@@ -46,6 +46,14 @@ impl FromStr for Version {
     fn from_str(text: &str) -> Result<Self, String> {
         let text = text.trim();
         let parts: Result<Vec<u64>, _> = text.split('.').map(str::parse::<u64>).collect();
+        if let Err(e) = &parts
+            && *e.kind() == std::num::IntErrorKind::PosOverflow
+        {
+            return Err(format!(
+                "`{text}` has a number too large for a version (at most {})",
+                u64::MAX
+            ));
+        }
         match parts {
             Ok(parts) if !parts.is_empty() => Ok(Version {
                 parts,
@@ -207,11 +215,15 @@ impl FromStr for Constraint {
                     Some(stem) if matches!(op, Op::Prefix | Op::Eq) => (Op::Prefix, stem),
                     _ => (op, rest),
                 };
-                let version = rest.parse().map_err(|_| {
-                    format!(
-                        "`{part}` is not a version requirement: use a version (2.9), \
-                         an operator and a version (>=12.6), or several joined by commas"
-                    )
+                let version = rest.parse().map_err(|e: String| {
+                    if e.contains("too large") {
+                        format!("`{part}`: {e}")
+                    } else {
+                        format!(
+                            "`{part}` is not a version requirement: use a version (2.9), \
+                             an operator and a version (>=12.6), or several joined by commas"
+                        )
+                    }
                 })?;
                 Ok(Requirement { op, version })
             })

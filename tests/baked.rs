@@ -254,6 +254,83 @@ fn files_outside_the_recipe_directory_are_refused_unless_allowed() {
     );
 }
 
+/// A `files:` tree whose symlink points at a host path, or an entry that would land on a
+/// file gpubake writes, is refused at resolve, lint and build, naming the entry.
+#[test]
+fn files_with_host_symlinks_or_on_gpubakes_own_paths_are_refused() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe_dir = dir.path().join("recipe");
+    write(dir.path(), "x/secret.txt", "host only\n");
+    write(&recipe_dir, "app/main.py", "print()\n");
+    write(&recipe_dir, "conf.yaml", "a: 1\n");
+    write(&recipe_dir, "tree/gpubake/lock.yaml", "a: 1\n");
+    std::fs::create_dir_all(recipe_dir.join("up/sub")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("x/secret.txt"), recipe_dir.join("app/link"))
+        .unwrap();
+    std::os::unix::fs::symlink("../../app/main.py", recipe_dir.join("up/sub/out")).unwrap();
+    let out = dir.path().join("out");
+    let head = "name: audit\nbase: ubuntu:24.04\npytorch: '2.9'\nfiles:\n";
+    for (entry, said) in [
+        ("{src: app, dest: /workspace}", "the symlink"),
+        ("{src: up, dest: /workspace}", "points at ../../app/main.py"),
+        (
+            "{src: conf.yaml, dest: /etc/gpubake/lock.yaml}",
+            "would replace /etc/gpubake",
+        ),
+        (
+            "{src: conf.yaml, dest: /opt/gpubake/venv/bin/python3}",
+            "would replace /opt/gpubake/venv",
+        ),
+        (
+            "{src: conf.yaml, dest: /etc/nccl.conf}",
+            "would replace /etc/nccl.conf",
+        ),
+        (
+            "{src: tree, dest: /etc}",
+            "gpubake would land at /etc/gpubake,",
+        ),
+    ] {
+        let recipe = write(&recipe_dir, "recipe.yaml", &format!("{head}  - {entry}\n"));
+        for cmd in [
+            &["resolve", recipe.as_str()][..],
+            &["lint", recipe.as_str()][..],
+        ] {
+            let refused = gpubake_in(dir.path(), cmd);
+            let err = common::stdout(&refused) + &stderr(&refused);
+            assert_eq!(refused.status.code(), Some(2), "{entry}: {cmd:?}:\n{err}");
+            assert!(
+                err.contains("recipe.yaml:5:")
+                    && err.contains("files[0].src")
+                    && err.contains(said),
+                "{entry}: {cmd:?}:\n{err}"
+            );
+        }
+        let refused = build_in(dir.path(), &recipe, &out, &[], &[]);
+        assert_exit(&refused, 2);
+        assert!(
+            stderr(&refused).contains(said),
+            "{entry}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            !out.join("index.json").exists(),
+            "{entry}: a refused build wrote an image"
+        );
+    }
+    // A symlink that stays inside its tree goes in as it is.
+    std::fs::remove_file(recipe_dir.join("app/link")).unwrap();
+    std::os::unix::fs::symlink("main.py", recipe_dir.join("app/link")).unwrap();
+    let recipe = write(
+        &recipe_dir,
+        "recipe.yaml",
+        &format!("{head}  - {{src: app, dest: /workspace}}\n"),
+    );
+    assert_exit(&build_in(dir.path(), &recipe, &out, &[], &[]), 0);
+}
+
 /// The busybox base with one more layer holding a setuid file and a sticky world-writable
 /// directory (as /tmp is), and a user and working directory in its config.
 fn base_with_user(dir: &Path) -> PathBuf {

@@ -563,3 +563,214 @@ fn allow_files_outside_is_offered_by_the_commands_that_read_a_recipe_only() {
         stderr(&out)
     );
 }
+
+/// `build` refuses what `certify` would fail the image for, before it builds, unless
+/// `--skip-checks`; `resolve` refuses a torch pin beside `pytorch:`.
+#[test]
+fn build_refuses_recipes_certify_would_fail_unless_told_to_skip_checks() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let from = common::from_base();
+    for (name, env, said) in [
+        (
+            "p2p.yaml",
+            "NCCL_P2P_DISABLE: \"true\"",
+            "error[not-a-number]: NCCL_P2P_DISABLE",
+        ),
+        ("secret.yaml", "AWS_SECRET_ACCESS_KEY: abc", "error[secret]"),
+    ] {
+        let recipe = write(
+            dir.path(),
+            name,
+            &format!("name: gate\nbase: x\npytorch: '2.9'\npresets: [base]\nenv:\n  {env}\n"),
+        );
+        let layout = dir.path().join(name.replace(".yaml", ""));
+        let to = format!("oci:{}:v1", layout.display());
+        let out = gpubake(&common::build_args(&recipe, &from, &to, &[]));
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{name}:6:"))
+                && err.contains(said)
+                && err.contains("--skip-checks"),
+            "{err}"
+        );
+        assert!(!layout.exists(), "a refused build writes nothing");
+        let out = gpubake(&common::build_args(&recipe, &from, &to, &["--skip-checks"]));
+        assert_exit(&out, 0);
+        // What was built anyway is what certify fails.
+        let out = gpubake(&["certify", &to, "--gpus", "none"]);
+        assert_exit(&out, 1);
+    }
+    let recipe = write(
+        dir.path(),
+        "pip.yaml",
+        "name: gate\nbase: x\npytorch: '2.9'\npip: ['torch==2.8.0']\n",
+    );
+    let out = gpubake(&["resolve", &recipe, "--no-closure"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("pip.yaml:4:") && stderr(&out).contains("asks for torch"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `install --root DIR` installs over DIR's CPython (or --python-root's), not the host's, and
+/// names DIR when it has none; it prints the venv's path whole.
+#[test]
+fn install_uses_the_roots_cpython_and_names_a_root_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let pylock = common::root().join("tests/fixtures/pylock.small.toml");
+    let pylock = pylock.to_str().unwrap();
+    let cache = common::stack::wheel_cache();
+    let cache = cache.to_str().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = gpubake(&[
+        "install",
+        pylock,
+        "--wheels",
+        cache,
+        "--root",
+        empty.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 3);
+    assert!(
+        stderr(&out).contains(&format!("{}: the base has no CPython", empty.display()))
+            && stderr(&out).contains("--python-root"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!empty.join("opt").exists(), "nothing is installed");
+
+    // A root with the closure's CPython 3.11 (its name is what is looked for).
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::write(rootfs.join("usr/bin/python3.11"), "").unwrap();
+    let out = gpubake(&[
+        "install",
+        pylock,
+        "--wheels",
+        cache,
+        "--root",
+        rootfs.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!(
+            "into {}/opt/gpubake/venv over /usr/bin/python3.11",
+            rootfs.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // Into an empty directory over another root's CPython, as the rendered Dockerfile does.
+    let stack = dir.path().join("stack");
+    let out = gpubake(&[
+        "install",
+        pylock,
+        "--wheels",
+        cache,
+        "--root",
+        stack.to_str().unwrap(),
+        "--python-root",
+        rootfs.to_str().unwrap(),
+        "--offline",
+    ]);
+    assert_exit(&out, 0);
+    let cfg = std::fs::read_to_string(stack.join("opt/gpubake/venv/pyvenv.cfg")).unwrap();
+    assert!(cfg.contains("/usr/bin"), "{cfg}");
+}
+
+/// A stack layer budget the plan cannot honour is refused before anything is built.
+#[test]
+fn a_stack_layer_budget_below_the_plans_floor_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    for n in ["0", "3"] {
+        let out = gpubake(&["build", "--stack-layers", n, "--to", &to]);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains("the stack takes at least 4 layers"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(!dir.path().join("out").exists());
+}
+
+/// Messages name what the user wrote: the second of two keys, a mapping rather than a Rust
+/// type, a number too large rather than a bad requirement, the folder rather than a temporary
+/// file, a path without `./` doubled.
+#[test]
+fn messages_name_what_the_user_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str, args: &[&str]| {
+        let path = write(dir.path(), name, text);
+        let mut all = vec![args[0], path.as_str()];
+        all.extend(&args[1..]);
+        let out = gpubake_in(dir.path(), &all);
+        assert_exit(&out, 2);
+        stderr(&out) + &stdout(&out)
+    };
+    let err = run(
+        "dup.yaml",
+        "name: a\nbase: x\nname: b\npytorch: '2.9'\n",
+        &["resolve"],
+    );
+    assert!(
+        err.contains("dup.yaml:3:1: duplicate field `name`"),
+        "{err}"
+    );
+    let err = run("list.yaml", "- a\n- b\n", &["resolve"]);
+    assert!(
+        err.contains("expected a recipe: a mapping of its fields") && !err.contains("struct"),
+        "{err}"
+    );
+    let err = run(
+        "drv.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\ndriver: '>=99999999999999999999'\n",
+        &["resolve"],
+    );
+    assert!(
+        err.contains("too large for a version") && !err.contains("not a version requirement"),
+        "{err}"
+    );
+    let missing = dir.path().join("no/such/Dockerfile");
+    let err = run(
+        "ok.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\n",
+        &["render", "-o", missing.to_str().unwrap()],
+    );
+    assert!(
+        err.contains(&format!(
+            "{}: No such file",
+            dir.path().join("no/such").display()
+        )) && !err.contains(".gpubake-"),
+        "{err}"
+    );
+    write(
+        dir.path(),
+        "nf.yaml",
+        "name: a\nbase: x\npytorch: '2.9'\nfiles:\n  - {src: ./nonexistent, dest: /x}\n",
+    );
+    let out = gpubake_in(dir.path(), &["resolve", "./nf.yaml"]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains(": ./nonexistent does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    let bin = dir.path().join("nccl.conf");
+    std::fs::write(&bin, [0x7f, b'E', b'L', b'F', 0xff, 0xfe, 0]).unwrap();
+    let out = gpubake(&["lint", bin.to_str().unwrap()]);
+    assert_exit(&out, 2);
+    assert!(
+        stdout(&out).contains("not UTF-8 text") && stdout(&out).contains("a UTF-8 text file"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -183,8 +183,10 @@ struct Example {
     how: How,
 }
 
-/// The lines of the build output that only a PyTorch closure's layers produce.
+/// The lines of the build output that only a build with the PyTorch closure prints: its
+/// layers, and the note on checking its wheels against the base's glibc.
 const STACK_LAYERS: &[&str] = &[
+    "note:",
     "venv",
     "torch",
     "nvidia-cudnn-cu12",
@@ -292,7 +294,7 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
-        command: "docker run --rm train:v1 sh -c 'command -v python3 gpubake torchrun'",
+        command: "docker run --rm train:v1 sh -c 'for c in python3 gpubake torchrun; do command -v \"$c\"; done'",
         stage: Stage::Image,
         exit: &[0],
         how: How::Elsewhere {
@@ -310,8 +312,8 @@ const EXAMPLES: &[Example] = &[
         how: How::AsWritten,
     },
     Example {
-        command: "gpubake inspect oci:./out:v1         # pins, presets with provenance, \
-                  layers, env",
+        command: "gpubake inspect oci:./out:v1         # pins, labels, layers, presets with \
+                  provenance, env",
         stage: Stage::Image,
         exit: &[0],
         how: How::AsWritten,
@@ -415,7 +417,7 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
-        command: "gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --offline",
+        command: "gpubake install pylock.train.toml --wheels /ctx/cache --root /stack --python-root /",
         stage: Stage::Image,
         exit: &[0],
         how: How::StandIn {
@@ -1429,4 +1431,48 @@ fn the_readme_names_the_flags_and_commands_the_binary_has() {
         [claim[1].to_string(), claim[2].to_string()].into(),
         "the commands without --json"
     );
+}
+
+/// The tour's `sh -c` line prints one path per name under dash, the /bin/sh of Debian bases
+/// (dash's `command -v` takes one name: `command -v a b c` prints only a's). Run here under
+/// the host's /bin/sh with the three names on a PATH of stand-in programs.
+#[test]
+fn the_tours_command_v_line_prints_every_name_under_dash() {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("$ docker run --rm train:v1 sh -c '"))
+        .expect("the tour runs a shell line in the image");
+    let script = line
+        .split_once("sh -c '")
+        .and_then(|(_, rest)| rest.strip_suffix('\''))
+        .unwrap();
+    let dash = Path::new("/bin/dash");
+    if !dash.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs on Debian, which has dash"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["python3", "gpubake", "torchrun"];
+    for name in names {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let out = Command::new(dash)
+        .args(["-c", script])
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let want: Vec<String> = names
+        .iter()
+        .map(|n| dir.path().join(n).display().to_string())
+        .collect();
+    assert_eq!(printed.lines().collect::<Vec<_>>(), want, "{script}");
+    assert!(out.status.success());
 }

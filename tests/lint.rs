@@ -427,3 +427,97 @@ fn an_unknown_nccl_pin_is_a_warning() {
     assert_eq!(f[0]["code"], "unknown-nccl");
     assert_eq!(f[0]["severity"], "warning");
 }
+
+/// What `certify` would fail an image for is found at lint time: a secret in `env:`, and
+/// presets that answer one question two ways.
+#[test]
+fn secrets_and_contradicting_presets_are_lint_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [base]\nenv:\n  AWS_SECRET_ACCESS_KEY: abc\n",
+    );
+    let (code, findings) = lint(&recipe, &[]);
+    assert_eq!(code, 1, "{findings:?}");
+    assert!(
+        findings.contains(&(6, "secret".into(), "AWS_SECRET_ACCESS_KEY".into())),
+        "{findings:?}"
+    );
+    let recipe = common::write(
+        dir.path(),
+        "two.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [nvlink, pcie]\n",
+    );
+    let (code, findings) = lint(&recipe, &[]);
+    assert_eq!(code, 1, "{findings:?}");
+    assert!(
+        findings.contains(&(4, "preset-conflict".into(), String::new())),
+        "{findings:?}"
+    );
+    let out = gpubake(&["lint", &recipe]);
+    assert!(
+        stdout(&out).contains(
+            "NCCL_P2P_LEVEL=NVL (preset nvlink) against NCCL_P2P_LEVEL=PXB (preset pcie)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    // The recipe's own `env:` settles it.
+    let recipe = common::write(
+        dir.path(),
+        "settled.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [nvlink, pcie]\nenv: {NCCL_P2P_LEVEL: PXB}\n",
+    );
+    let (_, findings) = lint(&recipe, &[]);
+    assert!(
+        !findings.iter().any(|f| f.1 == "preset-conflict"),
+        "{findings:?}"
+    );
+    // A preset over the one it extends, and the debug overlay, override on purpose.
+    let recipe = common::write(
+        dir.path(),
+        "fine.yaml",
+        "name: r\nbase: x\npytorch: '2.9'\npresets: [base, nvlink, debug]\n",
+    );
+    let (_, findings) = lint(&recipe, &[]);
+    assert!(
+        !findings.iter().any(|f| f.1 == "preset-conflict"),
+        "{findings:?}"
+    );
+}
+
+/// Variables gpubake sets itself are refused where a recipe writes them, by `lint` and
+/// `resolve` alike, before any build path picks a winner.
+#[test]
+fn variables_gpubake_owns_are_refused_in_recipes_at_lint_and_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    for key in [
+        "PATH",
+        "NVIDIA_VISIBLE_DEVICES",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+    ] {
+        let recipe = common::write(
+            dir.path(),
+            "owned.yaml",
+            &format!("name: r\nbase: x\npytorch: '2.9'\nenv:\n  {key}: /x\n"),
+        );
+        let out = gpubake(&["lint", &recipe]);
+        assert_exit(&out, 2);
+        assert!(
+            stdout(&out).contains("owned.yaml:5:3: error[invalid-input]: field `env.")
+                && stdout(&out).contains(&format!("`{key}` is set by gpubake")),
+            "{}",
+            stdout(&out)
+        );
+        let out = gpubake(&["resolve", &recipe]);
+        assert_exit(&out, 2);
+        assert!(
+            common::stderr(&out).contains("owned.yaml:5:3")
+                && common::stderr(&out).contains(&format!("`{key}` is set by gpubake")),
+            "{}",
+            common::stderr(&out)
+        );
+    }
+}

@@ -557,6 +557,60 @@ fn a_build_pushed_to_a_registry_has_the_digest_of_the_same_build_in_a_layout() {
     assert_exit(&out, 0);
 }
 
+/// Pulled from the recipe's own `base:`, the image names it (org.opencontainers.image.base.name
+/// beside its digest) and the build has no other base to tell of.
+#[test]
+fn the_recipes_own_base_is_named_and_no_other_base_is_announced() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let remote_base = reg.image("library/own-base:1");
+    assert_exit(&reg.copy("auth", &from_base(), &remote_base), 0);
+    let reference = remote_base.trim_start_matches("docker://").to_string();
+    let recipe = write(
+        dir.path(),
+        "recipe.yaml",
+        &format!("name: own\nbase: {reference}\npytorch: '2.9'\npresets: [base]\n"),
+    );
+    let layout = dir.path().join("out");
+    let out = reg.trusted(
+        "auth",
+        &build_args(
+            &recipe,
+            &remote_base,
+            &format!("oci:{}:v1", layout.display()),
+            &[],
+        ),
+    );
+    assert_exit(&out, 0);
+    assert!(
+        !stderr(&out).contains("not against the recipe's base"),
+        "{}",
+        stderr(&out)
+    );
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap();
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(
+            layout
+                .join("blobs/sha256")
+                .join(digest.trim_start_matches("sha256:")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["annotations"]["org.opencontainers.image.base.name"],
+        reference.as_str(),
+        "{manifest}"
+    );
+    assert_eq!(
+        manifest["annotations"]["org.opencontainers.image.base.digest"],
+        reg.skopeo_digest("library/own-base:1").as_str(),
+        "{manifest}"
+    );
+}
+
 #[test]
 fn a_registry_image_serves_as_the_base() {
     let Some(reg) = Registry::start() else { return };
@@ -891,6 +945,16 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         "{}",
         stderr(&out)
     );
+    // No probe ran, and the verdict and the certificate say so.
+    assert!(
+        stdout(&out).contains("certified on the static checks only: no probe ran"),
+        "{}",
+        stdout(&out)
+    );
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cert).unwrap()).unwrap();
+    assert_eq!(written["facts"]["scope"]["level"], "static", "{written}");
+    assert_eq!(written["facts"]["scope"]["gpus"], "none", "{written}");
 
     // distribution 2.8 has no referrers API: the artifact is listed in the index under the
     // tag `sha256-<hex>`, which skopeo reads as any other manifest.
@@ -905,6 +969,10 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         listed["annotations"]["io.gpubake.verdict"], "certified",
         "{index}"
     );
+    assert_eq!(
+        listed["annotations"]["io.gpubake.scope"], "static gpus=none",
+        "{index}"
+    );
     let artifact = listed["digest"].as_str().unwrap();
     let manifest = reg.skopeo_json(&["--raw"], &format!("certified/app@{artifact}"));
     assert_eq!(manifest["subject"]["digest"], digest.as_str(), "{manifest}");
@@ -912,13 +980,33 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     assert_exit(&out, 0);
     assert_eq!(json_of(&out)["referrers"][0]["digest"], artifact);
-    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
-    assert_exit(&out, 0);
+    let out = reg.trusted("auth", &["inspect", &target]);
     assert!(
-        stdout(&out).contains(&format!("{artifact} certifies {digest}")),
+        stdout(&out).contains(&format!(
+            "{artifact} application/vnd.gpubake.certificate.v1+json  certified (static gpus=none)"
+        )),
         "{}",
         stdout(&out)
     );
+    // A certificate of the static checks alone does not pass the gate unless asked for.
+    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("static checks only, no probe ran")
+            && stdout(&out).contains("--static-ok"),
+        "{}",
+        stdout(&out)
+    );
+    let out = reg.trusted("auth", &["verify", &target, "--certified", "--static-ok"]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!(
+            "{artifact} certifies {digest}: static checks only"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert_exit(&reg.trusted("auth", &["verify", &target, "--static-ok"]), 2);
 
     // A second attachment adds to the index rather than replacing it.
     let out = reg.trusted("auth", &["certify", &target, "--gpus", "none", "--attach"]);

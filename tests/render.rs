@@ -81,7 +81,7 @@ fn rendered_dockerfiles_parse_and_carry_the_lock() {
         // with no index, and copied into the final stage with the venv on PATH.
         assert!(
             text.contains(
-                r#"RUN ["/usr/local/bin/gpubake", "install", "/gpubake/pylock.toml", "--wheels", "/gpubake/cache", "--root", "/stack", "--offline"]"#
+                r#"RUN ["/usr/local/bin/gpubake", "install", "/gpubake/pylock.toml", "--wheels", "/gpubake/cache", "--root", "/stack", "--python-root", "/", "--offline"]"#
             ),
             "{recipe}: the stack is not installed\n{text}"
         );

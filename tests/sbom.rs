@@ -185,6 +185,85 @@ fn a_preflight_image_gets_a_valid_sbom_in_either_format() {
     );
 }
 
+/// A base read from a layout is named as it was given, by its digest, in the SBOM and the
+/// image; the recipe's `base:` (`debian:bookworm`) is not claimed as a Docker Hub image.
+#[test]
+fn the_base_is_named_as_given_never_a_registry_it_did_not_come_from() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "recipe.yaml",
+        "name: provenance\nbase: debian:bookworm\npytorch: '2.9'\npresets: [base]\n",
+    );
+    let from = common::from_base();
+    let base_digest = layout_digest(&common::base(), "latest");
+    let layout = dir.path().join("out");
+    let to = format!("oci:{}:v1", layout.display());
+    let spdx_path = dir.path().join("p.spdx.json");
+    let cdx_path = dir.path().join("p.cdx.json");
+    for (path, format) in [(&spdx_path, "spdx"), (&cdx_path, "cyclonedx")] {
+        let path = path.display().to_string();
+        let out = gpubake(&common::build_args(
+            &recipe,
+            &from,
+            &to,
+            &["--sbom", &path, "--sbom-format", format],
+        ));
+        assert_exit(&out, 0);
+    }
+    let spdx = read_json(&spdx_path);
+    let base = &spdx["packages"][1];
+    let purl = base["externalRefs"][0]["referenceLocator"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        purl,
+        format!("pkg:oci/busybox-base@{base_digest}?tag=latest")
+    );
+    assert!(
+        base["comment"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("read from `{from}`")),
+        "{base}"
+    );
+    let cdx = read_json(&cdx_path);
+    let component = &cdx["components"][0];
+    assert_eq!(component["purl"], purl, "{component}");
+    assert_eq!(component["properties"][0]["value"], from.as_str());
+    assert!(!cdx.to_string().contains("docker.io"), "{cdx}");
+
+    // The image: its base by digest, and not by a registry name it was not pulled from.
+    let manifest: Value = serde_json::from_str(&common::run(
+        Command::new("skopeo").args(["inspect", "--raw", &to]),
+    ))
+    .unwrap();
+    let annotations = &manifest["annotations"];
+    assert_eq!(
+        annotations["org.opencontainers.image.base.digest"],
+        base_digest.as_str(),
+        "{manifest}"
+    );
+    assert!(
+        annotations
+            .get("org.opencontainers.image.base.name")
+            .is_none(),
+        "{manifest}"
+    );
+    let config: Value = serde_json::from_str(&common::run(
+        Command::new("skopeo").args(["inspect", "--config", "--raw", &to]),
+    ))
+    .unwrap();
+    let labels = &config["config"]["Labels"];
+    assert!(
+        labels.get("org.opencontainers.image.base.name").is_none(),
+        "{labels}"
+    );
+}
+
 #[test]
 fn an_sbom_path_that_cannot_be_written_is_refused_before_the_build() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,6 +323,7 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
         lock: &resolved.lock,
         wheels: &wheels,
         base_digest: &report.base,
+        base_source: &format!("oci:{}:bookworm", base.display()),
         image_digest: &report.manifest,
         epoch: 0,
     };

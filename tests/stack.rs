@@ -240,7 +240,7 @@ fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
     let base_tag = format!("gpubake-debian:{}", std::process::id());
     common::stack::base_into_engine(&base, &base_tag);
     let mut lock = resolved.lock.clone();
-    lock.base = base_tag.clone();
+    lock.rebase(base_tag.clone());
     let plan = ContextPlan::for_recipe(&loaded, true).unwrap();
     let dockerfile = render::render(
         &lock,
@@ -276,6 +276,24 @@ fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
     } else {
         (false, String::new())
     };
+    // The labels and certify's verdict on the pins agree between the two paths.
+    let labels =
+        |t: &str| docker(&["image", "inspect", "--format", "{{json .Config.Labels}}", t]).1;
+    let (labels_a, labels_b) = (labels(&tag), labels(&engine_tag));
+    let pins = |t: &str| {
+        let out = common::gpubake(&["certify", &format!("docker-daemon:{t}"), "--gpus", "none"]);
+        let text = common::stdout(&out);
+        let line = text
+            .lines()
+            .find(|l| l.contains("pins vs content"))
+            .map(|l| l.split_whitespace().take(1).collect::<String>());
+        (out.status.code(), line, text)
+    };
+    let (verdict_a, verdict_b) = if built.is_ok() {
+        (pins(&tag), pins(&engine_tag))
+    } else {
+        Default::default()
+    };
     for t in [&tag, &engine_tag, &base_tag] {
         let _ = docker(&["rmi", "-f", t]);
     }
@@ -284,6 +302,19 @@ fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
     }
     assert!(ok_a && ok_b, "{daemonless}\n{engine_built}");
     assert!(daemonless.contains("('tqdm', '4.67.1')"), "{daemonless}");
+    assert_eq!(labels_a, labels_b, "the two build paths label differently");
+    assert!(
+        labels_a.contains(r#""io.gpubake.python-stack":"/opt/gpubake/venv""#),
+        "{labels_a}"
+    );
+    // The small closure has no torch: both paths fail the same check, the same way.
+    assert_eq!(
+        (&verdict_a.0, &verdict_a.1),
+        (&verdict_b.0, &verdict_b.1),
+        "{}\n{}",
+        verdict_a.2,
+        verdict_b.2
+    );
     assert_eq!(
         daemonless, engine_built,
         "the two build paths installed different trees"
@@ -700,4 +731,31 @@ fn without_uv_resolving_the_closure_is_exit_3_saying_how_to_install_it() {
         "{}",
         common::stderr(&out)
     );
+}
+
+/// A build without the Python stack checks no wheels, so it says nothing of checking them
+/// against the base's glibc; from the recipe's own base it says nothing of another base.
+#[test]
+fn a_preflight_build_says_nothing_of_wheels() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("r.yaml");
+    std::fs::write(
+        &recipe,
+        "name: pre\nbase: debian:bookworm\npython: '3.11'\npytorch: '2.9'\npresets: [base]\n",
+    )
+    .unwrap();
+    let from = format!("oci:{}:bookworm", base.display());
+    let to = format!("oci:{}:v1", dir.path().join("out").display());
+    let out = common::gpubake(&common::build_args(
+        recipe.to_str().unwrap(),
+        &from,
+        &to,
+        &[],
+    ));
+    assert_exit(&out, 0);
+    let err = common::stderr(&out);
+    assert!(!err.contains("checking the wheels"), "{err}");
 }

@@ -469,6 +469,21 @@ fn base_for(
     Ok((base, config, python))
 }
 
+/// The OCI annotation (and label) that names the image's base.
+pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
+
+/// Whether `base` is the recipe's `base:` reference (`recipe_base`), pulled from its
+/// registry: only then does the recipe's name for it say where it came from.
+pub fn base_is_the_recipes(base: &Transport, recipe_base: &str) -> bool {
+    // Compared as docker names them: `debian:bookworm` is docker.io/library/debian:bookworm.
+    let whole = |t: &Transport| match t {
+        Transport::Registry(remote) => remote.parsed().ok().map(|r| r.whole()),
+        _ => None,
+    };
+    let recipe = Transport::of_base(recipe_base).ok();
+    whole(base).is_some_and(|b| recipe.as_ref().and_then(whole) == Some(b))
+}
+
 /// One platform's manifest, as [`build_platform`] wrote it.
 struct PlatformBuilt {
     platform: Platform,
@@ -576,10 +591,25 @@ fn build_platform(
 
     let created = rfc3339(opts.epoch);
     edit_config(&mut config, resolved, &extra_env, &built, &created);
-    config["config"]["Labels"][STACK_LABEL] = json!(match closure {
-        Some(_) => stack::VENV,
-        None => "none",
-    });
+    let (key, value) = stack::stack_label(closure.is_some());
+    config["config"]["Labels"][key] = json!(value);
+    let from_recipe = base_is_the_recipes(base_ref, &resolved.lock.base);
+    if !from_recipe && let Some(labels) = config["config"]["Labels"].as_object_mut() {
+        labels.remove(BASE_NAME);
+    }
+    // The base by the digest really used; by the recipe's name only when it came from there
+    // (a layout, an archive or the engine is no registry, and naming where on the build host
+    // would make the digest depend on it).
+    let mut annotations = HashMap::from([
+        (
+            "org.opencontainers.image.base.digest".to_string(),
+            base.digest(),
+        ),
+        ("org.opencontainers.image.created".to_string(), created),
+    ]);
+    if from_recipe {
+        annotations.insert(BASE_NAME.to_string(), resolved.lock.base.clone());
+    }
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
     let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
     layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
@@ -588,20 +618,7 @@ fn build_platform(
         .media_type(MediaType::ImageManifest)
         .config(new_config.clone())
         .layers(layers)
-        .annotations(HashMap::from([
-            // The base as the recipe names it, and the digest of the one really used: where
-            // it was read from (a local path, a daemon) would make the digest depend on the
-            // build host.
-            (
-                "org.opencontainers.image.base.name".to_string(),
-                resolved.lock.base.clone(),
-            ),
-            (
-                "org.opencontainers.image.base.digest".to_string(),
-                base.digest(),
-            ),
-            ("org.opencontainers.image.created".to_string(), created),
-        ]))
+        .annotations(annotations)
         .build()
         .map_err(|e| Error::image(dest, e.to_string()))?;
     let mut manifest_desc = store.write_json(&manifest, MediaType::ImageManifest)?;
@@ -826,6 +843,36 @@ fn import(base: &Image, store: &Layout, base_ref: &Transport) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_recipes_own_registry_reference_is_its_base() {
+        let t = |s: &str| -> Transport { s.parse().unwrap() };
+        for (from, recipe, same) in [
+            (
+                "docker://docker.io/library/debian:bookworm",
+                "debian:bookworm",
+                true,
+            ),
+            (
+                "docker://registry.example:5000/team/base:1",
+                "registry.example:5000/team/base:1",
+                true,
+            ),
+            (
+                "docker://docker.io/library/debian:trixie",
+                "debian:bookworm",
+                false,
+            ),
+            ("oci:./base:bookworm", "debian:bookworm", false),
+            ("docker-daemon:debian:bookworm", "debian:bookworm", false),
+        ] {
+            assert_eq!(
+                base_is_the_recipes(&t(from), recipe),
+                same,
+                "{from} for {recipe}"
+            );
+        }
+    }
 
     #[test]
     fn timestamps_render_as_rfc3339() {

@@ -164,17 +164,28 @@ impl Inspection {
         if let Some(c) = &info.created {
             out.push_str(&format!("created   {c}\n"));
         }
-        out.push_str("pins\n");
-        for (k, v) in info
+        // gpubake's labels are the pins; the rest (the base's, the recipe's) are shown as
+        // labels. A heading with nothing under it is left out.
+        let (pins, labels): (Vec<_>, Vec<_>) = info
             .labels
             .iter()
-            .filter(|(k, _)| k.starts_with("io.gpubake."))
-        {
-            out.push_str(&format!(
-                "  {:<28} {}\n",
-                k.trim_start_matches("io.gpubake."),
-                v.as_str().unwrap_or("")
-            ));
+            .partition(|(k, _)| k.starts_with("io.gpubake."));
+        let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        if !pins.is_empty() {
+            out.push_str("pins\n");
+            for (k, v) in &pins {
+                out.push_str(&format!(
+                    "  {:<28} {}\n",
+                    k.trim_start_matches("io.gpubake."),
+                    text(v)
+                ));
+            }
+        }
+        if !labels.is_empty() {
+            out.push_str("labels\n");
+            for (k, v) in &labels {
+                out.push_str(&format!("  {k}={}\n", text(v)));
+            }
         }
         out.push_str("layers\n");
         for l in &info.layers {
@@ -199,7 +210,15 @@ impl Inspection {
                     .get(VERDICT)
                     .map(|v| format!("  {v}"))
                     .unwrap_or_default();
-                out.push_str(&format!("  {} {}{verdict}\n", r.digest, r.artifact_type));
+                let scope = r
+                    .annotations
+                    .get(crate::certify::SCOPE)
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "  {} {}{verdict}{scope}\n",
+                    r.digest, r.artifact_type
+                ));
             }
         }
         out.push_str("env\n");
@@ -269,8 +288,13 @@ fn open(image: &Transport, platform: Option<&Platform>) -> Result<Image> {
 pub const VERDICT: &str = "io.gpubake.verdict";
 
 /// [`verify`], and a check that a registry holds a certificate of this exact image whose
-/// verdict passed (`verify --certified`).
-pub fn verify_certified(image: &Transport, platform: Option<&Platform>) -> Result<Verification> {
+/// verdict passed and whose probe ran on GPUs (`verify --certified`); with `static_ok`, a
+/// certificate of the static checks alone (`certify --gpus none`) is accepted too.
+pub fn verify_certified(
+    image: &Transport,
+    platform: Option<&Platform>,
+    static_ok: bool,
+) -> Result<Verification> {
     let Transport::Registry(remote) = image else {
         return Err(Error::Usage(format!(
             "{image}: --certified reads certificates attached in a registry; name the image \
@@ -287,22 +311,25 @@ pub fn verify_certified(image: &Transport, platform: Option<&Platform>) -> Resul
     {
         let content = referrers::artifact_content(remote, &r.digest)?;
         let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
-        let failed = cert["checks"]
-            .as_array()
-            .is_none_or(|c| c.iter().any(|c| c["status"] == "FAIL"));
-        let passed = cert["facts"]["manifest"] == digest.as_str()
-            && r.annotations.get(VERDICT).map(String::as_str) == Some("certified")
-            && !failed;
-        found.push((r.digest, passed));
+        let verdict = r.annotations.get(VERDICT).map(String::as_str);
+        found.push((
+            r.digest,
+            crate::certify::judge_certificate(&cert, verdict, &digest, static_ok),
+        ));
     }
     v.check(
         "certificate",
-        match found.iter().find(|(_, passed)| *passed) {
-            Some((d, _)) => Ok(format!("{d} certifies {digest}")),
-            None if found.is_empty() => Err(format!("no certificate is attached to {digest}")),
-            None => Err(format!(
-                "{} certificate(s) attached to {digest}, none with a passing verdict",
-                found.len()
+        match found.iter().find(|(_, judged)| judged.is_ok()) {
+            Some((d, Ok(what))) => Ok(format!("{d} certifies {digest}: {what}")),
+            _ if found.is_empty() => Err(format!("no certificate is attached to {digest}")),
+            _ => Err(format!(
+                "{} certificate(s) attached to {digest}, none accepted: {}",
+                found.len(),
+                found
+                    .iter()
+                    .map(|(d, judged)| format!("{d}: {}", judged.as_ref().err().map_or("", |e| e)))
+                    .collect::<Vec<_>>()
+                    .join("; ")
             )),
         },
     );
@@ -341,7 +368,12 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
                 m.media_type()
             ))
         } else {
-            Ok(format!("{} ({} layers)", img.digest(), m.layers().len()))
+            Ok(format!(
+                "{} ({} layer{})",
+                img.digest(),
+                m.layers().len(),
+                if m.layers().len() == 1 { "" } else { "s" }
+            ))
         },
     );
 

@@ -99,9 +99,20 @@ pub struct WheelLayer {
     pub wheels: Vec<WheelRef>,
 }
 
-/// Groups the closure's wheels into layers, least-changing first, within `budget` layers.
+/// The fewest layers a stack takes: the venv, the small nvidia wheels, the rest of the
+/// closure and the recipe's extras; a budget below it cannot be honoured.
+pub const MIN_STACK_LAYERS: usize = 4;
+
+/// Groups the closure's wheels into layers, least-changing first, within `budget` layers
+/// (the venv's counted).
 /// `extras` are the normalized names of the recipe's own `pip:` requirements.
 pub fn plan(wheels: &[WheelRef], extras: &[String], budget: usize) -> Result<Vec<WheelLayer>> {
+    if budget < MIN_STACK_LAYERS {
+        return Err(Error::Usage(format!(
+            "--stack-layers {budget}: the stack takes at least {MIN_STACK_LAYERS} layers (the \
+             venv, the small nvidia wheels, the rest of the closure, the recipe's extras)"
+        )));
+    }
     let size = |w: &WheelRef| w.size.unwrap_or(0);
     for w in wheels {
         if size(w) > MAX_LAYER {
@@ -128,8 +139,7 @@ pub fn plan(wheels: &[WheelRef], extras: &[String], budget: usize) -> Result<Vec
     big_extras.sort_by(|a, b| size(b).cmp(&size(a)).then(a.name.cmp(&b.name)));
     // Groups take two to four layers; the big wheels share what is left of the budget,
     // smallest first into their group when it runs out.
-    let groups = 4;
-    let room = budget.saturating_sub(groups).max(1);
+    let room = budget - MIN_STACK_LAYERS;
     while big.len() + big_extras.len() > room {
         match (big_extras.is_empty(), big.is_empty()) {
             (false, _) => {
@@ -220,6 +230,13 @@ pub fn venv_entries(python: &Interpreter) -> Vec<Entry> {
         },
         link("lib64", "lib"),
     ]
+}
+
+/// The label that says whether an image carries the Python stack: the venv's path, or
+/// `none` for a preflight image (`--without-python`). Both build paths set it, so `certify`
+/// judges their images alike.
+pub fn stack_label(stack: bool) -> (&'static str, &'static str) {
+    (super::build::STACK_LABEL, if stack { VENV } else { "none" })
 }
 
 /// The environment the image's config gets: the venv first on PATH.
@@ -535,6 +552,14 @@ mod tests {
         let names: Vec<&str> = tight.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["torch", "nvidia", "python"]);
         assert_eq!(tight[1].wheels.len(), 3);
+        // At the floor every wheel goes into its group; below it nothing is planned.
+        let floor = plan(&wheels, &[], MIN_STACK_LAYERS).unwrap();
+        let names: Vec<&str> = floor.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["nvidia", "python"]);
+        for budget in [0, 3] {
+            let err = plan(&wheels, &[], budget).unwrap_err().to_string();
+            assert!(err.contains("at least 4 layers"), "{err}");
+        }
     }
 
     #[test]

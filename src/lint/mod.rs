@@ -331,7 +331,7 @@ pub fn lint_file(path: &Path, opts: &LintOptions) -> FileReport {
             return Ok(conf::lint_nccl_conf(&doc, opts));
         }
         match yaml_kind(&doc) {
-            "recipe" => lint_recipe(LoadedRecipe::parse(doc)?, opts),
+            "recipe" => lint_recipe(&LoadedRecipe::parse(doc)?, opts),
             _ => lint_preset(path, doc, opts),
         }
     });
@@ -425,10 +425,10 @@ fn place<'a>(
         })
 }
 
-fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, Error> {
+fn lint_recipe(loaded: &LoadedRecipe, opts: &LintOptions) -> Result<FileReport, Error> {
     let file = loaded.doc.name().to_string();
     let mut findings = Vec::new();
-    let (env, layers, nccl, nccl_from) = match resolve::resolve_recipe(&loaded, &opts.resolve) {
+    let (env, layers, nccl, nccl_from) = match resolve::resolve_recipe(loaded, &opts.resolve) {
         Ok(resolved) => {
             if resolved.lock.nccl.version.is_none() && opts.nccl.is_none() {
                 findings.push(Finding {
@@ -462,8 +462,8 @@ fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, E
                 message: conflict.to_string(),
                 help: None,
             });
-            let layers = resolve::load_layers(&loaded, &opts.resolve)?;
-            (resolve::merge_env(&loaded, &layers), layers, None, "")
+            let layers = resolve::load_layers(loaded, &opts.resolve)?;
+            (resolve::merge_env(loaded, &layers), layers, None, "")
         }
         Err(other) => return Err(other),
     };
@@ -503,11 +503,13 @@ fn lint_recipe(loaded: LoadedRecipe, opts: &LintOptions) -> Result<FileReport, E
         };
         let mut issues = check_var(var, &merged.value, &ctx);
         issues.extend(links::check_links(var, &merged.value, &loaded.recipe.gpus));
+        issues.extend(secret(var));
         findings.extend(place(issues, at, var, allow).map(|mut f| {
             f.via = via.clone();
             f
         }));
     }
+    findings.extend(preset_conflicts(loaded, &layers));
     Ok(FileReport {
         file,
         kind: "recipe",
@@ -557,12 +559,9 @@ fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileRep
             preset.doc.locate(&["env", var], true),
             preset.doc.locate(&["env", var, "value"], false),
         );
-        findings.extend(place(
-            check_var(var, &setting.value, &ctx),
-            at,
-            var,
-            &setting.allow,
-        ));
+        let mut issues = check_var(var, &setting.value, &ctx);
+        issues.extend(secret(var));
+        findings.extend(place(issues, at, var, &setting.allow));
     }
     Ok(FileReport {
         file,
@@ -571,6 +570,138 @@ fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileRep
         findings,
         unreadable: false,
     })
+}
+
+/// A variable whose name says it holds a secret: baked into an image, every puller reads
+/// it, and `certify` fails the image for it.
+fn secret(var: &str) -> Option<Issue> {
+    crate::certify::looks_secret(var).then(|| Issue {
+        severity: Severity::Error,
+        code: "secret",
+        message: format!(
+            "{var} looks like a secret: an image's environment is readable by everyone who \
+             pulls it, and certify fails it"
+        ),
+        help: Some("pass it at run time (`docker run -e`, a Kubernetes Secret)".into()),
+    })
+}
+
+/// Presets of one recipe that set a variable to different values while neither extends the
+/// other: two answers to one question (`[nvlink, pcie]` names two topologies), where the
+/// later one wins only by its place in the list. A preset marked `debug: true` is an overlay
+/// and overrides on purpose.
+fn preset_conflicts(loaded: &LoadedRecipe, layers: &[Preset]) -> Vec<Finding> {
+    let ancestors = |name: &str| -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut todo = vec![name.to_string()];
+        while let Some(n) = todo.pop() {
+            if let Some(p) = layers.iter().find(|p| p.name == n) {
+                for parent in &p.file.extends {
+                    if !seen.contains(parent) {
+                        seen.push(parent.clone());
+                        todo.push(parent.clone());
+                    }
+                }
+            }
+        }
+        seen
+    };
+    let mut findings = Vec::new();
+    let mut reported: Vec<(String, String)> = Vec::new();
+    for (i, later) in layers.iter().enumerate() {
+        if later.file.debug {
+            continue;
+        }
+        let later_ancestors = ancestors(&later.name);
+        for earlier in &layers[..i] {
+            if later_ancestors.contains(&earlier.name)
+                || ancestors(&earlier.name).contains(&later.name)
+                || reported.contains(&(earlier.name.clone(), later.name.clone()))
+            {
+                continue;
+            }
+            let clashes: Vec<String> = later
+                .file
+                .env
+                .0
+                .iter()
+                // The recipe's own `env:` settles it.
+                .filter(|(var, _)| !loaded.recipe.env.0.contains_key(*var))
+                .filter_map(|(var, setting)| {
+                    let other = earlier.file.env.0.get(var)?;
+                    (other.value != setting.value).then(|| {
+                        format!(
+                            "{var}={} (preset {}) against {var}={} (preset {})",
+                            other.value, earlier.name, setting.value, later.name
+                        )
+                    })
+                })
+                .collect();
+            if clashes.is_empty() {
+                continue;
+            }
+            reported.push((earlier.name.clone(), later.name.clone()));
+            let index = loaded
+                .recipe
+                .presets
+                .iter()
+                .position(|p| *p == later.name)
+                .map(|i| i.to_string());
+            let at = match &index {
+                Some(i) => loaded.doc.locate(&["presets", i], false),
+                None => loaded.doc.locate(&["presets"], true),
+            };
+            findings.push(Finding {
+                severity: Severity::Error,
+                code: "preset-conflict",
+                at,
+                var: None,
+                via: None,
+                message: format!(
+                    "presets {} and {} contradict each other: {}; the later wins only by its \
+                     place in the list",
+                    earlier.name,
+                    later.name,
+                    clashes.join(", ")
+                ),
+                help: Some(
+                    "keep the one preset that describes these nodes, or set the variable in the \
+                     recipe's `env:` to say which value is meant"
+                        .into(),
+                ),
+            });
+        }
+    }
+    findings
+}
+
+/// The errors `lint` reports for a loaded recipe, as `build` checks them before it builds:
+/// an image made from a recipe with lint errors or secrets would fail `certify`.
+pub fn gate(loaded: &LoadedRecipe, resolve: &Options) -> Result<(), Error> {
+    let report = lint_recipe(
+        loaded,
+        &LintOptions {
+            nccl: None,
+            resolve: resolve.clone(),
+        },
+    )?;
+    let errors: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| format!("  {}", f.to_string().replace('\n', "\n  ")))
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "{}: the lint finds {} error{} that certify would fail the image for:\n{}\n  fix \
+         them, or build anyway with --skip-checks",
+        report.file,
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" },
+        errors.join("\n")
+    )))
 }
 
 /// Counts of a whole lint run.
