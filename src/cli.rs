@@ -930,6 +930,16 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             let all: Vec<&crate::closure::Closure> = closures.iter().map(|(_, c)| c).collect();
             crate::closure::settle(&mut resolved.lock, &all)?;
+            // A base read from elsewhere than the recipe's registry reference is not the one
+            // the base label names: the lock the image carries says what its config says.
+            if let Some(base) = &from
+                && !crate::image::build::base_is_the_recipes(base, &resolved.lock.base)
+            {
+                resolved
+                    .lock
+                    .labels
+                    .shift_remove(crate::image::build::BASE_NAME);
+            }
             let closure = match closures.as_slice() {
                 [(_, one)] => Some(one.clone()),
                 _ => None,
