@@ -1533,6 +1533,7 @@ impl EndlessMock {
 /// Runs `cmd` and returns its output with its own peak resident memory: wait4 on that child
 /// alone, since RUSAGE_CHILDREN would count every child of this test binary, including the
 /// builds other tests run beside this one.
+#[allow(clippy::zombie_processes)] // wait4 reaps it: clippy knows only Child::wait.
 fn output_and_max_rss(cmd: &mut Command) -> (std::process::Output, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
