@@ -456,7 +456,10 @@ fn link_closure(opened: &Image, report: &mut Report) {
     } else {
         (
             Status::Pass,
-            format!("{} ELF files, every library resolved, one copy each", links.elf_files),
+            format!(
+                "{} ELF files, every library resolved, one copy each",
+                links.elf_files
+            ),
         )
     };
     report.push("static", NAME, status, detail);

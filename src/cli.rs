@@ -334,7 +334,8 @@ enum Command {
     /// the bytes of duplicate copies nothing binds. Exits 0 whatever it finds.
     ///
     /// Example: gpubake inspect oci:./out:v1
-    /// Example: gpubake inspect --libraries docker-daemon:vllm/vllm-openai:latest
+    ///
+    /// Example: gpubake inspect --libraries oci:./out:v1
     Inspect {
         /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
         /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].

@@ -190,7 +190,10 @@ impl Search {
                 let path = root.join(real.trim_start_matches('/'));
                 let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
                 Some(parse_cache(&bytes).map_err(|why| {
-                    Error::image("/etc/ld.so.cache", format!("not a glibc ld.so.cache: {why}"))
+                    Error::image(
+                        "/etc/ld.so.cache",
+                        format!("not a glibc ld.so.cache: {why}"),
+                    )
                 })?)
             }
             None => None,
@@ -233,7 +236,9 @@ pub fn parse_cache(bytes: &[u8]) -> std::result::Result<Vec<(String, String, i32
     };
     let nlibs = u32_at(20)? as usize;
     let string = |off: u32| -> std::result::Result<String, String> {
-        let s = new.get(off as usize..).ok_or("a string offset past the end")?;
+        let s = new
+            .get(off as usize..)
+            .ok_or("a string offset past the end")?;
         let end = memchr::memchr(0, s).ok_or("an unterminated string")?;
         Ok(String::from_utf8_lossy(&s[..end]).into_owned())
     };
@@ -635,7 +640,10 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
         for b in &c.libraries {
             match &b.real {
                 Some(real) => {
-                    bound_by.entry(real.clone()).or_default().insert(c.file.clone());
+                    bound_by
+                        .entry(real.clone())
+                        .or_default()
+                        .insert(c.file.clone());
                 }
                 None => unresolved.push(Unresolved {
                     file: c.file.clone(),
@@ -804,7 +812,11 @@ impl LinkReport {
                 }
             );
         }
-        let _ = writeln!(s, "\nSonames with more than one provider: {}", self.duplicates.len());
+        let _ = writeln!(
+            s,
+            "\nSonames with more than one provider: {}",
+            self.duplicates.len()
+        );
         for d in &self.duplicates {
             let _ = writeln!(s, "  {}", d.soname);
             for p in &d.providers {
@@ -829,7 +841,11 @@ impl LinkReport {
                 x.file, x.soname, x.bound, x.sibling, x.sibling_bound
             );
         }
-        let _ = writeln!(s, "\nCompat libcuda the loader reaches: {}", self.compat_libcuda.len());
+        let _ = writeln!(
+            s,
+            "\nCompat libcuda the loader reaches: {}",
+            self.compat_libcuda.len()
+        );
         for c in &self.compat_libcuda {
             let _ = writeln!(s, "  {c}");
         }
@@ -885,8 +901,11 @@ mod tests {
         std::fs::create_dir_all(root.join("usr/local/cuda-12.4/lib64")).unwrap();
         std::fs::write(root.join("usr/local/cuda-12.4/lib64/libx.so.1.2"), b"x").unwrap();
         std::os::unix::fs::symlink("/usr/local/cuda-12.4", root.join("usr/local/cuda")).unwrap();
-        std::os::unix::fs::symlink("libx.so.1.2", root.join("usr/local/cuda-12.4/lib64/libx.so.1"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            "libx.so.1.2",
+            root.join("usr/local/cuda-12.4/lib64/libx.so.1"),
+        )
+        .unwrap();
         assert_eq!(
             real_in(root, "/usr/local/cuda/lib64/libx.so.1").as_deref(),
             Some("/usr/local/cuda-12.4/lib64/libx.so.1.2")
