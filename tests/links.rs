@@ -352,7 +352,7 @@ fn inspect_libraries_reports_an_image_it_did_not_build_as_ldd_sees_it() {
     assert!(bound_by(&cudart, "/usr/local/cuda/lib64/libcudart.so.12").is_empty());
     // The dead copies: the /usr/local/cuda libcudart, with its bytes, and the wheel's libbar.
     let size =
-        std::fs::metadata(&wheel_cudart.replace(SITE, &format!("{}/rootfs{SITE}", ctx.display())))
+        std::fs::metadata(wheel_cudart.replace(SITE, &format!("{}/rootfs{SITE}", ctx.display())))
             .unwrap()
             .len();
     let dead: Vec<(String, u64)> = serde_json::from_value(report["dead"].clone()).unwrap();
