@@ -336,6 +336,15 @@ fn inspect_libraries_reports_an_image_it_did_not_build_as_ldd_sees_it() {
             .unwrap_or_else(|| panic!("{path} is no provider: {d:#}"));
         serde_json::from_value(p["bound_by"].clone()).unwrap()
     };
+    // Only shared libraries by their DT_SONAME: the base's perl plugins, two copies of each
+    // without a soname that nothing binds, are no duplicates.
+    let sonames: Vec<&str> = report["duplicates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["soname"].as_str().unwrap())
+        .collect();
+    assert_eq!(sonames, ["libbar.so.1", "libcudart.so.12", "libfoo.so.1"]);
     let foo = dup("libfoo.so.1");
     assert!(
         bound_by(&foo, "/opt/wheel/lib/libfoo.so.1").contains(&"/usr/local/bin/app-rpath".into())

@@ -278,6 +278,21 @@ pub enum Via {
     SystemDir,
 }
 
+impl Via {
+    /// The step's name as ld.so's documentation gives it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Via::Loaded => "an object already loaded",
+            Via::Path => "its path",
+            Via::Rpath => "DT_RPATH",
+            Via::LdLibraryPath => "LD_LIBRARY_PATH",
+            Via::Runpath => "DT_RUNPATH",
+            Via::LdSoCache => "/etc/ld.so.cache",
+            Via::SystemDir => "a system directory",
+        }
+    }
+}
+
 /// One library in a file's closure: the name asked for, who asked, where it was found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Binding {
@@ -618,17 +633,25 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
     }
     let closures: Vec<Closure> = files.iter().filter_map(|f| linker.closure(f)).collect();
 
-    // Providers: every ELF file by its soname (or, lacking one, its file name).
+    // Providers: every shared library by its DT_SONAME, and a file without one (a plugin, a
+    // program) only under the names it is bound by.
     let mut providers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in &files {
-        let info = linker.info(f).expect("read above");
-        let name = info.soname.clone().unwrap_or_else(|| {
-            Path::new(f)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        });
-        providers.entry(name).or_default().insert(f.clone());
+        if let Some(soname) = linker.info(f).expect("read above").soname {
+            providers.entry(soname).or_default().insert(f.clone());
+        }
+    }
+    for c in &closures {
+        for b in &c.libraries {
+            if let Some(real) = &b.real
+                && linker.info(real).is_some_and(|i| i.soname.is_none())
+            {
+                providers
+                    .entry(b.needed.clone())
+                    .or_default()
+                    .insert(real.clone());
+            }
+        }
     }
     let provider_of: HashMap<&str, &str> = providers
         .iter()
@@ -751,7 +774,10 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
             loader: None,
         }];
         if let Some((path, real, _, via)) = linker.find(&loaded, 0, "libcuda.so.1", &main) {
-            compat_libcuda.push(format!("{path} (real {real}, reached through {via:?})"));
+            compat_libcuda.push(format!(
+                "{path} (real {real}, reached through {})",
+                via.describe()
+            ));
         }
     }
 
