@@ -298,6 +298,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     if let Err(e) = contents(&opened, &config, lock.as_ref(), &mut report) {
         report.push("static", "pins vs content", Status::Fail, e.to_string());
     }
+    link_closure(&opened, &mut report);
 
     let damaged = report
         .checks
@@ -532,6 +533,61 @@ fn layers(opened: &Image, opts: &CertifyOptions, report: &mut Report) {
             )
         },
     );
+}
+
+/// The image's link closure (src/image/links.rs): a library bound from another copy than its
+/// siblings, or one a file of the Python stack needs and nothing provides, fails; a
+/// duplicate copy or a compat libcuda the loader reaches deserves a look.
+fn link_closure(opened: &Image, report: &mut Report) {
+    const NAME: &str = "link closure";
+    let links = match crate::image::links::of_image(opened) {
+        Ok(l) => l,
+        Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
+    };
+    let missing: Vec<String> = links
+        .unresolved
+        .iter()
+        .filter(|u| !u.driver && crate::image::links::in_python_stack(&u.file))
+        .map(|u| format!("{} needs {} (not found)", u.file, u.needed))
+        .collect();
+    let crossed: Vec<String> = links
+        .cross_copy
+        .iter()
+        .map(|x| {
+            format!(
+                "{} binds {} from {} but {} from {}",
+                x.file, x.soname, x.bound, x.sibling, x.sibling_bound
+            )
+        })
+        .collect();
+    let (status, detail) = if !crossed.is_empty() || !missing.is_empty() {
+        let mut all = crossed;
+        all.extend(missing);
+        (Status::Fail, all.join("; "))
+    } else if !links.duplicates.is_empty() || !links.compat_libcuda.is_empty() {
+        (
+            Status::Warn,
+            format!(
+                "{} sonames with more than one copy ({} bound by nothing){}",
+                links.duplicates.len(),
+                human_size(links.dead_bytes),
+                if links.compat_libcuda.is_empty() {
+                    String::new()
+                } else {
+                    format!("; the loader reaches {}", links.compat_libcuda.join(", "))
+                }
+            ),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!(
+                "{} ELF files, every library resolved, one copy each",
+                links.elf_files
+            ),
+        )
+    };
+    report.push("static", NAME, status, detail);
 }
 
 /// Pins in the lock against what the layers install: every `==` requirement against the

@@ -365,7 +365,17 @@ enum Command {
     /// Show an image's pins (its io.gpubake.* labels), other labels, layers, presets and
     /// environment.
     ///
+    /// With --libraries, show instead its link closure, read statically for any image (built
+    /// by gpubake or not): every ELF file's DT_NEEDED resolved as glibc's ld.so would inside
+    /// the image (DT_RPATH, the config's LD_LIBRARY_PATH, DT_RUNPATH with $ORIGIN,
+    /// /etc/ld.so.cache, the system directories), then the libraries nothing provides,
+    /// sonames with more than one provider and which files bind each, libraries bound from
+    /// another copy than their siblings, a libcuda.so.1 of the image the loader reaches, and
+    /// the bytes of duplicate copies nothing binds. Exits 0 whatever it finds.
+    ///
     /// Example: gpubake inspect oci:./out:v1
+    ///
+    /// Example: gpubake inspect --libraries oci:./out:v1
     Inspect {
         /// The image: oci:DIR[:TAG] (or a plain DIR), docker-archive:FILE[:NAME:TAG],
         /// docker-daemon:NAME:TAG or docker://REGISTRY/NAME[:TAG|@DIGEST].
@@ -375,6 +385,9 @@ enum Command {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
+        /// Report the image's link closure (unpacks its layers into a temporary directory).
+        #[arg(long)]
+        libraries: bool,
     },
     /// Re-hash every blob of an image and check that its labels, lock and nccl.conf agree.
     ///
@@ -1140,6 +1153,27 @@ pub fn run(cli: Cli) -> Result<i32> {
             image,
             registry,
             json,
+            libraries: true,
+        } => {
+            let links = crate::image::links::of_transport(
+                &registry.transport(&image)?,
+                registry.platform()?.as_ref(),
+            )?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&links).expect("link reports serialize")
+                );
+            } else {
+                print!("{}", links.to_text());
+            }
+            Ok(0)
+        }
+        Command::Inspect {
+            image,
+            registry,
+            json,
+            libraries: false,
         } => {
             let info = crate::image::inspect::inspect(
                 &registry.transport(&image)?,

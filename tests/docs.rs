@@ -441,6 +441,12 @@ const EXAMPLES: &[Example] = &[
         how: How::AsWritten,
     },
     Example {
+        command: "gpubake inspect --libraries oci:./out:v1",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::AsWritten,
+    },
+    Example {
         command: "gpubake verify oci:./out:v1",
         stage: Stage::Image,
         exit: &[0],

@@ -9,6 +9,7 @@ mod insecure;
 pub mod inspect;
 pub mod layer;
 pub mod layout;
+pub mod links;
 pub mod model;
 pub mod referrers;
 pub mod registry;

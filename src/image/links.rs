@@ -1,0 +1,954 @@
+//! The link closure of an image, read statically: every ELF file's DT_NEEDED resolved as
+//! glibc's ld.so would resolve it inside the image's root, and what that says about the image:
+//! libraries nothing provides, sonames with more than one provider (and which one each file
+//! binds), a library bound from another copy than its siblings, a compat libcuda the loader
+//! reaches, and the bytes of copies nothing binds.
+//!
+//! The search follows glibc's `_dl_map_object` (elf/dl-load.c) for each file taken as the
+//! main object, as `ldd FILE` does: objects load breadth first; a name an object already
+//! loaded answers to (its DT_SONAME or the name it was asked for) is not searched again; a
+//! name with a slash is a path; otherwise DT_RPATH of the asking object and of each object
+//! that loaded it (only while the asking object has no DT_RUNPATH, and an object with
+//! DT_RUNPATH has no DT_RPATH), `LD_LIBRARY_PATH` from the image config, the asking object's
+//! own DT_RUNPATH, `/etc/ld.so.cache`, then the system directories (the last two not for
+//! an object marked DF_1_NODEFLIB). `$ORIGIN` is the asking object's directory; a candidate of
+//! another ELF class or machine is passed over, as ld.so passes it over. The glibc-hwcaps
+//! subdirectories are not searched (images rarely have them).
+//!
+//! lddtree-rs (the `lddtree` crate) reads the host's /etc/ld.so.conf rather than the root's,
+//! ignores `LD_LIBRARY_PATH` under a root and puts it after DT_RUNPATH, walks depth first and
+//! never reads ld.so.cache, so it binds other copies than ld.so would exactly where two copies
+//! meet; the ELF reading here is the `object` crate's, the search order is ld.so's own.
+
+use crate::error::{Error, Result};
+use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+use object::{FileKind, ReadCache, elf};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::{Component, Path, PathBuf};
+
+/// What one ELF file says about linking.
+#[derive(Debug, Clone)]
+pub struct ElfInfo {
+    /// ELFCLASS64 (else 32).
+    pub class64: bool,
+    /// e_machine.
+    pub machine: u16,
+    /// DT_SONAME.
+    pub soname: Option<String>,
+    /// DT_NEEDED, in order.
+    pub needed: Vec<String>,
+    /// DT_RPATH, already empty when the file has DT_RUNPATH (ld.so ignores it then).
+    pub rpath: Vec<String>,
+    /// DT_RUNPATH.
+    pub runpath: Vec<String>,
+    /// DF_1_NODEFLIB: neither the cache nor the system directories are searched.
+    pub nodeflib: bool,
+    /// PT_INTERP.
+    pub interpreter: Option<String>,
+    /// The file's size.
+    pub bytes: u64,
+}
+
+/// Reads the dynamic section of the ELF file at `path`; None when it is no ELF file, or an
+/// ELF file without a dynamic section (a static binary, an object file).
+pub fn read_elf(path: &Path) -> Option<ElfInfo> {
+    let file = std::fs::File::open(path).ok()?;
+    let bytes = file.metadata().ok()?.len();
+    let data = ReadCache::new(file);
+    let info = match FileKind::parse(&data).ok()? {
+        FileKind::Elf64 => parse::<elf::FileHeader64<object::Endianness>>(&data, true),
+        FileKind::Elf32 => parse::<elf::FileHeader32<object::Endianness>>(&data, false),
+        _ => None,
+    }?;
+    Some(ElfInfo { bytes, ..info })
+}
+
+fn parse<H: FileHeader<Endian = object::Endianness>>(
+    data: &ReadCache<std::fs::File>,
+    class64: bool,
+) -> Option<ElfInfo> {
+    let header = H::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let interpreter = header
+        .program_headers(endian, data)
+        .ok()?
+        .iter()
+        .find_map(|ph| ph.interpreter(endian, data).ok().flatten())
+        .map(|b| String::from_utf8_lossy(b).into_owned());
+    let sections = header.sections(endian, data).ok()?;
+    let (dyns, link) = sections.dynamic(endian, data).ok()??;
+    let strings = sections.strings(endian, data, link).ok()?;
+    let text = |d: &H::Dyn| -> Option<String> {
+        d.string(endian, strings)
+            .ok()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let split = |s: String| -> Vec<String> { s.split(':').map(str::to_string).collect() };
+    let mut info = ElfInfo {
+        class64,
+        machine: header.e_machine(endian),
+        soname: None,
+        needed: Vec::new(),
+        rpath: Vec::new(),
+        runpath: Vec::new(),
+        nodeflib: false,
+        interpreter,
+        bytes: 0,
+    };
+    for d in dyns {
+        match d.tag(endian) {
+            elf::DT_NULL => break,
+            elf::DT_NEEDED => info.needed.extend(text(d)),
+            elf::DT_SONAME => info.soname = text(d),
+            elf::DT_RPATH => info.rpath = text(d).map(split).unwrap_or_default(),
+            elf::DT_RUNPATH => info.runpath = text(d).map(split).unwrap_or_default(),
+            elf::DT_FLAGS_1 => info.nodeflib = d.val(endian) & u64::from(elf::DF_1_NODEFLIB) != 0,
+            _ => {}
+        }
+    }
+    if !info.runpath.is_empty() {
+        info.rpath.clear();
+    }
+    Some(info)
+}
+
+/// The real path (inside the image) of `path` (absolute, inside the image), following
+/// symbolic links as the kernel would with `root` as `/`; None when it does not exist.
+pub fn real_in(root: &Path, path: &str) -> Option<String> {
+    let mut parts: VecDeque<String> = components(path);
+    let mut done: Vec<String> = Vec::new();
+    let mut links = 0;
+    while let Some(part) = parts.pop_front() {
+        if part == ".." {
+            done.pop();
+            continue;
+        }
+        let here = root.join(done.iter().collect::<PathBuf>()).join(&part);
+        let meta = std::fs::symlink_metadata(&here).ok()?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > 40 {
+                return None;
+            }
+            let target = std::fs::read_link(&here).ok()?;
+            let target = target.to_string_lossy();
+            if target.starts_with('/') {
+                done.clear();
+            }
+            for (i, p) in components(&target).into_iter().enumerate() {
+                parts.insert(i, p);
+            }
+        } else {
+            if !parts.is_empty() && !meta.is_dir() {
+                return None;
+            }
+            done.push(part);
+        }
+    }
+    Some(format!("/{}", done.join("/")))
+}
+
+fn components(path: &str) -> VecDeque<String> {
+    Path::new(path)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The parts of the search that the image fixes for every file.
+#[derive(Debug, Clone, Default)]
+pub struct Search {
+    /// `LD_LIBRARY_PATH` of the image config, split at `:` and `;` as ld.so splits it.
+    pub ld_library_path: Vec<String>,
+    /// /etc/ld.so.cache's entries (soname, path, flags) in the cache's order.
+    pub cache: Option<Vec<(String, String, i32)>>,
+    /// The system directories of this image's glibc.
+    pub system: Vec<String>,
+}
+
+impl Search {
+    /// The search of the image unpacked at `root` with the config's environment `env`.
+    pub fn of_root(root: &Path, env: &[(String, String)]) -> Result<Search> {
+        let ld_library_path = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "LD_LIBRARY_PATH")
+            .map(|(_, v)| {
+                v.split([':', ';'])
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let cache = match real_in(root, "/etc/ld.so.cache") {
+            Some(real) => {
+                let path = root.join(real.trim_start_matches('/'));
+                let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+                Some(parse_cache(&bytes).map_err(|why| {
+                    Error::image(
+                        "/etc/ld.so.cache",
+                        format!("not a glibc ld.so.cache: {why}"),
+                    )
+                })?)
+            }
+            None => None,
+        };
+        // Debian and Ubuntu build glibc with multiarch directories first; others (RHEL,
+        // Fedora, SUSE) with lib64 on 64-bit machines. `ld.so --help` lists them.
+        let multiarch = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
+            .into_iter()
+            .find(|t| real_in(root, &format!("/usr/lib/{t}")).is_some());
+        let system = match multiarch {
+            Some(t) => vec![
+                format!("/lib/{t}"),
+                format!("/usr/lib/{t}"),
+                "/lib".into(),
+                "/usr/lib".into(),
+            ],
+            None if real_in(root, "/usr/lib64").is_some() => {
+                vec!["/lib64".into(), "/usr/lib64".into()]
+            }
+            None => vec!["/lib".into(), "/usr/lib".into()],
+        };
+        Ok(Search {
+            ld_library_path,
+            cache,
+            system,
+        })
+    }
+}
+
+/// The entries of a glibc ld.so.cache ("glibc-ld.so.cache1.1", alone or after the old
+/// "ld.so-1.7.0" table), in file order: (key, value, flags).
+pub fn parse_cache(bytes: &[u8]) -> std::result::Result<Vec<(String, String, i32)>, String> {
+    const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+    let start = memchr::memmem::find(bytes, MAGIC).ok_or("no glibc-ld.so.cache1.1 header")?;
+    let new = &bytes[start..];
+    let u32_at = |at: usize| -> std::result::Result<u32, String> {
+        new.get(at..at + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .ok_or_else(|| format!("truncated at byte {}", start + at))
+    };
+    let nlibs = u32_at(20)? as usize;
+    let string = |off: u32| -> std::result::Result<String, String> {
+        let s = new
+            .get(off as usize..)
+            .ok_or("a string offset past the end")?;
+        let end = memchr::memchr(0, s).ok_or("an unterminated string")?;
+        Ok(String::from_utf8_lossy(&s[..end]).into_owned())
+    };
+    let mut entries = Vec::with_capacity(nlibs.min(1 << 16));
+    for i in 0..nlibs {
+        let at = 48 + i * 24;
+        let flags = u32_at(at)? as i32;
+        let key = string(u32_at(at + 4)?)?;
+        let value = string(u32_at(at + 8)?)?;
+        let hwcap = u64::from(u32_at(at + 16)?) | (u64::from(u32_at(at + 20)?) << 32);
+        // An entry for a glibc-hwcaps subdirectory serves only CPUs of that level; ld.so
+        // falls back to the plain entry, which is the one this static view takes.
+        if hwcap == 0 {
+            entries.push((key, value, flags));
+        }
+    }
+    Ok(entries)
+}
+
+/// How a needed name was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// An object already loaded answers to the name.
+    Loaded,
+    /// The name has a slash: a path.
+    Path,
+    /// DT_RPATH of the asking object or of one that loaded it.
+    Rpath,
+    /// The image config's `LD_LIBRARY_PATH`.
+    LdLibraryPath,
+    /// DT_RUNPATH of the asking object.
+    Runpath,
+    /// /etc/ld.so.cache.
+    LdSoCache,
+    /// A system directory of glibc.
+    SystemDir,
+}
+
+impl Via {
+    /// The step's name as ld.so's documentation gives it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Via::Loaded => "an object already loaded",
+            Via::Path => "its path",
+            Via::Rpath => "DT_RPATH",
+            Via::LdLibraryPath => "LD_LIBRARY_PATH",
+            Via::Runpath => "DT_RUNPATH",
+            Via::LdSoCache => "/etc/ld.so.cache",
+            Via::SystemDir => "a system directory",
+        }
+    }
+}
+
+/// One library in a file's closure: the name asked for, who asked, where it was found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Binding {
+    /// The DT_NEEDED name.
+    pub needed: String,
+    /// The object that asked for it (the first one in load order).
+    pub by: String,
+    /// The path ld.so opens (None: not found).
+    pub path: Option<String>,
+    /// That path with every symbolic link resolved.
+    pub real: Option<String>,
+    /// Which step of the search found it.
+    pub via: Option<Via>,
+}
+
+/// A file's closure as `ldd FILE` lists it: every library in load order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Closure {
+    /// The file taken as the main object.
+    pub file: String,
+    /// Every DT_NEEDED of the closure, in load order.
+    pub libraries: Vec<Binding>,
+}
+
+struct Loaded {
+    real: String,
+    /// The path it was opened by: `$ORIGIN` is its directory.
+    path: String,
+    names: Vec<String>,
+    info: ElfInfo,
+    /// The index of the object that loaded it (None: the main object).
+    loader: Option<usize>,
+}
+
+/// The image's ELF files and the search, with each file read once.
+pub struct Linker<'a> {
+    root: &'a Path,
+    search: &'a Search,
+    files: HashMap<String, Option<ElfInfo>>,
+}
+
+impl<'a> Linker<'a> {
+    /// A linker over the image unpacked at `root`.
+    pub fn new(root: &'a Path, search: &'a Search) -> Self {
+        Linker {
+            root,
+            search,
+            files: HashMap::new(),
+        }
+    }
+
+    fn info(&mut self, real: &str) -> Option<ElfInfo> {
+        let root = self.root;
+        self.files
+            .entry(real.to_string())
+            .or_insert_with(|| read_elf(&root.join(real.trim_start_matches('/'))))
+            .clone()
+    }
+
+    /// The object at `path` when it is an ELF file ld.so would load beside `main`.
+    fn candidate(&mut self, path: &str, main: &ElfInfo) -> Option<(String, ElfInfo)> {
+        let real = real_in(self.root, path)?;
+        let info = self.info(&real)?;
+        (info.class64 == main.class64 && info.machine == main.machine).then_some((real, info))
+    }
+
+    /// The closure of the ELF file at `file` (an absolute path inside the image).
+    pub fn closure(&mut self, file: &str) -> Option<Closure> {
+        let real = real_in(self.root, file)?;
+        let main = self.info(&real)?;
+        let mut loaded = vec![Loaded {
+            real,
+            path: file.to_string(),
+            names: main.soname.iter().cloned().collect(),
+            info: main.clone(),
+            loader: None,
+        }];
+        // ld.so itself is loaded before anything else asks: libc's DT_NEEDED on
+        // ld-linux-x86-64.so.2 finds it by its soname.
+        if let Some(interp) = &main.interpreter
+            && let Some((real, info)) = self.candidate(interp, &main)
+        {
+            let mut names: Vec<String> = info.soname.iter().cloned().collect();
+            names.push(interp.clone());
+            loaded.push(Loaded {
+                real,
+                path: interp.clone(),
+                names,
+                info,
+                loader: Some(0),
+            });
+        }
+        let mut libraries = Vec::new();
+        let mut next = 0;
+        let mut order = vec![0];
+        while next < order.len() {
+            let asker = order[next];
+            next += 1;
+            for needed in loaded[asker].info.needed.clone() {
+                let by = loaded[asker].path.clone();
+                if let Some(i) = loaded.iter().position(|l| l.names.contains(&needed)) {
+                    if i == 1 && !order.contains(&1) {
+                        order.push(1);
+                    }
+                    libraries.push(Binding {
+                        needed,
+                        by,
+                        path: Some(loaded[i].path.clone()),
+                        real: Some(loaded[i].real.clone()),
+                        via: Some(Via::Loaded),
+                    });
+                    continue;
+                }
+                match self.find(&loaded, asker, &needed, &main) {
+                    Some((path, real, info, via)) => {
+                        if let Some(i) = loaded.iter().position(|l| l.real == real) {
+                            // The same file by another name (ld.so compares the inode).
+                            loaded[i].names.push(needed.clone());
+                        } else {
+                            let mut names: Vec<String> = info.soname.iter().cloned().collect();
+                            names.push(needed.clone());
+                            loaded.push(Loaded {
+                                real: real.clone(),
+                                path: path.clone(),
+                                names,
+                                info,
+                                loader: Some(asker),
+                            });
+                            order.push(loaded.len() - 1);
+                        }
+                        libraries.push(Binding {
+                            needed,
+                            by,
+                            path: Some(path),
+                            real: Some(real),
+                            via: Some(via),
+                        });
+                    }
+                    None => libraries.push(Binding {
+                        needed,
+                        by,
+                        path: None,
+                        real: None,
+                        via: None,
+                    }),
+                }
+            }
+        }
+        Some(Closure {
+            file: file.to_string(),
+            libraries,
+        })
+    }
+
+    /// ld.so's search for `needed`, asked by `loaded[asker]`.
+    fn find(
+        &mut self,
+        loaded: &[Loaded],
+        asker: usize,
+        needed: &str,
+        main: &ElfInfo,
+    ) -> Option<(String, String, ElfInfo, Via)> {
+        if needed.contains('/') {
+            let (real, info) = self.candidate(needed, main)?;
+            return Some((needed.to_string(), real, info, Via::Path));
+        }
+        let origin_of = |l: &Loaded| -> String {
+            Path::new(&l.path)
+                .parent()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "/".into())
+        };
+        let expand = |dirs: &[String], l: &Loaded| -> Vec<String> {
+            let origin = origin_of(l);
+            dirs.iter()
+                .map(|d| d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin))
+                .collect()
+        };
+        let mut tries: Vec<(Vec<String>, Via)> = Vec::new();
+        let me = &loaded[asker];
+        if me.info.runpath.is_empty() {
+            let mut at = Some(asker);
+            while let Some(i) = at {
+                tries.push((expand(&loaded[i].info.rpath, &loaded[i]), Via::Rpath));
+                at = loaded[i].loader;
+            }
+        }
+        tries.push((self.search.ld_library_path.clone(), Via::LdLibraryPath));
+        tries.push((expand(&me.info.runpath, me), Via::Runpath));
+        for (dirs, via) in tries {
+            for dir in dirs {
+                // An empty entry is the working directory, which a static view has not.
+                if dir.is_empty() || !dir.starts_with('/') {
+                    continue;
+                }
+                let path = format!("{}/{needed}", dir.trim_end_matches('/'));
+                if let Some((real, info)) = self.candidate(&path, main) {
+                    return Some((path, real, info, via));
+                }
+            }
+        }
+        if me.info.nodeflib {
+            return None;
+        }
+        if let Some(cache) = &self.search.cache {
+            let hits: Vec<String> = cache
+                .iter()
+                .filter(|(key, _, flags)| key == needed && flags & 0xff == 3)
+                .map(|(_, value, _)| value.clone())
+                .collect();
+            for path in hits {
+                if let Some((real, info)) = self.candidate(&path, main) {
+                    return Some((path, real, info, Via::LdSoCache));
+                }
+            }
+        }
+        for dir in self.search.system.clone() {
+            let path = format!("{dir}/{needed}");
+            if let Some((real, info)) = self.candidate(&path, main) {
+                return Some((path, real, info, Via::SystemDir));
+            }
+        }
+        None
+    }
+}
+
+/// A soname more than one file provides, and which files bind each.
+#[derive(Debug, Clone, Serialize)]
+pub struct Duplicate {
+    /// The soname.
+    pub soname: String,
+    /// Every file of the image with that soname.
+    pub providers: Vec<Provider>,
+}
+
+/// One file providing a duplicated soname.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provider {
+    /// Its real path in the image.
+    pub path: String,
+    /// Its size.
+    pub bytes: u64,
+    /// The files whose closure binds this copy.
+    pub bound_by: Vec<String>,
+}
+
+/// A library bound from another copy than a sibling that its own copy also provides.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrossCopy {
+    /// The file whose closure mixes copies.
+    pub file: String,
+    /// One library of the pair.
+    pub soname: String,
+    /// The copy it binds.
+    pub bound: String,
+    /// Its sibling.
+    pub sibling: String,
+    /// The copy the sibling binds.
+    pub sibling_bound: String,
+}
+
+/// An unresolved DT_NEEDED.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unresolved {
+    /// The file whose closure lacks it.
+    pub file: String,
+    /// The name not found.
+    pub needed: String,
+    /// The object that asked for it.
+    pub by: String,
+    /// The driver's library, which the container toolkit mounts at run time.
+    pub driver: bool,
+}
+
+/// The link closure of a whole image.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkReport {
+    /// ELF files with a dynamic section.
+    pub elf_files: usize,
+    /// The config's `LD_LIBRARY_PATH`.
+    pub ld_library_path: Vec<String>,
+    /// Entries of /etc/ld.so.cache (None: the image has none).
+    pub ld_so_cache: Option<usize>,
+    /// Every unresolved DT_NEEDED.
+    pub unresolved: Vec<Unresolved>,
+    /// Sonames with more than one provider.
+    pub duplicates: Vec<Duplicate>,
+    /// Libraries bound from another copy than their siblings.
+    pub cross_copy: Vec<CrossCopy>,
+    /// libcuda.so.1 copies in the image that the loader reaches (compat or stubs): they shadow
+    /// the driver's own when bound.
+    pub compat_libcuda: Vec<String>,
+    /// Copies of a duplicated soname that no file binds, with their bytes.
+    pub dead: Vec<(String, u64)>,
+    /// Their bytes together.
+    pub dead_bytes: u64,
+    /// Every file's closure.
+    pub closures: Vec<Closure>,
+}
+
+/// Whether `soname` is a driver library (mounted into the container at run time).
+fn driver_library(soname: &str) -> bool {
+    ["libcuda.so", "libnvidia-", "libnvcuvid.so", "libnvoptix.so"]
+        .iter()
+        .any(|p| soname.starts_with(p))
+}
+
+/// The image's directories a library copy is named by: `/usr/local/cuda/lib64/libcudart.so.12`
+/// is in copy `/usr/local/cuda/lib64`.
+fn dir_of(path: &str) -> String {
+    Path::new(path)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The link closure of the image unpacked at `root`, whose config's environment is `env`.
+pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
+    let search = Search::of_root(root, env)?;
+    let mut linker = Linker::new(root, &search);
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
+        let entry = entry.map_err(|e| Error::io(root, e.into()))?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let inside = format!(
+            "/{}",
+            entry
+                .path()
+                .strip_prefix(root)
+                .expect("walkdir stays under its root")
+                .to_string_lossy()
+        );
+        if linker.info(&inside).is_some() {
+            files.push(inside);
+        }
+    }
+    let closures: Vec<Closure> = files.iter().filter_map(|f| linker.closure(f)).collect();
+
+    // Providers: every shared library by its DT_SONAME, and a file without one (a plugin, a
+    // program) only under the names it is bound by.
+    let mut providers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        if let Some(soname) = linker.info(f).expect("read above").soname {
+            providers.entry(soname).or_default().insert(f.clone());
+        }
+    }
+    for c in &closures {
+        for b in &c.libraries {
+            if let Some(real) = &b.real
+                && linker.info(real).is_some_and(|i| i.soname.is_none())
+            {
+                providers
+                    .entry(b.needed.clone())
+                    .or_default()
+                    .insert(real.clone());
+            }
+        }
+    }
+    let provider_of: HashMap<&str, &str> = providers
+        .iter()
+        .flat_map(|(s, ps)| ps.iter().map(move |p| (p.as_str(), s.as_str())))
+        .collect();
+    let mut bound_by: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut unresolved = Vec::new();
+    for c in &closures {
+        for b in &c.libraries {
+            match &b.real {
+                Some(real) => {
+                    bound_by
+                        .entry(real.clone())
+                        .or_default()
+                        .insert(c.file.clone());
+                }
+                None => unresolved.push(Unresolved {
+                    file: c.file.clone(),
+                    needed: b.needed.clone(),
+                    by: b.by.clone(),
+                    driver: driver_library(&b.needed),
+                }),
+            }
+        }
+    }
+    let bytes = |linker: &mut Linker, p: &str| linker.info(p).map(|i| i.bytes).unwrap_or(0);
+    let mut duplicates = Vec::new();
+    let mut dead = Vec::new();
+    for (soname, paths) in &providers {
+        if paths.len() < 2 {
+            continue;
+        }
+        let mut list = Vec::new();
+        for p in paths {
+            let by: Vec<String> = bound_by.get(p).into_iter().flatten().cloned().collect();
+            if by.is_empty() {
+                dead.push((p.clone(), bytes(&mut linker, p)));
+            }
+            list.push(Provider {
+                path: p.clone(),
+                bytes: bytes(&mut linker, p),
+                bound_by: by,
+            });
+        }
+        duplicates.push(Duplicate {
+            soname: soname.clone(),
+            providers: list,
+        });
+    }
+    let dead_bytes = dead.iter().map(|(_, b)| b).sum();
+
+    // Siblings: two duplicated sonames that one directory provides both of. A closure that
+    // binds one from that directory and the other from elsewhere mixes copies.
+    let dup_dirs: HashMap<&str, BTreeSet<String>> = duplicates
+        .iter()
+        .map(|d| {
+            (
+                d.soname.as_str(),
+                d.providers.iter().map(|p| dir_of(&p.path)).collect(),
+            )
+        })
+        .collect();
+    let mut cross_copy = Vec::new();
+    for c in &closures {
+        let bound: Vec<(&str, &str)> = c
+            .libraries
+            .iter()
+            .filter(|b| b.via != Some(Via::Loaded))
+            .filter_map(|b| {
+                let real = b.real.as_deref()?;
+                let soname = *provider_of.get(real)?;
+                dup_dirs.contains_key(soname).then_some((soname, real))
+            })
+            .collect();
+        for (i, (a, a_real)) in bound.iter().enumerate() {
+            for (b, b_real) in &bound[i + 1..] {
+                let (a_dir, b_dir) = (dir_of(a_real), dir_of(b_real));
+                if a_dir == b_dir {
+                    continue;
+                }
+                let shared = dup_dirs[a].intersection(&dup_dirs[b]).next().is_some();
+                if shared && (dup_dirs[b].contains(&a_dir) || dup_dirs[a].contains(&b_dir)) {
+                    cross_copy.push(CrossCopy {
+                        file: c.file.clone(),
+                        soname: a.to_string(),
+                        bound: a_real.to_string(),
+                        sibling: b.to_string(),
+                        sibling_bound: b_real.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    // A libcuda.so.1 in the image that the loader reaches without any RUNPATH: through
+    // LD_LIBRARY_PATH, the cache or a system directory. (The driver's own is mounted at run
+    // time; a copy the loader finds first is a compat or stub library.)
+    let probe = ElfInfo {
+        class64: true,
+        machine: elf::EM_X86_64,
+        soname: None,
+        needed: vec!["libcuda.so.1".into()],
+        rpath: Vec::new(),
+        runpath: Vec::new(),
+        nodeflib: false,
+        interpreter: None,
+        bytes: 0,
+    };
+    let mut compat_libcuda = Vec::new();
+    for machine in [elf::EM_X86_64, elf::EM_AARCH64] {
+        let main = ElfInfo {
+            machine,
+            ..probe.clone()
+        };
+        let loaded = [Loaded {
+            real: String::new(),
+            path: "/".into(),
+            names: Vec::new(),
+            info: main.clone(),
+            loader: None,
+        }];
+        if let Some((path, real, _, via)) = linker.find(&loaded, 0, "libcuda.so.1", &main) {
+            compat_libcuda.push(format!(
+                "{path} (real {real}, reached through {})",
+                via.describe()
+            ));
+        }
+    }
+
+    Ok(LinkReport {
+        elf_files: files.len(),
+        ld_library_path: search.ld_library_path.clone(),
+        ld_so_cache: search.cache.as_ref().map(Vec::len),
+        unresolved,
+        duplicates,
+        cross_copy,
+        compat_libcuda,
+        dead,
+        dead_bytes,
+        closures,
+    })
+}
+
+/// Whether `path` belongs to the Python stack: the interpreter's extension modules and
+/// everything pip installs.
+pub fn in_python_stack(path: &str) -> bool {
+    ["/site-packages/", "/dist-packages/", "/lib-dynload/"]
+        .iter()
+        .any(|p| path.contains(p))
+}
+
+impl LinkReport {
+    /// The human report `inspect --libraries` prints.
+    pub fn to_text(&self) -> String {
+        use crate::image::inspect::human_size;
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "ELF files: {}; LD_LIBRARY_PATH: {}; /etc/ld.so.cache: {}",
+            self.elf_files,
+            if self.ld_library_path.is_empty() {
+                "unset".into()
+            } else {
+                self.ld_library_path.join(":")
+            },
+            match self.ld_so_cache {
+                Some(n) => format!("{n} entries"),
+                None => "absent (ld.so reads no ld.so.conf without it)".into(),
+            }
+        );
+        let _ = writeln!(s, "\nUnresolved libraries: {}", self.unresolved.len());
+        for u in &self.unresolved {
+            let _ = writeln!(
+                s,
+                "  {} needs {} (asked by {}){}",
+                u.file,
+                u.needed,
+                u.by,
+                if u.driver {
+                    ", the driver's: mounted at run time"
+                } else {
+                    ""
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nSonames with more than one provider: {}",
+            self.duplicates.len()
+        );
+        for d in &self.duplicates {
+            let _ = writeln!(s, "  {}", d.soname);
+            for p in &d.providers {
+                let _ = writeln!(
+                    s,
+                    "    {} ({}): {}",
+                    p.path,
+                    human_size(p.bytes),
+                    if p.bound_by.is_empty() {
+                        "bound by nothing".to_string()
+                    } else {
+                        format!("bound by {}", p.bound_by.join(", "))
+                    }
+                );
+            }
+        }
+        let _ = writeln!(s, "\nCross-copy bindings: {}", self.cross_copy.len());
+        for x in &self.cross_copy {
+            let _ = writeln!(
+                s,
+                "  {} binds {} from {} but {} from {}",
+                x.file, x.soname, x.bound, x.sibling, x.sibling_bound
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nCompat libcuda the loader reaches: {}",
+            self.compat_libcuda.len()
+        );
+        for c in &self.compat_libcuda {
+            let _ = writeln!(s, "  {c}");
+        }
+        let _ = writeln!(
+            s,
+            "\nCopies nothing binds: {} ({})",
+            self.dead.len(),
+            human_size(self.dead_bytes)
+        );
+        for (p, b) in &self.dead {
+            let _ = writeln!(s, "  {p} ({})", human_size(*b));
+        }
+        s
+    }
+}
+
+/// Opens `image` (for `platform`, else its default one) and analyzes it.
+pub fn of_transport(
+    image: &crate::image::Transport,
+    platform: Option<&crate::image::Platform>,
+) -> Result<LinkReport> {
+    let opened = match platform {
+        Some(p) => image.open_for(p)?,
+        None => image.open()?,
+    };
+    of_image(&opened)
+}
+
+/// Unpacks `image` into a temporary root and analyzes it.
+pub fn of_image(image: &crate::image::Image) -> Result<LinkReport> {
+    let config = image.config()?;
+    let env: Vec<(String, String)> = crate::image::model::strings(&config["config"]["Env"])
+        .into_iter()
+        .filter_map(|e| {
+            e.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let root = dir.path().join("rootfs");
+    crate::image::unpack::unpack(image, &root)?;
+    analyze(&root, &env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_resolve_inside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("usr/local/cuda-12.4/lib64")).unwrap();
+        std::fs::write(root.join("usr/local/cuda-12.4/lib64/libx.so.1.2"), b"x").unwrap();
+        std::os::unix::fs::symlink("/usr/local/cuda-12.4", root.join("usr/local/cuda")).unwrap();
+        std::os::unix::fs::symlink(
+            "libx.so.1.2",
+            root.join("usr/local/cuda-12.4/lib64/libx.so.1"),
+        )
+        .unwrap();
+        assert_eq!(
+            real_in(root, "/usr/local/cuda/lib64/libx.so.1").as_deref(),
+            Some("/usr/local/cuda-12.4/lib64/libx.so.1.2")
+        );
+        assert_eq!(
+            real_in(root, "/usr/local/cuda/lib64/../lib64/libx.so.1").as_deref(),
+            Some("/usr/local/cuda-12.4/lib64/libx.so.1.2")
+        );
+        // An absolute link never leaves the root.
+        std::os::unix::fs::symlink("/../../etc", root.join("up")).unwrap();
+        assert_eq!(real_in(root, "/up/passwd"), None);
+        assert_eq!(real_in(root, "/usr/local/cuda/lib64/none"), None);
+    }
+
+    #[test]
+    fn a_truncated_cache_is_an_error_not_a_panic() {
+        assert!(parse_cache(b"glibc-ld.so.cache1.1\x05\0\0\0").is_err());
+        assert!(parse_cache(b"nothing").is_err());
+    }
+}
