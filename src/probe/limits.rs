@@ -5,11 +5,11 @@
 //! well inside any budget.
 //!
 //! Sources of the floors:
-//! - NGC's PyTorch containers print, when started with docker's defaults, that "the default
-//!   shared memory limit for Docker is 64 MB ... may be insufficient for PyTorch" and recommend
-//!   `--ipc=host --ulimit memlock=-1 --ulimit stack=67108864`; NVIDIA's container docs give
-//!   `--shm-size=1g` as the alternative to `--ipc=host`: hence /dev/shm >= 1 GiB, memlock
-//!   unlimited and stack >= 64 MiB.
+//! - NGC's PyTorch containers note at start, under docker's defaults, that the SHMEM limit is
+//!   docker's default of 64 MB and may be insufficient for PyTorch, and recommend
+//!   `--ipc=host --ulimit memlock=-1 --ulimit stack=67108864`; NGC's run lines elsewhere use
+//!   `--shm-size=1g` in place of `--ipc=host`: hence /dev/shm >= 1 GiB, memlock unlimited and
+//!   stack >= 64 MiB.
 //! - NCCL's troubleshooting guide: NCCL makes its shared-memory segments in /dev/shm and fails
 //!   to initialise when too little is there (docker's default is 64 MiB); IB verbs register
 //!   (pin) host memory, which the kernel refuses past RLIMIT_MEMLOCK.
