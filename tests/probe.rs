@@ -281,7 +281,7 @@ fn fake_libcuda(code: i32) -> String {
 
 /// An NVML of driver 580.95.05 whose nvmlInit returns `init`, with `gpus` GPUs whose NVLink
 /// fabric registration is in progress; every other call is absent.
-fn fake_nvml(init: i32, gpus: u32) -> String {
+fn nvml_source(init: i32, gpus: u32) -> String {
     format!(
         "#include <stdio.h>\n\
          typedef struct {{ unsigned char cluster[16]; unsigned status; unsigned clique; unsigned char state; }} fabric;\n\
@@ -303,17 +303,9 @@ fn have_gcc() -> bool {
 
 /// `gpubake probe --json --quick` with the fake libraries first on the loader's path; the
 /// cuInit check's status and detail.
-fn probe_with(dirs: &[PathBuf]) -> (String, String, serde_json::Value) {
-    let path = dirs
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-        .args(["probe", "--json", "--quick"])
-        .env("LD_LIBRARY_PATH", path)
-        .output()
-        .unwrap();
+fn cuinit_check(dirs: &[PathBuf]) -> (String, String, serde_json::Value) {
+    let path = std::env::join_paths(dirs).unwrap();
+    let out = probe_with(Path::new(&path), &["--json", "--quick"]);
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out))
         .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
@@ -347,9 +339,9 @@ fn a_forward_compat_libcuda_on_a_newer_driver_is_named_with_both_versions() {
         dir.path(),
         "driver/libnvidia-ml.so.580.95.05",
         "libnvidia-ml.so.1",
-        &fake_nvml(0, 0),
+        &nvml_source(0, 0),
     );
-    let (status, detail, _) = probe_with(&[cuda.clone(), nvml]);
+    let (status, detail, _) = cuinit_check(&[cuda.clone(), nvml]);
     assert_eq!(status, "FAIL", "{detail}");
     assert!(detail.contains("803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)"), "{detail}");
     assert!(
@@ -379,9 +371,9 @@ fn cuinit_802_reads_each_gpu_s_fabric_state() {
         dir.path(),
         "driver/libnvidia-ml.so.580.95.05",
         "libnvidia-ml.so.1",
-        &fake_nvml(0, 1),
+        &nvml_source(0, 1),
     );
-    let (status, detail, report) = probe_with(&[cuda, nvml]);
+    let (status, detail, report) = cuinit_check(&[cuda, nvml]);
     assert_eq!(status, "FAIL", "{detail}");
     assert!(detail.contains("802 (CUDA_ERROR_SYSTEM_NOT_READY)"), "{detail}");
     assert!(
@@ -404,7 +396,7 @@ fn cuinit_804_says_forward_compat_is_not_for_this_gpu() {
         "libcuda.so.1",
         &fake_libcuda(804),
     );
-    let (status, detail, _) = probe_with(&[cuda]);
+    let (status, detail, _) = cuinit_check(&[cuda]);
     assert_eq!(status, "FAIL", "{detail}");
     assert!(detail.contains("804 (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)"), "{detail}");
     assert!(detail.contains("a forward-compatibility libcuda"), "{detail}");
@@ -524,7 +516,7 @@ fn nvml_unknown_error_with_denied_device_nodes_is_the_lost_device_cgroup() {
         dir.path(),
         "fake/libnvidia-ml.so.580.95.05",
         "libnvidia-ml.so.1",
-        &fake_nvml(999, 0),
+        &nvml_source(999, 0),
     );
     // The GPU's real device numbers (195): the container's device cgroup allows making the
     // nodes but not opening them, as after the toolkit's rules were lost.
