@@ -640,7 +640,10 @@ mod tests {
         assert_eq!(shm["source"], "/dev/shm");
         let limits = json["process"]["rlimits"].as_array().unwrap();
         for name in ["RLIMIT_MEMLOCK", "RLIMIT_STACK", "RLIMIT_NOFILE"] {
-            assert!(limits.iter().any(|l| l["type"] == name), "{name}: {limits:?}");
+            assert!(
+                limits.iter().any(|l| l["type"] == name),
+                "{name}: {limits:?}"
+            );
         }
     }
 
@@ -657,7 +660,10 @@ mod tests {
         };
         unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut hard) };
         let memlock = job_rlimits(false)[0].1;
-        assert_eq!(memlock, hard.rlim_max, "never past this process's hard limit");
+        assert_eq!(
+            memlock, hard.rlim_max,
+            "never past this process's hard limit"
+        );
     }
 
     #[test]

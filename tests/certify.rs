@@ -240,7 +240,11 @@ fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
     );
     assert!(run.stdout.contains("PASS  IPC namespace"), "{}", run.stdout);
     match &run.settings.withheld {
-        None => assert!(run.stdout.contains("PASS  RLIMIT_MEMLOCK"), "{}", run.stdout),
+        None => assert!(
+            run.stdout.contains("PASS  RLIMIT_MEMLOCK"),
+            "{}",
+            run.stdout
+        ),
         Some(refused) => assert!(refused.contains("memlock=-1"), "{refused}"),
     }
     assert!(

@@ -343,13 +343,17 @@ fn a_forward_compat_libcuda_on_a_newer_driver_is_named_with_both_versions() {
     );
     let (status, detail, _) = cuinit_check(&[cuda.clone(), nvml]);
     assert_eq!(status, "FAIL", "{detail}");
-    assert!(detail.contains("803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)"), "{detail}");
+    assert!(
+        detail.contains("803 (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)"),
+        "{detail}"
+    );
     assert!(
         detail.contains(&format!("{}/libcuda.so.575.57.08", cuda.display())),
         "{detail}"
     );
     assert!(
-        detail.contains("driver 575.57.08, CUDA 12.9") && detail.contains("kernel module is 580.95.05"),
+        detail.contains("driver 575.57.08, CUDA 12.9")
+            && detail.contains("kernel module is 580.95.05"),
         "{detail}"
     );
     assert!(detail.contains("off LD_LIBRARY_PATH"), "{detail}");
@@ -375,7 +379,10 @@ fn cuinit_802_reads_each_gpu_s_fabric_state() {
     );
     let (status, detail, report) = cuinit_check(&[cuda, nvml]);
     assert_eq!(status, "FAIL", "{detail}");
-    assert!(detail.contains("802 (CUDA_ERROR_SYSTEM_NOT_READY)"), "{detail}");
+    assert!(
+        detail.contains("802 (CUDA_ERROR_SYSTEM_NOT_READY)"),
+        "{detail}"
+    );
     assert!(
         detail.contains("GPU 0 in progress (status success, clique 7)"),
         "{detail}"
@@ -398,9 +405,18 @@ fn cuinit_804_says_forward_compat_is_not_for_this_gpu() {
     );
     let (status, detail, _) = cuinit_check(&[cuda]);
     assert_eq!(status, "FAIL", "{detail}");
-    assert!(detail.contains("804 (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)"), "{detail}");
-    assert!(detail.contains("a forward-compatibility libcuda"), "{detail}");
-    assert!(detail.contains("does not support forward compatibility"), "{detail}");
+    assert!(
+        detail.contains("804 (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("a forward-compatibility libcuda"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("does not support forward compatibility"),
+        "{detail}"
+    );
 }
 
 /// A gpubake-built image (busybox base, no Python stack) in the Docker Engine, made once.
@@ -477,7 +493,10 @@ fn docker_s_default_shm_and_a_small_memlock_are_named_with_their_flags() {
     let (status, shm) = limit(&checks, "/dev/shm");
     assert_eq!(status, "FAIL", "{shm} {err}");
     assert!(shm.starts_with("64 MiB, below 1 GiB"), "{shm}");
-    assert!(shm.contains("--ipc=host") && shm.contains("--shm-size=1g"), "{shm}");
+    assert!(
+        shm.contains("--ipc=host") && shm.contains("--shm-size=1g"),
+        "{shm}"
+    );
     assert!(shm.contains("emptyDir"), "{shm}");
     let (_, lock) = limit(&checks, "RLIMIT_MEMLOCK");
     assert!(lock.starts_with("64 KiB (hard 64 KiB)"), "{lock}");
@@ -537,7 +556,10 @@ fn nvml_unknown_error_with_denied_device_nodes_is_the_lost_device_cgroup() {
     let detail = nvml["detail"].as_str().unwrap();
     assert_eq!(nvml["status"], "FAIL");
     assert!(detail.contains("Unknown Error"), "{detail}");
-    assert!(detail.contains("/dev/nvidia0 /dev/nvidiactl are present"), "{detail}");
+    assert!(
+        detail.contains("/dev/nvidia0 /dev/nvidiactl are present"),
+        "{detail}"
+    );
     assert!(detail.contains("Operation not permitted"), "{detail}");
     assert!(detail.contains("lost device cgroup"), "{detail}");
     assert!(detail.contains("create-dev-char-symlinks"), "{detail}");

@@ -41,11 +41,12 @@ type CuDriverGetVersion = unsafe extern "C" fn(*mut i32) -> i32;
 /// Loads libcuda.so.1 and calls cuInit(0). Err: the loader's message.
 fn init() -> Result<Init, String> {
     // Loading the driver's library runs only its constructors; cuInit makes no context.
-    let lib =
-        unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| super::loader::message(&e))?;
+    let lib = unsafe { libloading::Library::new("libcuda.so.1") }
+        .map_err(|e| super::loader::message(&e))?;
     let cu_init: libloading::Symbol<CuInit> =
         unsafe { lib.get(b"cuInit\0") }.map_err(|e| super::loader::message(&e))?;
-    let path = loaded_from(*cu_init as *const libc::c_void).unwrap_or_else(|| "libcuda.so.1".into());
+    let path =
+        loaded_from(*cu_init as *const libc::c_void).unwrap_or_else(|| "libcuda.so.1".into());
     let cuda = unsafe { lib.get::<CuDriverGetVersion>(b"cuDriverGetVersion\0") }
         .ok()
         .and_then(|get| {
@@ -354,11 +355,21 @@ mod tests {
         );
         let (status, text) = explain(&i, Some("580.95.05"), None);
         assert_eq!(status, Status::Fail);
-        assert!(text.contains("575.57.08") && text.contains("580.95.05"), "{text}");
+        assert!(
+            text.contains("575.57.08") && text.contains("580.95.05"),
+            "{text}"
+        );
         assert!(text.contains("forward-compatibility libcuda"), "{text}");
-        assert!(text.contains("/usr/local/cuda-12.9/compat off LD_LIBRARY_PATH"), "{text}");
+        assert!(
+            text.contains("/usr/local/cuda-12.9/compat off LD_LIBRARY_PATH"),
+            "{text}"
+        );
 
-        let baked = init(803, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+        let baked = init(
+            803,
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+        );
         let (_, text) = explain(&baked, Some("580.95.05"), None);
         assert!(text.contains("remove it from the image"), "{text}");
     }
@@ -371,9 +382,16 @@ mod tests {
             status: "success".into(),
             clique: 0,
         }]);
-        let i = init(802, "/usr/lib/libcuda.so.1", "/usr/lib/libcuda.so.580.95.05");
+        let i = init(
+            802,
+            "/usr/lib/libcuda.so.1",
+            "/usr/lib/libcuda.so.580.95.05",
+        );
         let (_, text) = explain(&i, Some("580.95.05"), Some(&gpus));
-        assert!(text.contains("GPU 0 in progress (status success, clique 0)"), "{text}");
+        assert!(
+            text.contains("GPU 0 in progress (status success, clique 0)"),
+            "{text}"
+        );
         assert!(text.contains("nvidia-fabricmanager"), "{text}");
         assert_eq!(explain(&init(0, "a", "a"), None, None).0, Status::Pass);
         assert!(explain(&init(804, "a", "a"), None, None).1.contains("804"));
