@@ -93,7 +93,7 @@ fn filesystem_size(path: &std::path::Path) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
         return None;
     }
-    Some(u64::from(st.f_blocks) * u64::from(st.f_frsize))
+    Some(st.f_blocks * st.f_frsize)
 }
 
 /// `max` or a number, as the pids controller writes it.
