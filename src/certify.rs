@@ -786,6 +786,7 @@ fn dynamic(
         Ok(o) => o,
         Err(missing) => return ProbeRun::Lacking(missing),
     };
+    container_settings(&outcome.settings, report);
     let (run, probe) = judge_run(&outcome, wait, image);
     if let Some(probe) = probe {
         for c in probe["checks"].as_array().cloned().unwrap_or_default() {
@@ -809,6 +810,25 @@ fn dynamic(
         report.fact("probe", probe);
     }
     run
+}
+
+/// How the probe's container was run: as a training job is (`--ipc host --ulimit memlock=-1
+/// --ulimit stack=67108864` or the runtime's equivalent), or what the engine would not grant.
+fn container_settings(settings: &crate::engine::Settings, report: &mut Report) {
+    let (status, detail) = match &settings.withheld {
+        None => (
+            Status::Pass,
+            format!("run as a training job is run: {}", settings.applied),
+        ),
+        Some(refused) => (
+            Status::Warn,
+            format!(
+                "run as a training job is run ({}), except {refused}; the probe's limits show what it got",
+                settings.applied
+            ),
+        ),
+    };
+    report.push("probe", "container settings", status, detail);
 }
 
 /// What the probe's container ended with, judged: a report, a lacking environment (the
@@ -975,6 +995,7 @@ mod tests {
             stdout: stdout.into(),
             stderr: stderr.into(),
             timed_out,
+            settings: Default::default(),
         }
     }
 

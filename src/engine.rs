@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, ResourcesUlimits};
 use futures_util::StreamExt;
 use std::path::Path;
 use std::time::Duration;
@@ -57,6 +57,47 @@ pub struct RunOutcome {
     pub stderr: String,
     /// It ran past its time and was killed; the output is what it printed until then.
     pub timed_out: bool,
+    /// How the container was set up, as `docker run` flags or the runtime's equivalent.
+    pub settings: Settings,
+}
+
+/// The container's setup as a training job's: what it was given, and what the engine or
+/// runtime would not grant (its own limits are lower), which the probe's limits then show.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// What the container was given: `--ipc host --ulimit memlock=-1 ...`.
+    pub applied: String,
+    /// What was asked for and refused, with the refusal's words.
+    pub withheld: Option<String>,
+}
+
+/// NGC's PyTorch containers ask to be run with `--ipc=host --ulimit memlock=-1 --ulimit
+/// stack=67108864`: the host's IPC (and so its /dev/shm), no cap on locked memory for IB
+/// registration, and a 64 MiB stack. certify's container is run so.
+pub const TRAINING_STACK: i64 = 64 << 20;
+
+/// The host settings of a training job's container; without `memlock` the engine's own
+/// locked-memory limit stays.
+fn training_job(memlock: bool) -> (HostConfig, String) {
+    let limit = |name: &str, value: i64| ResourcesUlimits {
+        name: Some(name.into()),
+        soft: Some(value),
+        hard: Some(value),
+    };
+    let mut ulimits = vec![limit("stack", TRAINING_STACK)];
+    let mut flags = format!("--ipc host --ulimit stack={TRAINING_STACK}");
+    if memlock {
+        ulimits.insert(0, limit("memlock", -1));
+        flags = format!("--ipc host --ulimit memlock=-1 --ulimit stack={TRAINING_STACK}");
+    }
+    (
+        HostConfig {
+            ipc_mode: Some("host".into()),
+            ulimits: Some(ulimits),
+            ..Default::default()
+        },
+        flags,
+    )
 }
 
 /// A connected engine.
@@ -234,8 +275,11 @@ impl Engine {
     }
 
     /// Runs `cmd` in a new container of `image` with `gpus` and `files` (absolute path,
-    /// bytes) placed in it before it starts; waits up to `timeout`, killing it then, and
-    /// removes the container. An error means the engine could not run it.
+    /// bytes) placed in it before it starts, as a training job is run (`training_job`);
+    /// waits up to `timeout`, killing it then, and removes the container. An engine that
+    /// may not lift the locked-memory limit (one without CAP_SYS_RESOURCE, which runc needs
+    /// for it) runs the container with its own limit, and the outcome says so. An error
+    /// means the engine could not run it.
     pub fn run(
         &self,
         image: &str,
@@ -243,6 +287,27 @@ impl Engine {
         files: &[(&str, Vec<u8>)],
         gpus: &Gpus,
         timeout: Duration,
+    ) -> Result<RunOutcome> {
+        match self.run_with(image, cmd, files, gpus, timeout, training_job(true)) {
+            // runc: "error setting rlimit type 8: operation not permitted" (8 is RLIMIT_MEMLOCK).
+            Err(e) if e.to_string().contains("rlimit type 8") => {
+                let mut out =
+                    self.run_with(image, cmd, files, gpus, timeout, training_job(false))?;
+                out.settings.withheld = Some(format!("--ulimit memlock=-1: {e}"));
+                Ok(out)
+            }
+            other => other,
+        }
+    }
+
+    fn run_with(
+        &self,
+        image: &str,
+        cmd: &[&str],
+        files: &[(&str, Vec<u8>)],
+        gpus: &Gpus,
+        timeout: Duration,
+        (host, applied): (HostConfig, String),
     ) -> Result<RunOutcome> {
         let upload = files_tar(files)?;
         let requests = match gpus {
@@ -262,7 +327,7 @@ impl Engine {
             cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
             host_config: Some(HostConfig {
                 device_requests: requests,
-                ..Default::default()
+                ..host
             }),
             ..Default::default()
         };
@@ -364,6 +429,10 @@ impl Engine {
                     stdout,
                     stderr,
                     timed_out,
+                    settings: Settings {
+                        applied,
+                        withheld: None,
+                    },
                 })
             }
             .await;

@@ -123,6 +123,7 @@ impl Runtime {
             stdout,
             stderr,
             timed_out,
+            settings: bundle.settings.clone(),
         })
     }
 }
@@ -143,6 +144,7 @@ fn hybrid_cgroups(root: &Path) -> bool {
 /// A bundle on disk: `rootfs/` and `config.json`, removed when dropped.
 pub struct Bundle {
     dir: crate::interrupt::ScratchDir,
+    settings: crate::engine::Settings,
 }
 
 impl Bundle {
@@ -185,19 +187,107 @@ pub fn bundle(
         std::fs::write(&at, bytes).map_err(|e| Error::io(&at, e))?;
     }
     let spec = spec_for(config, process, &rootfs)?;
+    let privileged = may_raise_limits();
+    let limits = job_rlimits(privileged);
+    let settings = crate::engine::Settings {
+        applied: format!("{SETTINGS}, {}", describe_rlimits(&limits)),
+        withheld: (limits[0].1 != u64::MAX).then(|| {
+            "--ulimit memlock=-1: this process lacks CAP_SYS_RESOURCE, so the container gets \
+             its hard limit"
+                .to_string()
+        }),
+    };
     let file = dir.path().join("config.json");
     std::fs::write(
         &file,
         serde_json::to_vec_pretty(&spec).expect("a runtime spec serializes"),
     )
     .map_err(|e| Error::io(&file, e))?;
-    Ok(Bundle { dir })
+    Ok(Bundle { dir, settings })
+}
+
+/// What the runtime's container is given: `docker run --ipc host` and the limits of
+/// `job_rlimits`, which the bundle's settings spell out.
+pub const SETTINGS: &str = "the host's IPC namespace and /dev/shm (as --ipc host)";
+
+/// Whether this process holds CAP_SYS_RESOURCE, which lifting a hard limit needs (the runtime
+/// sets the limits with the caller's privileges).
+fn may_raise_limits() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        // CAP_SYS_RESOURCE is capability 24 (linux/capability.h).
+        .is_some_and(|caps| caps & (1 << 24) != 0)
+}
+
+/// A training job's limits (NGC's `--ulimit memlock=-1 --ulimit stack=67108864`, and many
+/// files, which NCCL and the CUDA runtime open per GPU), each capped by this process's hard
+/// limit unless it may raise it: a runtime sets them with the caller's privileges.
+fn job_rlimits(privileged: bool) -> Vec<(PosixRlimitType, u64)> {
+    let hard = |resource| {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit only writes the struct it is given.
+        if unsafe { libc::getrlimit(resource, &mut limit) } == 0 {
+            limit.rlim_max
+        } else {
+            0
+        }
+    };
+    let want = |resource, value: u64| {
+        if privileged {
+            value
+        } else {
+            value.min(hard(resource))
+        }
+    };
+    vec![
+        (
+            PosixRlimitType::RlimitMemlock,
+            want(libc::RLIMIT_MEMLOCK, u64::MAX),
+        ),
+        (
+            PosixRlimitType::RlimitStack,
+            want(libc::RLIMIT_STACK, crate::engine::TRAINING_STACK as u64),
+        ),
+        (
+            PosixRlimitType::RlimitNofile,
+            want(libc::RLIMIT_NOFILE, 1 << 20),
+        ),
+    ]
+}
+
+/// The limits as `docker run` flags would give them: `memlock=-1` for unlimited.
+fn describe_rlimits(limits: &[(PosixRlimitType, u64)]) -> String {
+    limits
+        .iter()
+        .map(|(typ, v)| {
+            let name = match typ {
+                PosixRlimitType::RlimitMemlock => "memlock",
+                PosixRlimitType::RlimitStack => "stack",
+                _ => "nofile",
+            };
+            if *v == u64::MAX {
+                format!("--ulimit {name}=-1")
+            } else {
+                format!("--ulimit {name}={v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The runtime configuration: the defaults of `runc spec` (namespaces, masked paths, the usual
 /// mounts), with the host's network (NCCL's bootstrap and sockets find the node's interfaces,
-/// as under `docker run --network host`), a `/dev/shm` without the 64 MiB cap that breaks NCCL's
-/// shared-memory transport, the image's process settings, then the CDI edits in order.
+/// as under `docker run --network host`), run as a training job is run (`SETTINGS`: the host's
+/// IPC and /dev/shm, free of the 64 MiB cap that breaks NCCL's shared-memory transport, and
+/// `job_rlimits`), the image's process settings, then the CDI edits in order.
 fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Result<Spec> {
     let image = &config["config"];
     let mut spec = Spec::default();
@@ -214,12 +304,13 @@ fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Res
         .into_iter()
         .filter(|m| m.destination() != Path::new("/dev/shm"))
         .collect();
+    // The host's IPC namespace comes with the host's /dev/shm, as under `docker run --ipc host`.
     let mut shm = Mount::default();
     shm.set_destination(PathBuf::from("/dev/shm"));
-    shm.set_typ(Some("tmpfs".into()));
-    shm.set_source(Some(PathBuf::from("shm")));
+    shm.set_typ(Some("bind".into()));
+    shm.set_source(Some(PathBuf::from("/dev/shm")));
     shm.set_options(Some(
-        ["nosuid", "noexec", "nodev", "mode=1777"]
+        ["rbind", "nosuid", "noexec", "nodev"]
             .map(String::from)
             .to_vec(),
     ));
@@ -306,26 +397,19 @@ fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Res
         user.set_additional_gids(Some(extra_gids));
     }
     proc.set_user(user);
-    // NCCL and the CUDA runtime open many files per GPU: the container gets this process's
-    // hard limit as both limits, as an engine passes its own on (never more, which would
-    // need privileges the caller may not have).
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct it is given.
-    let hard = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_max.min(1 << 20)
-    } else {
-        1024
-    };
-    let files = PosixRlimitBuilder::default()
-        .typ(PosixRlimitType::RlimitNofile)
-        .hard(hard)
-        .soft(hard)
-        .build()
-        .expect("every field of the limit is set");
-    proc.set_rlimits(Some(vec![files]));
+    proc.set_rlimits(Some(
+        job_rlimits(may_raise_limits())
+            .into_iter()
+            .map(|(typ, value)| {
+                PosixRlimitBuilder::default()
+                    .typ(typ)
+                    .hard(value)
+                    .soft(value)
+                    .build()
+                    .expect("every field of the limit is set")
+            })
+            .collect(),
+    ));
     spec.set_process(Some(proc));
 
     let mut linux = spec.linux().clone().unwrap_or_default();
@@ -334,7 +418,7 @@ fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Res
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .filter(|n| n.typ() != LinuxNamespaceType::Network)
+        .filter(|n| n.typ() != LinuxNamespaceType::Network && n.typ() != LinuxNamespaceType::Ipc)
         .collect();
     linux.set_namespaces(Some(namespaces));
     linux.set_devices((!devices.is_empty()).then_some(devices));
@@ -551,6 +635,35 @@ mod tests {
         let namespaces = json["linux"]["namespaces"].as_array().unwrap();
         assert!(!namespaces.iter().any(|n| n["type"] == "network"));
         assert!(namespaces.iter().any(|n| n["type"] == "pid"));
+        // As `docker run --ipc host`: the host's IPC namespace and its /dev/shm.
+        assert!(!namespaces.iter().any(|n| n["type"] == "ipc"));
+        assert_eq!(shm["source"], "/dev/shm");
+        let limits = json["process"]["rlimits"].as_array().unwrap();
+        for name in ["RLIMIT_MEMLOCK", "RLIMIT_STACK", "RLIMIT_NOFILE"] {
+            assert!(
+                limits.iter().any(|l| l["type"] == name),
+                "{name}: {limits:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_training_job_s_limits_are_asked_for_within_what_the_caller_may_give() {
+        let privileged = job_rlimits(true);
+        assert_eq!(
+            describe_rlimits(&privileged),
+            "--ulimit memlock=-1 --ulimit stack=67108864 --ulimit nofile=1048576"
+        );
+        let mut hard = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut hard) };
+        let memlock = job_rlimits(false)[0].1;
+        assert_eq!(
+            memlock, hard.rlim_max,
+            "never past this process's hard limit"
+        );
     }
 
     #[test]

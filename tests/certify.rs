@@ -236,6 +236,22 @@ fn the_probe_in_a_container_without_gpus_exits_3_and_says_why() {
     engine.remove_image(&tag);
     let run = run.unwrap();
     assert_eq!(run.exit_code, 3, "{}{}", run.stdout, run.stderr);
+    // The engine ran it as a training job is run: the host's IPC, and locked memory lifted
+    // unless the engine said it may not.
+    assert!(
+        run.settings.applied.starts_with("--ipc host"),
+        "{:?}",
+        run.settings
+    );
+    assert!(run.stdout.contains("PASS  IPC namespace"), "{}", run.stdout);
+    match &run.settings.withheld {
+        None => assert!(
+            run.stdout.contains("PASS  RLIMIT_MEMLOCK"),
+            "{}",
+            run.stdout
+        ),
+        Some(refused) => assert!(refused.contains("memlock=-1"), "{refused}"),
+    }
     assert!(
         run.stdout
             .contains("no NVIDIA GPU is visible to this docker"),
@@ -634,6 +650,36 @@ fn under_an_oci_runtime_with_a_gpu_less_cdi_spec_the_probe_runs_and_certify_exit
             || text.contains("NVIDIA_VISIBLE_DEVICES"),
         "the spec's environment reached the container: {text}"
     );
+    // Run as a training job is run, and the report says so; the probe inside saw it.
+    let settings = c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "container settings")
+        .unwrap_or_else(|| panic!("{text}"));
+    let detail = settings["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("run as a training job is run")
+            && detail.contains("the host's IPC namespace and /dev/shm")
+            && detail.contains("--ulimit stack="),
+        "{detail}"
+    );
+    let limit = |name: &str| {
+        probe_checks
+            .iter()
+            .find(|c| c["phase"] == "limits" && c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {probe_checks:?}"))
+            .clone()
+    };
+    assert_eq!(limit("IPC namespace")["status"], "PASS");
+    assert!(
+        limit("IPC namespace")["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the host's"),
+        "{text}"
+    );
+    assert_eq!(limit("/dev/shm")["status"], "PASS", "{text}");
 }
 
 /// No spec for the device asked for: the node lacks it, exit 3 naming where specs were sought.

@@ -5,11 +5,13 @@
 //! loaded at run time, so the probe starts anywhere and says what is missing.
 
 pub mod budget;
+pub mod causes;
 pub mod cuda;
 pub mod effective;
 pub mod env;
 pub mod framework;
 pub mod judge;
+pub mod limits;
 pub mod loader;
 pub mod nccl_log;
 pub mod nvml;
@@ -114,6 +116,7 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     };
     let disc = Discovery::system();
     environment(&disc, &mut report);
+    limits::check(&disc, &mut report);
 
     let policy = opts
         .policy
@@ -123,6 +126,7 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let budget = budget::nvml(opts.quick);
     let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
     let facts = nvml_phase(nvml_result, &disc, budget, &mut report)?;
+    causes::check(&disc, facts.as_ref(), budget, &mut report);
     let lock = compatibility(&disc, facts.as_ref(), &mut report);
     let gpus = facts.as_ref().map(|f| f.gpus.clone()).unwrap_or_default();
     if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
@@ -229,6 +233,10 @@ fn nvml_phase(
         Some(Err(nvml::Failure::NoSuchDevice(e))) => return Err(Error::Usage(e)),
         Some(Err(e @ nvml::Failure::LibraryUnloadable { .. })) => {
             report.push("nvml", "NVML", Status::Fail, e.explain());
+            return Ok(None);
+        }
+        Some(Err(nvml::Failure::Unknown(e))) if !disc.device_nodes().is_empty() => {
+            report.push("nvml", "NVML", Status::Fail, causes::nvml_unknown(disc, &e));
             return Ok(None);
         }
         Some(Err(e)) => {

@@ -93,12 +93,16 @@ pub enum Failure {
     Driver(String),
     /// `--devices` named a GPU this node does not have: bad input.
     NoSuchDevice(String),
+    /// NVML_ERROR_UNKNOWN from nvmlInit: where GPU nodes exist, the lost device cgroup.
+    Unknown(String),
 }
 
 impl Failure {
     fn from_init(e: NvmlError) -> Self {
         match e {
             NvmlError::LibloadingError(load) => load_failure(&super::loader::message(&load)),
+            // nvidia-smi prints it as "Failed to initialize NVML: Unknown Error".
+            NvmlError::Unknown => Failure::Unknown("NVML_ERROR_UNKNOWN (\"Unknown Error\")".into()),
             other => Failure::Driver(format!("NVML did not initialise: {other}")),
         }
     }
@@ -109,6 +113,7 @@ impl Failure {
             Failure::LibraryNotFound(e) | Failure::Driver(e) | Failure::NoSuchDevice(e) => {
                 e.clone()
             }
+            Failure::Unknown(e) => format!("NVML did not initialise: {e}"),
             Failure::LibraryUnloadable { dlerror, missing } => {
                 let mut text = format!("{NVML_LIBRARY} is present but does not load: {dlerror}");
                 match missing.as_deref() {
