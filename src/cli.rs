@@ -1153,39 +1153,22 @@ pub fn run(cli: Cli) -> Result<i32> {
             image,
             registry,
             json,
-            libraries: true,
+            libraries,
         } => {
-            let links = crate::image::links::of_transport(
-                &registry.transport(&image)?,
-                registry.platform()?.as_ref(),
-            )?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&links).expect("link reports serialize")
-                );
+            let image = registry.transport(&image)?;
+            let platform = registry.platform()?;
+            // The link closure or the image's own account, printed alike.
+            let (as_json, as_text) = if libraries {
+                let links = crate::image::links::of_transport(&image, platform.as_ref())?;
+                (serde_json::to_string_pretty(&links), links.to_text())
             } else {
-                print!("{}", links.to_text());
-            }
-            Ok(0)
-        }
-        Command::Inspect {
-            image,
-            registry,
-            json,
-            libraries: false,
-        } => {
-            let info = crate::image::inspect::inspect(
-                &registry.transport(&image)?,
-                registry.platform()?.as_ref(),
-            )?;
+                let info = crate::image::inspect::inspect(&image, platform.as_ref())?;
+                (serde_json::to_string_pretty(&info), info.to_text())
+            };
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&info).expect("inspections serialize")
-                );
+                println!("{}", as_json.expect("reports serialize"));
             } else {
-                print!("{}", info.to_text());
+                print!("{as_text}");
             }
             Ok(0)
         }
