@@ -113,9 +113,69 @@ fn parse<H: FileHeader<Endian = object::Endianness>>(
     Some(info)
 }
 
+/// What a path names in a tree, without following a final symbolic link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// Nothing is there.
+    Absent,
+    /// A symbolic link, with its target.
+    Link(String),
+    /// A directory.
+    Dir,
+    /// Anything else: a regular file, a device.
+    File,
+}
+
+/// A file tree the loader searches: an unpacked image, or a record of a machine's files.
+pub trait Tree {
+    /// What is at `path` (absolute, inside the tree).
+    fn entry(&self, path: &str) -> Entry;
+    /// What the ELF file at `real` (a path without symbolic links) says about linking; None
+    /// when it is no ELF file with a dynamic section.
+    fn elf(&self, real: &str) -> Option<ElfInfo>;
+    /// The bytes of the file at `real`.
+    fn read(&self, real: &str) -> std::io::Result<Vec<u8>>;
+}
+
+/// A directory taken as `/`: an unpacked image's root.
+pub struct Root<'a>(pub &'a Path);
+
+impl Root<'_> {
+    fn at(&self, path: &str) -> PathBuf {
+        self.0.join(path.trim_start_matches('/'))
+    }
+}
+
+impl Tree for Root<'_> {
+    fn entry(&self, path: &str) -> Entry {
+        match std::fs::symlink_metadata(self.at(path)) {
+            Err(_) => Entry::Absent,
+            Ok(meta) if meta.file_type().is_symlink() => std::fs::read_link(self.at(path))
+                .map(|t| Entry::Link(t.to_string_lossy().into_owned()))
+                .unwrap_or(Entry::Absent),
+            Ok(meta) if meta.is_dir() => Entry::Dir,
+            Ok(_) => Entry::File,
+        }
+    }
+
+    fn elf(&self, real: &str) -> Option<ElfInfo> {
+        read_elf(&self.at(real))
+    }
+
+    fn read(&self, real: &str) -> std::io::Result<Vec<u8>> {
+        std::fs::read(self.at(real))
+    }
+}
+
 /// The real path (inside the image) of `path` (absolute, inside the image), following
 /// symbolic links as the kernel would with `root` as `/`; None when it does not exist.
 pub fn real_in(root: &Path, path: &str) -> Option<String> {
+    real_path(&Root(root), path)
+}
+
+/// The real path of `path` in `tree`, following symbolic links as the kernel would with the
+/// tree's top as `/` (never above it); None when it does not exist.
+pub fn real_path(tree: &dyn Tree, path: &str) -> Option<String> {
     let mut parts: VecDeque<String> = components(path);
     let mut done: Vec<String> = Vec::new();
     let mut links = 0;
@@ -124,26 +184,30 @@ pub fn real_in(root: &Path, path: &str) -> Option<String> {
             done.pop();
             continue;
         }
-        let here = root.join(done.iter().collect::<PathBuf>()).join(&part);
-        let meta = std::fs::symlink_metadata(&here).ok()?;
-        if meta.file_type().is_symlink() {
-            links += 1;
-            if links > 40 {
-                return None;
+        let here = format!(
+            "/{}",
+            done.iter()
+                .chain([&part])
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+        match tree.entry(&here) {
+            Entry::Absent => return None,
+            Entry::Link(target) => {
+                links += 1;
+                if links > 40 {
+                    return None;
+                }
+                if target.starts_with('/') {
+                    done.clear();
+                }
+                for (i, p) in components(&target).into_iter().enumerate() {
+                    parts.insert(i, p);
+                }
             }
-            let target = std::fs::read_link(&here).ok()?;
-            let target = target.to_string_lossy();
-            if target.starts_with('/') {
-                done.clear();
-            }
-            for (i, p) in components(&target).into_iter().enumerate() {
-                parts.insert(i, p);
-            }
-        } else {
-            if !parts.is_empty() && !meta.is_dir() {
-                return None;
-            }
-            done.push(part);
+            Entry::File if !parts.is_empty() => return None,
+            Entry::File | Entry::Dir => done.push(part),
         }
     }
     Some(format!("/{}", done.join("/")))
@@ -172,8 +236,8 @@ pub struct Search {
 }
 
 impl Search {
-    /// The search of the image unpacked at `root` with the config's environment `env`.
-    pub fn of_root(root: &Path, env: &[(String, String)]) -> Result<Search> {
+    /// The search of `tree` with the environment `env` (an image config's).
+    pub fn of_tree(tree: &dyn Tree, env: &[(String, String)]) -> Result<Search> {
         let ld_library_path = env
             .iter()
             .rev()
@@ -185,10 +249,11 @@ impl Search {
                     .collect()
             })
             .unwrap_or_default();
-        let cache = match real_in(root, "/etc/ld.so.cache") {
+        let cache = match real_path(tree, "/etc/ld.so.cache") {
             Some(real) => {
-                let path = root.join(real.trim_start_matches('/'));
-                let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+                let bytes = tree
+                    .read(&real)
+                    .map_err(|e| Error::image("/etc/ld.so.cache", e.to_string()))?;
                 Some(parse_cache(&bytes).map_err(|why| {
                     Error::image(
                         "/etc/ld.so.cache",
@@ -202,7 +267,7 @@ impl Search {
         // Fedora, SUSE) with lib64 on 64-bit machines. `ld.so --help` lists them.
         let multiarch = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
             .into_iter()
-            .find(|t| real_in(root, &format!("/usr/lib/{t}")).is_some());
+            .find(|t| real_path(tree, &format!("/usr/lib/{t}")).is_some());
         let system = match multiarch {
             Some(t) => vec![
                 format!("/lib/{t}"),
@@ -210,7 +275,7 @@ impl Search {
                 "/lib".into(),
                 "/usr/lib".into(),
             ],
-            None if real_in(root, "/usr/lib64").is_some() => {
+            None if real_path(tree, "/usr/lib64").is_some() => {
                 vec!["/lib64".into(), "/usr/lib64".into()]
             }
             None => vec!["/lib".into(), "/usr/lib".into()],
@@ -319,57 +384,126 @@ pub struct Closure {
 
 struct Loaded {
     real: String,
-    /// The path it was opened by: `$ORIGIN` is its directory.
+    /// The path it was opened by (ld.so's `l_name`).
     path: String,
+    /// What `$ORIGIN` expands to in its paths.
+    origin: String,
     names: Vec<String>,
     info: ElfInfo,
     /// The index of the object that loaded it (None: the main object).
     loader: Option<usize>,
 }
 
+/// The objects of one process, as ld.so has loaded them so far: the main object and its
+/// DT_NEEDED closure, then whatever `dlopen` added.
+pub struct Process {
+    main: ElfInfo,
+    loaded: Vec<Loaded>,
+    /// Objects in the order their DT_NEEDED are read (breadth first).
+    order: Vec<usize>,
+    next: usize,
+    libraries: Vec<Binding>,
+}
+
+impl Process {
+    /// Every object loaded: the path it was opened by and its real path, in load order.
+    pub fn objects(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.loaded
+            .iter()
+            .map(|l| (l.path.as_str(), l.real.as_str()))
+    }
+
+    /// Every name asked for so far, in load order.
+    pub fn libraries(&self) -> &[Binding] {
+        &self.libraries
+    }
+
+    /// The object `caller` names: the path it was opened by, or its real path.
+    fn index_of(&self, caller: &str) -> Option<usize> {
+        self.loaded
+            .iter()
+            .position(|l| l.path == caller)
+            .or_else(|| self.loaded.iter().position(|l| l.real == caller))
+    }
+
+    /// The object already loaded that answers to `name`: its path, or a name it was loaded
+    /// by or its DT_SONAME (glibc's `_dl_name_match_p` and the soname compare after it).
+    fn answering(&self, name: &str) -> Option<usize> {
+        self.loaded
+            .iter()
+            .position(|l| l.path == name || l.names.iter().any(|n| n == name))
+    }
+}
+
 /// The image's ELF files and the search, with each file read once.
 pub struct Linker<'a> {
-    root: &'a Path,
+    tree: &'a dyn Tree,
     search: &'a Search,
     files: HashMap<String, Option<ElfInfo>>,
 }
 
+fn parent_of(path: &str) -> String {
+    Path::new(path)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "/".into())
+}
+
 impl<'a> Linker<'a> {
-    /// A linker over the image unpacked at `root`.
-    pub fn new(root: &'a Path, search: &'a Search) -> Self {
+    /// A linker over `tree`, searching as `search` says.
+    pub fn new(tree: &'a dyn Tree, search: &'a Search) -> Self {
         Linker {
-            root,
+            tree,
             search,
             files: HashMap::new(),
         }
     }
 
     fn info(&mut self, real: &str) -> Option<ElfInfo> {
-        let root = self.root;
+        let tree = self.tree;
         self.files
             .entry(real.to_string())
-            .or_insert_with(|| read_elf(&root.join(real.trim_start_matches('/'))))
+            .or_insert_with(|| tree.elf(real))
             .clone()
     }
 
     /// The object at `path` when it is an ELF file ld.so would load beside `main`.
     fn candidate(&mut self, path: &str, main: &ElfInfo) -> Option<(String, ElfInfo)> {
-        let real = real_in(self.root, path)?;
+        let real = real_path(self.tree, path)?;
         let info = self.info(&real)?;
         (info.class64 == main.class64 && info.machine == main.machine).then_some((real, info))
     }
 
-    /// The closure of the ELF file at `file` (an absolute path inside the image).
+    /// The closure of the ELF file at `file` (an absolute path inside the image), as
+    /// `ldd FILE` lists it.
     pub fn closure(&mut self, file: &str) -> Option<Closure> {
-        let real = real_in(self.root, file)?;
+        let process = self.start(file)?;
+        Some(Closure {
+            file: file.to_string(),
+            libraries: process.libraries,
+        })
+    }
+
+    /// A process of the program at `file`, started as the kernel and ld.so start it: the
+    /// program, its interpreter, and the DT_NEEDED closure.
+    pub fn start(&mut self, file: &str) -> Option<Process> {
+        let real = real_path(self.tree, file)?;
         let main = self.info(&real)?;
-        let mut loaded = vec![Loaded {
-            real,
-            path: file.to_string(),
-            names: main.soname.iter().cloned().collect(),
-            info: main.clone(),
-            loader: None,
-        }];
+        let mut process = Process {
+            main: main.clone(),
+            loaded: vec![Loaded {
+                // The main program's `$ORIGIN` is its real directory (/proc/self/exe).
+                origin: parent_of(&real),
+                real,
+                path: file.to_string(),
+                names: main.soname.iter().cloned().collect(),
+                info: main.clone(),
+                loader: None,
+            }],
+            order: vec![0],
+            next: 0,
+            libraries: Vec::new(),
+        };
         // ld.so itself is loaded before anything else asks: libc's DT_NEEDED on
         // ld-linux-x86-64.so.2 finds it by its soname.
         if let Some(interp) = &main.interpreter
@@ -377,74 +511,110 @@ impl<'a> Linker<'a> {
         {
             let mut names: Vec<String> = info.soname.iter().cloned().collect();
             names.push(interp.clone());
-            loaded.push(Loaded {
+            process.loaded.push(Loaded {
                 real,
                 path: interp.clone(),
+                origin: parent_of(interp),
                 names,
                 info,
                 loader: Some(0),
             });
         }
-        let mut libraries = Vec::new();
-        let mut next = 0;
-        let mut order = vec![0];
-        while next < order.len() {
-            let asker = order[next];
-            next += 1;
-            for needed in loaded[asker].info.needed.clone() {
-                let by = loaded[asker].path.clone();
-                if let Some(i) = loaded.iter().position(|l| l.names.contains(&needed)) {
-                    if i == 1 && !order.contains(&1) {
-                        order.push(1);
-                    }
-                    libraries.push(Binding {
-                        needed,
-                        by,
-                        path: Some(loaded[i].path.clone()),
-                        real: Some(loaded[i].real.clone()),
-                        via: Some(Via::Loaded),
-                    });
-                    continue;
-                }
-                match self.find(&loaded, asker, &needed, &main) {
-                    Some((path, real, info, via)) => {
-                        if let Some(i) = loaded.iter().position(|l| l.real == real) {
-                            // The same file by another name (ld.so compares the inode).
-                            loaded[i].names.push(needed.clone());
-                        } else {
-                            let mut names: Vec<String> = info.soname.iter().cloned().collect();
-                            names.push(needed.clone());
-                            loaded.push(Loaded {
-                                real: real.clone(),
-                                path: path.clone(),
-                                names,
-                                info,
-                                loader: Some(asker),
-                            });
-                            order.push(loaded.len() - 1);
-                        }
-                        libraries.push(Binding {
-                            needed,
-                            by,
-                            path: Some(path),
-                            real: Some(real),
-                            via: Some(via),
-                        });
-                    }
-                    None => libraries.push(Binding {
-                        needed,
-                        by,
-                        path: None,
-                        real: None,
-                        via: None,
-                    }),
-                }
+        self.load_needed(&mut process);
+        Some(process)
+    }
+
+    /// What `dlopen(name)` called from the object `caller` (the path it was opened by, as
+    /// LD_DEBUG names it) loads: the object and then its DT_NEEDED closure. The binding of
+    /// `name` itself is returned (its path None when ld.so finds nothing, as dlopen fails);
+    /// None when `caller` is not loaded.
+    pub fn dlopen(&mut self, process: &mut Process, caller: &str, name: &str) -> Option<Binding> {
+        let asker = process.index_of(caller)?;
+        let binding = self.bind(process, asker, name);
+        self.load_needed(process);
+        Some(binding)
+    }
+
+    /// Where ld.so would find `name` asked by the object `caller`, without loading it: the
+    /// path it opens, its real path and the step that found it. None when nothing answers
+    /// or `caller` is not loaded.
+    pub fn search_from(
+        &mut self,
+        process: &Process,
+        caller: &str,
+        name: &str,
+    ) -> Option<(String, String, Via)> {
+        let asker = process.index_of(caller)?;
+        if let Some(i) = process.answering(name) {
+            let l = &process.loaded[i];
+            return Some((l.path.clone(), l.real.clone(), Via::Loaded));
+        }
+        self.find(&process.loaded, asker, name, &process.main.clone())
+            .map(|(path, real, _, via)| (path, real, via))
+    }
+
+    /// The DT_NEEDED of every object not yet read, breadth first, as `_dl_map_object_deps`.
+    fn load_needed(&mut self, process: &mut Process) {
+        while process.next < process.order.len() {
+            let asker = process.order[process.next];
+            process.next += 1;
+            for needed in process.loaded[asker].info.needed.clone() {
+                let binding = self.bind(process, asker, &needed);
+                process.libraries.push(binding);
             }
         }
-        Some(Closure {
-            file: file.to_string(),
-            libraries,
-        })
+    }
+
+    /// Binds `needed`, asked by `process.loaded[asker]`: an object already loaded that
+    /// answers to it, else the search's find, loaded and queued for its own DT_NEEDED.
+    fn bind(&mut self, process: &mut Process, asker: usize, needed: &str) -> Binding {
+        let by = process.loaded[asker].path.clone();
+        if let Some(i) = process.answering(needed) {
+            // The interpreter is loaded first but its DT_NEEDED are read when asked for.
+            if !process.order.contains(&i) {
+                process.order.push(i);
+            }
+            return Binding {
+                needed: needed.to_string(),
+                by,
+                path: Some(process.loaded[i].path.clone()),
+                real: Some(process.loaded[i].real.clone()),
+                via: Some(Via::Loaded),
+            };
+        }
+        let main = process.main.clone();
+        let Some((path, real, info, via)) = self.find(&process.loaded, asker, needed, &main) else {
+            return Binding {
+                needed: needed.to_string(),
+                by,
+                path: None,
+                real: None,
+                via: None,
+            };
+        };
+        if let Some(i) = process.loaded.iter().position(|l| l.real == real) {
+            // The same file by another name (ld.so compares the inode).
+            process.loaded[i].names.push(needed.to_string());
+        } else {
+            let mut names: Vec<String> = info.soname.iter().cloned().collect();
+            names.push(needed.to_string());
+            process.loaded.push(Loaded {
+                real: real.clone(),
+                origin: parent_of(&path),
+                path: path.clone(),
+                names,
+                info,
+                loader: Some(asker),
+            });
+            process.order.push(process.loaded.len() - 1);
+        }
+        Binding {
+            needed: needed.to_string(),
+            by,
+            path: Some(path),
+            real: Some(real),
+            via: Some(via),
+        }
     }
 
     /// ld.so's search for `needed`, asked by `loaded[asker]`.
@@ -459,21 +629,19 @@ impl<'a> Linker<'a> {
             let (real, info) = self.candidate(needed, main)?;
             return Some((needed.to_string(), real, info, Via::Path));
         }
-        let origin_of = |l: &Loaded| -> String {
-            Path::new(&l.path)
-                .parent()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "/".into())
-        };
         let expand = |dirs: &[String], l: &Loaded| -> Vec<String> {
-            let origin = origin_of(l);
             dirs.iter()
-                .map(|d| d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin))
+                .map(|d| {
+                    d.replace("${ORIGIN}", &l.origin)
+                        .replace("$ORIGIN", &l.origin)
+                })
                 .collect()
         };
         let mut tries: Vec<(Vec<String>, Via)> = Vec::new();
         let me = &loaded[asker];
         if me.info.runpath.is_empty() {
+            // The asking object's DT_RPATH, then that of each object that loaded it, up to
+            // the main program's.
             let mut at = Some(asker);
             while let Some(i) = at {
                 tries.push((expand(&loaded[i].info.rpath, &loaded[i]), Via::Rpath));
@@ -611,8 +779,9 @@ fn dir_of(path: &str) -> String {
 
 /// The link closure of the image unpacked at `root`, whose config's environment is `env`.
 pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
-    let search = Search::of_root(root, env)?;
-    let mut linker = Linker::new(root, &search);
+    let tree = Root(root);
+    let search = Search::of_tree(&tree, env)?;
+    let mut linker = Linker::new(&tree, &search);
     let mut files = Vec::new();
     for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
         let entry = entry.map_err(|e| Error::io(root, e.into()))?;
@@ -769,6 +938,7 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
         let loaded = [Loaded {
             real: String::new(),
             path: "/".into(),
+            origin: "/".into(),
             names: Vec::new(),
             info: main.clone(),
             loader: None,
