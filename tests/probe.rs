@@ -131,18 +131,49 @@ fn the_quick_probe_passes_on_a_gpu() {
     );
 }
 
-/// A stand-in `libnvidia-ml.so.1` built with the C compiler: NVML that initialises, reports
-/// two GPUs, and cannot open GPU 1 (as for a GPU fallen off the bus). With `needs`, it is
-/// linked against a library that is then deleted, so loading it fails as in an image that
-/// lacks a dependency. None when no C compiler is installed.
-fn fake_nvml(dir: &std::path::Path, needs: Option<&str>) -> Option<std::path::PathBuf> {
-    let cc = |args: &[&str]| {
-        std::process::Command::new("cc")
-            .args(args)
-            .current_dir(dir)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+/// Builds a shared object from the C `source` with gcc at `dir/path`, its DT_SONAME
+/// `soname`, linked against `link` (paths relative to `dir`; kept as DT_NEEDED). None, with the
+/// reason printed, when gcc cannot build it.
+fn gcc_library(
+    dir: &Path,
+    path: &str,
+    soname: &str,
+    source: &str,
+    link: &[&str],
+) -> Option<PathBuf> {
+    let file = dir.join(path);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let c = dir.join(format!("{soname}.c"));
+    std::fs::write(&c, source).unwrap();
+    let out = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,--no-as-needed", "-o"])
+        .arg(&file)
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg(&c)
+        .args(link)
+        .current_dir(dir)
+        .output();
+    match out {
+        Ok(out) if out.status.success() => Some(file),
+        Ok(out) => {
+            eprintln!(
+                "skipped: gcc cannot build {path}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped: no gcc to build {path}: {e}");
+            None
+        }
+    }
+}
+
+/// A stand-in `libnvidia-ml.so.1` built with gcc: NVML that initialises, reports two GPUs,
+/// and cannot open GPU 1 (as for a GPU fallen off the bus). With `needs`, it is linked against
+/// a library that is then deleted, so loading it fails as in an image that lacks a
+/// dependency. None when gcc cannot build it.
+fn fake_nvml(dir: &Path, needs: Option<&str>) -> Option<PathBuf> {
     let source = r#"
         #include <stdio.h>
         int nvmlInit_v2(void) { return 0; }
@@ -157,32 +188,26 @@ fn fake_nvml(dir: &std::path::Path, needs: Option<&str>) -> Option<std::path::Pa
             return 0;
         }
     "#;
-    std::fs::write(dir.join("nvml.c"), source).unwrap();
-    let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    let built = match needs {
-        None => cc(&["-shared", "-fPIC", "-o", "lib/libnvidia-ml.so.1", "nvml.c"]),
-        Some(dep) => {
-            std::fs::write(dir.join("dep.c"), "int gpubake_dep(void) { return 0; }\n").unwrap();
-            let soname = format!("-Wl,-soname,{dep}");
-            cc(&["-shared", "-fPIC", &soname, "-o", dep, "dep.c"])
-                && cc(&[
-                    "-shared",
-                    "-fPIC",
-                    "-Wl,--no-as-needed",
-                    "-o",
-                    "lib/libnvidia-ml.so.1",
-                    "nvml.c",
-                    &format!("./{dep}"),
-                ])
-                && std::fs::remove_file(dir.join(dep)).is_ok()
-        }
+    let dep = needs.map(|dep| {
+        gcc_library(dir, dep, dep, "int gpubake_dep(void) { return 0; }\n", &[])
+            .map(|_| format!("./{dep}"))
+    });
+    let link: Vec<&str> = match &dep {
+        Some(Some(dep)) => vec![dep.as_str()],
+        Some(None) => return None,
+        None => Vec::new(),
     };
-    if !built {
-        eprintln!("skipped: no working C compiler (cc) to build a stand-in NVML");
-        return None;
+    let lib = gcc_library(
+        dir,
+        "lib/libnvidia-ml.so.1",
+        "libnvidia-ml.so.1",
+        source,
+        &link,
+    )?;
+    if let Some(dep) = needs {
+        std::fs::remove_file(dir.join(dep)).unwrap();
     }
-    Some(lib)
+    Some(lib.parent().unwrap().to_path_buf())
 }
 
 fn probe_with(lib: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -248,24 +273,9 @@ fn an_nvml_that_does_not_load_names_what_is_missing() {
 }
 
 /// Builds a shared object from `source` with gcc at `dir/path` (soname `soname`) and links
-/// `soname` to it, as a driver package installs its libraries.
+/// `soname` to it, as a driver package installs its libraries; the link's directory.
 fn fake_library(dir: &Path, path: &str, soname: &str, source: &str) -> PathBuf {
-    let file = dir.join(path);
-    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let c = dir.join(format!("{soname}.c"));
-    std::fs::write(&c, source).unwrap();
-    let out = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&file)
-        .arg(format!("-Wl,-soname,{soname}"))
-        .arg(&c)
-        .output()
-        .expect("gcc runs");
-    assert!(
-        out.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let file = gcc_library(dir, path, soname, source, &[]).expect("gcc builds the library");
     let link = file.parent().unwrap().join(soname);
     std::os::unix::fs::symlink(file.file_name().unwrap(), &link).unwrap();
     link.parent().unwrap().to_path_buf()
