@@ -255,10 +255,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     // list, is bad input before any image is read.
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
     check_device_names(opts)?;
-    let opened = match &opts.platform {
-        Some(p) => image.open_for(p)?,
-        None => image.open()?,
-    };
+    let opened = image.open_platform(opts.platform.as_ref())?;
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.digest()));
 

@@ -237,7 +237,8 @@ enum Command {
         recipe: Option<PathBuf>,
         #[command(flatten)]
         files: RecipeFiles,
-        /// Where to write the image.
+        /// Where to write the image: a layout, an archive, an engine's NAME:TAG or a registry's
+        /// tag (a reference by digest names an image that exists and is refused).
         #[arg(long, value_name = "DEST")]
         to: String,
         /// The base image; when absent, the recipe's `base`, pulled from its registry
@@ -825,7 +826,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             for path in sbom.iter().chain(&lock_out) {
                 crate::fsutil::output_target(path)?;
             }
-            let to = registry.transport(&to)?;
+            let to = registry.transport(&to)?.destination()?;
             let explicit = from.is_some();
             let from = match from {
                 Some(f) => Some(registry.transport(&f)?),
@@ -1109,7 +1110,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             registry,
             json,
         } => {
-            let (src, dest) = (registry.transport(&src)?, registry.transport(&dest)?);
+            let (src, dest) = (
+                registry.transport(&src)?,
+                registry.transport(&dest)?.destination()?,
+            );
             let start = std::time::Instant::now();
             let copied = src.copy_platforms(&dest, registry.platform()?.as_ref())?;
             let seconds = start.elapsed().as_secs_f64();

@@ -1413,10 +1413,15 @@ fn a_platform_the_image_is_not_for_is_refused_naming_the_one_it_is_for() {
     };
     let dir = tempfile::tempdir().unwrap();
     let said = format!("the image is for {host} only, not {other}");
-    for cmd in ["inspect", "verify"] {
-        let out = gpubake(&[cmd, &from_base(), "--platform", other]);
+    for cmd in [
+        &["inspect"][..],
+        &["inspect", "--libraries"],
+        &["verify"],
+        &["certify", "--gpus", "none"],
+    ] {
+        let out = gpubake(&[cmd, &[&from_base(), "--platform", other]].concat());
         assert_exit(&out, 2);
-        assert!(stderr(&out).contains(&said), "{cmd}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&said), "{cmd:?}: {}", stderr(&out));
     }
     let to = dir.path().join("to");
     let out = gpubake(&["copy", &from_base(), &oci(&to, "1"), "--platform", other]);
@@ -1427,6 +1432,33 @@ fn a_platform_the_image_is_not_for_is_refused_naming_the_one_it_is_for() {
     let host = host.to_string();
     let out = gpubake(&["copy", &from_base(), &oci(&to, "1"), "--platform", &host]);
     assert_exit(&out, 0);
+}
+
+/// A reference by digest or an engine's image ID names an image that exists: as the place to
+/// write one it is bad input, refused before any reading or building.
+#[test]
+fn a_destination_by_digest_is_refused_before_anything_is_read() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let recipe = common::root().join("examples/debian-pytorch2.9.yaml");
+    for to in [
+        format!("docker://127.0.0.1:1/team/train@{digest}"),
+        format!("docker-daemon:{digest}"),
+    ] {
+        // The base does not exist: only a check before reading it can answer 2 naming `to`.
+        let out = gpubake(&[
+            "build",
+            recipe.to_str().unwrap(),
+            "--from",
+            "oci:/nonexistent/base:1",
+            "--to",
+            &to,
+        ]);
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains(&to), "{to}: {}", stderr(&out));
+        let out = gpubake(&["copy", "oci:/nonexistent/base:1", &to]);
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains(&to), "{to}: {}", stderr(&out));
+    }
 }
 
 #[test]

@@ -1063,11 +1063,7 @@ pub fn of_transport(
     image: &crate::image::Transport,
     platform: Option<&crate::image::Platform>,
 ) -> Result<LinkReport> {
-    let opened = match platform {
-        Some(p) => image.open_for(p)?,
-        None => image.open()?,
-    };
-    of_image(&opened)
+    of_image(&image.open_platform(platform)?)
 }
 
 /// Unpacks `image` into a temporary root and analyzes it.

@@ -180,6 +180,28 @@ impl fmt::Display for Transport {
 }
 
 impl Transport {
+    /// This transport as the place an image is written to: a registry reference by digest
+    /// and an engine's image ID name what exists and are refused (exit 2), before any work.
+    pub fn destination(self) -> Result<Self> {
+        match &self {
+            Transport::Registry(remote) if remote.parsed()?.digest().is_some() => {
+                Err(Error::Usage(format!(
+                    "docker://{}: an image is written to a tag, not a digest (the digest \
+                     is what the registry computes from the manifest); write \
+                     docker://REGISTRY/NAME:TAG",
+                    remote.reference
+                )))
+            }
+            Transport::DockerDaemon(id) if id.parse::<super::digest::Digest>().is_ok() => {
+                Err(Error::Usage(format!(
+                    "docker-daemon:{id}: an image ID names an image the engine has; write \
+                     docker-daemon:NAME:TAG"
+                )))
+            }
+            _ => Ok(self),
+        }
+    }
+
     /// A recipe's `base:` as a transport. One written with a transport (`oci:DIR:TAG`,
     /// `docker-archive:FILE`, `docker-daemon:NAME:TAG`, `docker://…`) is that; a plain image
     /// reference (`nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04`,
