@@ -2,10 +2,10 @@
 //! time serde_yaml alone takes to parse the same file (the peer every stage starts with).
 //! Medians over many runs; the table is printed, nothing is asserted.
 
+use gpubake::bake::render::{ContextPlan, DEFAULT_TEMPLATE, render};
 use gpubake::document::Document;
 use gpubake::lint::{LintOptions, lint_file};
 use gpubake::recipe::LoadedRecipe;
-use gpubake::render::{ContextPlan, DEFAULT_TEMPLATE, render};
 use gpubake::resolve::{Options, resolve_recipe};
 use std::hint::black_box;
 use std::path::Path;

@@ -4,16 +4,16 @@
 //! lock, no secrets in `Env`, layer count and sizes); the dynamic check runs `gpubake probe`
 //! inside a container of the image on the GPUs asked for, and folds its report in.
 
+use crate::bake::fs::read_file;
+use crate::bake::inspect::{Verification, verify_image};
 use crate::engine::{Engine, Gpus, RunOutcome};
-use crate::error::Result;
-use crate::image::Transport;
-use crate::image::build::STACK_LABEL;
-use crate::image::fs::read_file;
-use crate::image::inspect::{human_size, verify_image};
+use crate::error::{Error, Result};
 use crate::image::model::{Image, strings};
+use crate::image::{Platform, Transport, referrers};
 use crate::lint::{Context, Severity, check_var};
-use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
+use crate::lock::{LOCK_PATH_IN_IMAGE, Lock, STACK_LABEL};
 use crate::probe::report::{Report, Status};
+use crate::units::human_size;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -87,18 +87,6 @@ impl CertifyOptions {
     }
 }
 
-/// Variable names that hold secrets and must not be baked into an image.
-pub fn looks_secret(name: &str) -> bool {
-    let n = name.to_ascii_uppercase();
-    n.ends_with("_TOKEN")
-        || n.ends_with("_KEY")
-        || n.contains("PASSWORD")
-        || n.contains("SECRET")
-        || n.ends_with("_CREDENTIALS")
-        || n == "TOKEN"
-        || n == "API_KEY"
-}
-
 /// What a certificate's checks covered: the static checks alone, or also the probe on GPUs
 /// (which GPUs, which run, under what). Recorded in the certificate as the fact `scope`, so a
 /// certificate made with `--gpus none` cannot pass for one that met a GPU.
@@ -169,9 +157,6 @@ impl Scope {
     }
 }
 
-/// The annotation of a certificate artifact that holds its [`Scope`] in short.
-pub const SCOPE: &str = "io.gpubake.scope";
-
 /// Whether `certificate` (attached as an artifact whose verdict annotation is `verdict`)
 /// certifies the image `digest`: a passing verdict, no failed check, and a probe on GPUs
 /// unless `static_ok`. Ok: what it certifies; Err: why it does not.
@@ -229,13 +214,16 @@ pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
         &serde_json::to_vec_pretty(report).expect("reports serialize"),
         std::collections::BTreeMap::from([
             (
-                crate::image::inspect::VERDICT.to_string(),
+                crate::image::referrers::VERDICT.to_string(),
                 verdict.to_string(),
             ),
-            (SCOPE.to_string(), scope.annotation()),
+            (
+                crate::image::referrers::SCOPE.to_string(),
+                scope.annotation(),
+            ),
             (
                 "org.opencontainers.image.created".to_string(),
-                crate::image::build::rfc3339(now),
+                crate::units::rfc3339(now),
             ),
         ]),
     )
@@ -467,7 +455,7 @@ fn secrets(env: &[(String, String)], report: &mut Report) {
     let found: Vec<&str> = env
         .iter()
         .map(|(k, _)| k.as_str())
-        .filter(|k| looks_secret(k))
+        .filter(|k| crate::lint::looks_secret(k))
         .collect();
     if found.is_empty() {
         report.push(
@@ -604,7 +592,7 @@ fn contents(
         );
         return Ok(());
     };
-    let found = crate::image::fs::contents(opened)?;
+    let found = crate::bake::fs::contents(opened)?;
     let preflight = config["config"]["Labels"][STACK_LABEL].as_str() == Some("none");
     if preflight && !found.dists.contains_key("torch") {
         report.push(
@@ -624,7 +612,7 @@ fn contents(
 }
 
 /// The verdict of [`contents`], apart from reading the image.
-fn judge_contents(lock: &Lock, found: &crate::image::fs::Contents) -> (Status, String) {
+fn judge_contents(lock: &Lock, found: &crate::bake::fs::Contents) -> (Status, String) {
     use crate::closure::normalize;
     let mut wrong = Vec::new();
     let mut checked = 0usize;
@@ -982,6 +970,55 @@ fn in_runtime(
     runtime.run(&bundle, wait).map_err(|e| e.to_string())
 }
 
+/// `verify`'s checks, and a check that a registry holds a certificate of this exact image whose
+/// verdict passed and whose probe ran on GPUs (`verify --certified`); with `static_ok`, a
+/// certificate of the static checks alone (`certify --gpus none`) is accepted too.
+pub fn verify_certified(
+    image: &Transport,
+    platform: Option<&Platform>,
+    static_ok: bool,
+) -> Result<Verification> {
+    let Transport::Registry(remote) = image else {
+        return Err(Error::Usage(format!(
+            "{image}: --certified reads certificates attached in a registry; name the image \
+             as docker://REGISTRY/NAME:TAG"
+        )));
+    };
+    let img = image.open_platform(platform)?;
+    let mut v = verify_image(&img, image)?;
+    let digest = img.digest();
+    let mut found = Vec::new();
+    for r in referrers::referrers(remote, &digest)?
+        .into_iter()
+        .filter(|r| r.artifact_type == referrers::CERTIFICATE_TYPE)
+    {
+        let content = referrers::artifact_content(remote, &r.digest)?;
+        let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
+        let verdict = r.annotations.get(referrers::VERDICT).map(String::as_str);
+        found.push((
+            r.digest,
+            judge_certificate(&cert, verdict, &digest, static_ok),
+        ));
+    }
+    v.check(
+        "certificate",
+        match found.iter().find(|(_, judged)| judged.is_ok()) {
+            Some((d, Ok(what))) => Ok(format!("{d} certifies {digest}: {what}")),
+            _ if found.is_empty() => Err(format!("no certificate is attached to {digest}")),
+            _ => Err(format!(
+                "{} certificate(s) attached to {digest}, none accepted: {}",
+                found.len(),
+                found
+                    .iter()
+                    .map(|(d, judged)| format!("{d}: {}", judged.as_ref().err().map_or("", |e| e)))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+        },
+    );
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1122,7 +1159,7 @@ mod tests {
             "AWS_SECRET_ACCESS_KEY",
             "GCP_CREDENTIALS",
         ] {
-            assert!(looks_secret(name), "{name}");
+            assert!(crate::lint::looks_secret(name), "{name}");
         }
         for name in [
             "NCCL_IB_HCA",
@@ -1131,13 +1168,13 @@ mod tests {
             "NVIDIA_VISIBLE_DEVICES",
             "TOKENIZERS_PARALLELISM",
         ] {
-            assert!(!looks_secret(name), "{name}");
+            assert!(!crate::lint::looks_secret(name), "{name}");
         }
     }
 
     #[test]
     fn pins_are_judged_against_installed_metadata_and_libnccl() {
-        use crate::image::fs::Contents;
+        use crate::bake::fs::Contents;
         let lock = crate::resolve::resolve_recipe(
             &crate::recipe::LoadedRecipe::builtin_default(),
             &crate::resolve::Options::default(),

@@ -2,12 +2,12 @@
 //! result as text or JSON. Exit codes: 0 pass, 1 a check failed, 2 bad input or usage,
 //! 3 something the environment lacks.
 
+use crate::bake::render;
 use crate::compat::Compat;
 use crate::error::{Error, Location, Result};
 use crate::lint::{self, LintOptions};
 use crate::preset::{Catalog, MergedEnv};
 use crate::recipe::{DEFAULT_RECIPE, LoadedRecipe};
-use crate::render;
 use crate::resolve::{self, Options};
 use crate::version::Version;
 use clap::{Parser, Subcommand};
@@ -674,7 +674,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                         "wrote {}: {} wheels, {}",
                         path.display(),
                         closure.wheels.len(),
-                        crate::image::inspect::human_size(bytes)
+                        crate::units::human_size(bytes)
                     );
                     closures.push(closure);
                 }
@@ -847,14 +847,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             };
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
-                    let found = crate::image::fs::base_glibc(&base.open().map_err(recipe_base)?)
+                    let found = crate::bake::fs::base_glibc(&base.open().map_err(recipe_base)?)
                         .map_err(recipe_base)?;
                     // Said only where there are wheels to check, and where the base is
                     // another than the recipe's (the lock records the glibc either way).
                     if let Some((v, what)) = &found
                         && explicit
                         && !without_python
-                        && !crate::image::build::base_is_the_recipes(base, &loaded.recipe.base)
+                        && !crate::bake::build::base_is_the_recipes(base, &loaded.recipe.base)
                     {
                         eprintln!(
                             "note: checking the wheels against {what} {v}, read from {base}, \
@@ -907,7 +907,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             let only = registry.platform()?;
             if let Some(base) = &from {
-                crate::image::build::check_base(base, &resolved, only.as_ref(), !without_python)
+                crate::bake::build::check_base(base, &resolved, only.as_ref(), !without_python)
                     .map_err(recipe_base)?;
             }
             let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
@@ -947,12 +947,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             // A base read from elsewhere than the recipe's registry reference is not the one
             // the base label names: the lock the image carries says what its config says.
             if let Some(base) = &from
-                && !crate::image::build::base_is_the_recipes(base, &resolved.lock.base)
+                && !crate::bake::build::base_is_the_recipes(base, &resolved.lock.base)
             {
-                resolved
-                    .lock
-                    .labels
-                    .shift_remove(crate::image::build::BASE_NAME);
+                resolved.lock.labels.shift_remove(crate::lock::BASE_NAME);
             }
             let closure = match closures.as_slice() {
                 [(_, one)] => Some(one.clone()),
@@ -965,8 +962,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                     wheels.push(w.clone());
                 }
             }
-            let epoch = crate::image::build::source_date_epoch()?;
-            let opts = crate::image::BuildOptions {
+            let epoch = crate::bake::build::source_date_epoch()?;
+            let opts = crate::bake::BuildOptions {
                 to,
                 from: from.clone(),
                 compression,
@@ -979,7 +976,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
             };
             let start = std::time::Instant::now();
-            let platforms = crate::image::PlatformOptions {
+            let platforms = crate::bake::PlatformOptions {
                 only,
                 probes: probe_binary,
                 closures: if closures.len() > 1 {
@@ -988,7 +985,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     Vec::new()
                 },
             };
-            let report = crate::image::build_for(&loaded, &resolved, &opts, &platforms)
+            let report = crate::bake::build_for(&loaded, &resolved, &opts, &platforms)
                 .map_err(recipe_base)?;
             if let Some(path) = &lock_out {
                 crate::closure::write_lock(&resolved.lock, &closures, path)?;
@@ -1012,7 +1009,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     path,
                     &opts.to,
                     &report.manifest,
-                    &crate::image::build::rfc3339(opts.epoch),
+                    &crate::units::rfc3339(opts.epoch),
                 )?;
                 eprintln!("wrote the SBOM to {}", path.display());
                 if let Some(artifact) = attached {
@@ -1055,7 +1052,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                         "  {:<8} {} {:>9} {}",
                         l.name,
                         l.digest,
-                        crate::image::inspect::human_size(l.size),
+                        crate::units::human_size(l.size),
                         if l.reused { "reused" } else { "written" }
                     );
                 }
@@ -1078,7 +1075,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 ))
             })?;
             let python_root = python_root.as_deref().unwrap_or(&root);
-            let python = crate::image::stack::find_python_in(python_root, &want).map_err(|m| {
+            let python = crate::bake::stack::find_python_in(python_root, &want).map_err(|m| {
                 Error::Environment(format!(
                     "{}: {m}; the venv runs on the CPython of --root, or of --python-root \
                      when the stack is installed apart from the image's filesystem",
@@ -1090,14 +1087,14 @@ pub fn run(cli: Cli) -> Result<i32> {
                 offline,
                 ..Default::default()
             };
-            let epoch = crate::image::build::source_date_epoch()?;
+            let epoch = crate::bake::build::source_date_epoch()?;
             let start = std::time::Instant::now();
             let files =
-                crate::image::stack::install_into(&root, &closure, &python, &cache, &fetch, epoch)?;
+                crate::bake::stack::install_into(&root, &closure, &python, &cache, &fetch, epoch)?;
             println!(
                 "installed {} wheels ({files} files) into {} over {} in {:.1} s",
                 closure.wheels.len(),
-                root.join(crate::image::stack::VENV.trim_start_matches('/'))
+                root.join(crate::lock::VENV.trim_start_matches('/'))
                     .display(),
                 python.path,
                 start.elapsed().as_secs_f64()
@@ -1141,11 +1138,11 @@ pub fn run(cli: Cli) -> Result<i32> {
                         "index"
                     },
                     copied.digest,
-                    crate::image::inspect::human_size(bytes),
+                    crate::units::human_size(bytes),
                     copied.blobs
                 );
                 if copied.made_here {
-                    println!("  {}", crate::image::inspect::MADE_HERE.trim_start());
+                    println!("  {}", crate::bake::inspect::MADE_HERE.trim_start());
                 }
                 if !copied.platforms.is_empty() {
                     println!("  platforms {}", copied.platforms.join(", "));
@@ -1166,7 +1163,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 let links = crate::image::links::of_transport(&image, platform.as_ref())?;
                 (serde_json::to_string_pretty(&links), links.to_text())
             } else {
-                let info = crate::image::inspect::inspect(&image, platform.as_ref())?;
+                let info = crate::bake::inspect::inspect(&image, platform.as_ref())?;
                 (serde_json::to_string_pretty(&info), info.to_text())
             };
             if json {
@@ -1185,13 +1182,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         } => {
             let image = registry.transport(&image)?;
             let v = if certified {
-                crate::image::inspect::verify_certified(
-                    &image,
-                    registry.platform()?.as_ref(),
-                    static_ok,
-                )?
+                crate::certify::verify_certified(&image, registry.platform()?.as_ref(), static_ok)?
             } else {
-                crate::image::inspect::verify(&image, registry.platform()?.as_ref())?
+                crate::bake::inspect::verify(&image, registry.platform()?.as_ref())?
             };
             if json {
                 println!(
@@ -1613,7 +1606,7 @@ fn parse_stack_layers(text: &str) -> std::result::Result<usize, String> {
     let n: usize = text
         .parse()
         .map_err(|_| format!("`{text}` is not a number of layers"))?;
-    let min = crate::image::stack::MIN_STACK_LAYERS;
+    let min = crate::bake::stack::MIN_STACK_LAYERS;
     if n < min {
         return Err(format!(
             "the stack takes at least {min} layers (the venv, the small nvidia wheels, the rest \

@@ -9,6 +9,7 @@
 //! - [`render`] writes a Dockerfile from a lock.
 #![deny(missing_docs)]
 
+pub mod bake;
 pub mod cdi;
 pub mod certify;
 pub mod child;
@@ -27,10 +28,10 @@ pub mod nccl;
 pub mod preset;
 pub mod probe;
 pub mod recipe;
-pub mod render;
 pub mod resolve;
 pub mod runtime;
 pub mod sbom;
+pub mod units;
 pub mod version;
 pub mod wheel;
 

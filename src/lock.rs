@@ -10,6 +10,20 @@ use serde::{Deserialize, Serialize};
 /// Where in the image the lock is stored.
 pub const LOCK_PATH_IN_IMAGE: &str = "/etc/gpubake/lock.yaml";
 
+/// Where the probe binary is stored in the image.
+pub const PROBE_PATH_IN_IMAGE: &str = "/usr/local/bin/gpubake";
+
+/// The virtual environment the stack is installed into.
+pub const VENV: &str = "/opt/gpubake/venv";
+
+/// The label that says where the Python stack is: the venv's path, or `none` for an image
+/// built with `--without-python` (a preflight image, which certify does not hold to the
+/// lock's Python pins).
+pub const STACK_LABEL: &str = "io.gpubake.python-stack";
+
+/// The OCI annotation (and label) that names the image's base.
+pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
+
 /// A resolved recipe.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -217,7 +231,7 @@ impl Lock {
     /// the recipe's registry reference: the base label, which would name that registry, goes.
     pub fn rebase(&mut self, base: String) {
         self.base = base;
-        self.labels.shift_remove(crate::image::build::BASE_NAME);
+        self.labels.shift_remove(BASE_NAME);
     }
 
     /// The lock as YAML, with a header naming its origin.

@@ -379,10 +379,10 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
 /// The paths gpubake writes into every image, which a recipe's `files:` may not replace:
 /// the venv, the lock and preset, NCCL's config file, the probe.
 const OWNED_PATHS: [&str; 4] = [
-    crate::image::stack::VENV,
+    crate::lock::VENV,
     "/etc/gpubake",
     "/etc/nccl.conf",
-    crate::image::build::PROBE_PATH_IN_IMAGE,
+    crate::lock::PROBE_PATH_IN_IMAGE,
 ];
 
 /// A `files:` entry as it lands in the image: no path of it replaces one gpubake writes, and

@@ -73,7 +73,7 @@ impl Subject<'_> {
     pub fn spdx(&self) -> Result<Value> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
         let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
-        let created = crate::image::build::rfc3339(self.epoch);
+        let created = crate::units::rfc3339(self.epoch);
         let creator = format!("Tool: {TOOL}-{}", env!("CARGO_PKG_VERSION"));
         let lock = self.lock;
         let base = ImageName::parse(self.base_source);
@@ -241,7 +241,7 @@ impl Subject<'_> {
             ),
             "version": 1,
             "metadata": {
-                "timestamp": crate::image::build::rfc3339(self.epoch),
+                "timestamp": crate::units::rfc3339(self.epoch),
                 "tools": {"components": [{
                     "type": "application",
                     "name": TOOL,

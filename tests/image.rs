@@ -1106,7 +1106,7 @@ fn the_real_base_glibc_is_checked_and_named() {
     }
     .open()
     .unwrap();
-    let lock = gpubake::image::fs::read_file(&image, "/etc/gpubake/lock.yaml")
+    let lock = gpubake::bake::fs::read_file(&image, "/etc/gpubake/lock.yaml")
         .unwrap()
         .unwrap();
     let lock = String::from_utf8(lock).unwrap();

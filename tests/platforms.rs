@@ -875,7 +875,8 @@ fn each_platform_s_stack_holds_its_own_wheels() {
     if !common::tools() {
         return;
     }
-    use gpubake::image::{Platform, PlatformOptions, Transport};
+    use gpubake::bake::PlatformOptions;
+    use gpubake::image::{Platform, Transport};
     let dir = tempfile::tempdir().unwrap();
     let base_dir = debian_with_arm64(&debian, dir.path());
 
@@ -891,7 +892,7 @@ fn each_platform_s_stack_holds_its_own_wheels() {
     let amd64: Platform = "linux/amd64".parse().unwrap();
     let arm64: Platform = "linux/arm64".parse().unwrap();
     let out = dir.path().join("out");
-    let report = gpubake::image::build_for(
+    let report = gpubake::bake::build_for(
         &loaded,
         &resolved,
         &common::stack::build_options(

@@ -309,7 +309,7 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
     )
     .unwrap();
     let wheels = closure.wheels.clone();
-    let report = gpubake::image::build(
+    let report = gpubake::bake::build(
         &loaded,
         &resolved,
         &build_options(

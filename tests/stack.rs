@@ -6,11 +6,11 @@ mod common;
 
 use common::stack::{build_options, wheel_cache};
 use common::{assert_exit, have};
+use gpubake::bake::BuildReport;
+use gpubake::bake::render::{self, ContextPlan};
 use gpubake::closure::{self, Closure};
 use gpubake::document::Document;
-use gpubake::image::BuildReport;
 use gpubake::recipe::LoadedRecipe;
-use gpubake::render::{self, ContextPlan};
 use gpubake::resolve::{self, Resolved};
 use gpubake::wheel::cache::{FetchOptions, WheelCache};
 use std::path::Path;
@@ -52,7 +52,7 @@ fn build(
     to: &str,
 ) -> gpubake::Result<BuildReport> {
     let from = format!("oci:{}:bookworm", base.display());
-    gpubake::image::build(loaded, resolved, &build_options(&from, to, Some(closure)))
+    gpubake::bake::build(loaded, resolved, &build_options(&from, to, Some(closure)))
 }
 
 fn layer<'a>(report: &'a BuildReport, name: &str) -> &'a str {

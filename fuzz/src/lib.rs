@@ -7,9 +7,9 @@
 //! nightly toolchain), and `tests/fuzz_corpus.rs` replays every seed and every past crash
 //! through them under `cargo test`.
 
+use gpubake::bake::build::BuildOptions;
 use gpubake::document::Document;
 use gpubake::image::Transport;
-use gpubake::image::build::BuildOptions;
 use gpubake::image::layout::{Layout, REF_NAME};
 use gpubake::image::{Image, Platform};
 use gpubake::lint::{LintOptions, lint_file};
@@ -242,8 +242,8 @@ fn read_image(root: &Path, scratch: &Path) {
         dir: root.to_path_buf(),
         tag: None,
     };
-    let _ = gpubake::image::inspect::verify(&image, None);
-    let _ = gpubake::image::inspect::inspect(&image, None);
+    let _ = gpubake::bake::inspect::verify(&image, None);
+    let _ = gpubake::bake::inspect::inspect(&image, None);
     if let Ok(opened) = image.open() {
         unpack_unprivileged(&opened, &scratch.join("bundle"));
     }
@@ -263,7 +263,7 @@ fn read_image(root: &Path, scratch: &Path) {
         stack_layers: 60,
         probe: probe_file(),
     };
-    let _ = gpubake::image::build(loaded, resolved, &opts);
+    let _ = gpubake::bake::build(loaded, resolved, &opts);
 }
 
 /// Unpacks with the effective user `nobody`: an unpacker bug that wrote through a link would
@@ -350,7 +350,7 @@ pub fn docker_archive(data: &[u8]) {
         path: path.clone(),
         reference: None,
     };
-    let _ = gpubake::image::inspect::verify_image(&opened, &image);
+    let _ = gpubake::bake::inspect::verify_image(&opened, &image);
     unpack_unprivileged(&opened, &dir.path().join("bundle"));
 }
 

@@ -976,7 +976,7 @@ pub fn in_python_stack(path: &str) -> bool {
 impl LinkReport {
     /// The human report `inspect --libraries` prints.
     pub fn to_text(&self) -> String {
-        use crate::image::inspect::human_size;
+        use crate::units::human_size;
         use std::fmt::Write;
         let mut s = String::new();
         let _ = writeln!(

@@ -1,12 +1,12 @@
-//! Images: daemonless, reproducible OCI builds from a lock and a base image, and the reading
-//! side (`inspect`, `verify`). Blobs are content-addressed and checked whenever read.
+//! OCI images, and nothing of gpubake's own above them: the image model, layouts, archives,
+//! the Docker Engine and registries as transports, layers (written reproducibly), digests,
+//! referrers, unpacking, and the static link closure of an unpacked root. Blobs are
+//! content-addressed and checked whenever read. What makes a gpubake image of a lock is
+//! [`crate::bake`], one floor up.
 
 pub mod archive;
-pub mod build;
 pub mod digest;
-pub mod fs;
 mod insecure;
-pub mod inspect;
 pub mod layer;
 pub mod layout;
 pub mod links;
@@ -14,13 +14,11 @@ pub mod model;
 pub mod referrers;
 pub mod registry;
 pub mod sbom;
-pub mod stack;
 pub mod tarstream;
 pub mod transport;
 pub mod unpack;
 mod wire;
 
-pub use build::{BuildOptions, BuildReport, PlatformOptions, build, build_for};
 pub use layer::Compression;
 pub use model::{Image, IndexImage, Layer, Platform};
 pub use transport::Transport;

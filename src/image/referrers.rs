@@ -16,6 +16,13 @@ use oci_spec::image::{ImageIndex, MediaType};
 /// The artifact type of a gpubake certificate attached to an image.
 pub const CERTIFICATE_TYPE: &str = "application/vnd.gpubake.certificate.v1+json";
 
+/// The annotation of a certificate artifact that holds certify's verdict.
+pub const VERDICT: &str = "io.gpubake.verdict";
+
+/// The annotation of a certificate artifact that holds what its checks covered
+/// (`crate::certify::Scope`) in short.
+pub const SCOPE: &str = "io.gpubake.scope";
+
 /// The empty JSON object OCI 1.1 artifacts use as their config.
 const EMPTY_CONFIG: &[u8] = b"{}";
 const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";

@@ -89,7 +89,7 @@ pub struct Remote {
 }
 
 impl Remote {
-    pub(super) fn parsed(&self) -> Result<Reference> {
+    pub(crate) fn parsed(&self) -> Result<Reference> {
         self.reference.parse::<Reference>().map_err(|e| {
             Error::Usage(format!(
                 "docker://{}: not an image reference ({e}); write docker://REGISTRY/NAME:TAG",

@@ -575,7 +575,7 @@ fn lint_preset(path: &Path, doc: Document, opts: &LintOptions) -> Result<FileRep
 /// A variable whose name says it holds a secret: baked into an image, every puller reads
 /// it, and `certify` fails the image for it.
 fn secret(var: &str) -> Option<Issue> {
-    crate::certify::looks_secret(var).then(|| Issue {
+    looks_secret(var).then(|| Issue {
         severity: Severity::Error,
         code: "secret",
         message: format!(
@@ -728,6 +728,18 @@ pub fn totals(reports: &[FileReport]) -> Totals {
         }
     }
     t
+}
+
+/// Variable names that hold secrets and must not be baked into an image.
+pub fn looks_secret(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    n.ends_with("_TOKEN")
+        || n.ends_with("_KEY")
+        || n.contains("PASSWORD")
+        || n.contains("SECRET")
+        || n.ends_with("_CREDENTIALS")
+        || n == "TOKEN"
+        || n == "API_KEY"
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ const SCRIPT: &str = include_str!("framework.py");
 
 /// Where a gpubake image keeps its Python stack's interpreter.
 pub fn image_python() -> PathBuf {
-    Path::new(crate::image::stack::VENV).join("bin/python3")
+    Path::new(crate::lock::VENV).join("bin/python3")
 }
 
 /// `name` as the shell finds it: a bare name (`python3`) through PATH, anything else as given.
@@ -418,13 +418,13 @@ fn allreduce(ranks: &[Value], measured: &Measured, report: &mut Report) {
             if world > 1 {
                 format!(
                     "{}: busbw {:.0} GB/s{beside}",
-                    crate::image::inspect::human_size(bytes),
+                    crate::units::human_size(bytes),
                     r["busbw"].as_f64().unwrap_or(0.0)
                 )
             } else {
                 format!(
                     "{}: {:.1} us",
-                    crate::image::inspect::human_size(bytes),
+                    crate::units::human_size(bytes),
                     r["seconds"].as_f64().unwrap_or(0.0) * 1e6
                 )
             }

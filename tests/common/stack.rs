@@ -1,8 +1,9 @@
 //! Helpers for the tests that build the Python stack through the library or hand the Debian
 //! base to the Docker Engine.
 
+use gpubake::bake::BuildOptions;
 use gpubake::closure::Closure;
-use gpubake::image::{BuildOptions, Compression};
+use gpubake::image::Compression;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

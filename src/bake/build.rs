@@ -5,13 +5,16 @@
 //! history entry per layer. `index.json` (or the archive) is written last.
 
 use super::fs::PRESET_PATH_IN_IMAGE;
-use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries};
-use super::layout::{Layout, digest_of};
-use super::model::{Image, IndexImage, Platform, strings};
 use super::stack;
-use super::transport::Transport;
 use crate::error::{Error, Result};
+use crate::image::layer::{
+    BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries,
+};
+use crate::image::layout::{Layout, digest_of};
+use crate::image::model::{Image, IndexImage, Platform, strings};
+use crate::image::transport::Transport;
 use crate::lock::LOCK_PATH_IN_IMAGE;
+use crate::lock::{BASE_NAME, PROBE_PATH_IN_IMAGE};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::Resolved;
 use crate::wheel::cache::{FetchOptions, WheelCache};
@@ -20,14 +23,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
-
-/// The label that says where the Python stack is: the venv's path, or `none` for an image
-/// built with `--without-python` (a preflight image, which certify does not hold to the
-/// lock's Python pins).
-pub const STACK_LABEL: &str = "io.gpubake.python-stack";
-
-/// Where the probe binary is stored in the image.
-pub const PROBE_PATH_IN_IMAGE: &str = "/usr/local/bin/gpubake";
 
 /// How to build.
 #[derive(Clone, Debug)]
@@ -97,28 +92,6 @@ pub fn source_date_epoch() -> Result<u64> {
         }),
         _ => Ok(0),
     }
-}
-
-/// RFC 3339 UTC time of a Unix timestamp.
-pub fn rfc3339(epoch: u64) -> String {
-    let days = (epoch / 86_400) as i64;
-    let secs = epoch % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
 }
 
 /// Which of the lock's platforms a build makes, and the probe binary of each platform the
@@ -469,9 +442,6 @@ fn base_for(
     Ok((base, config, python))
 }
 
-/// The OCI annotation (and label) that names the image's base.
-pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
-
 /// Whether `base` is the recipe's `base:` reference (`recipe_base`), pulled from its
 /// registry: only then does the recipe's name for it say where it came from.
 pub fn base_is_the_recipes(base: &Transport, recipe_base: &str) -> bool {
@@ -492,7 +462,7 @@ struct PlatformBuilt {
     base: String,
     base_layers: Vec<Descriptor>,
     built: Vec<(String, String, BuiltLayer)>,
-    origin: Option<super::model::Origin>,
+    origin: Option<crate::image::model::Origin>,
 }
 
 impl PlatformBuilt {
@@ -589,7 +559,7 @@ fn build_platform(
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 
-    let created = rfc3339(opts.epoch);
+    let created = crate::units::rfc3339(opts.epoch);
     edit_config(&mut config, resolved, &extra_env, &built, &created);
     let (key, value) = stack::stack_label(closure.is_some());
     config["config"]["Labels"][key] = json!(value);
@@ -872,12 +842,5 @@ mod tests {
                 "{from} for {recipe}"
             );
         }
-    }
-
-    #[test]
-    fn timestamps_render_as_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }
 }

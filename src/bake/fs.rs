@@ -3,8 +3,8 @@
 //! (`contents`), and its glibc (`base_glibc`). Later layers replace earlier ones and whiteouts
 //! delete, as the image spec says.
 
-use super::model::{Image, LayerEntry};
 use crate::error::Result;
+use crate::image::model::{Image, LayerEntry};
 use serde::Serialize;
 use std::io::Read;
 use std::ops::ControlFlow;

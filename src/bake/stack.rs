@@ -12,19 +12,17 @@
 //! only on its wheels' sha256, the install scheme and the layer writer's version, so it is
 //! found in the cache without opening a wheel.
 
-use super::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_keyed};
-use super::layout::Layout;
 use crate::closure::{Closure, normalize};
 use crate::error::{Error, Result};
+use crate::image::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_keyed};
+use crate::image::layout::Layout;
+use crate::lock::VENV;
 use crate::wheel::cache::{FetchOptions, WheelCache, WheelRef};
 use crate::wheel::install::{self, Scheme};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-
-/// The virtual environment the stack is installed into.
-pub const VENV: &str = "/opt/gpubake/venv";
 
 /// Wheels at least this large get a layer of their own.
 const BIG_WHEEL: u64 = 32 << 20;
@@ -236,7 +234,7 @@ pub fn venv_entries(python: &Interpreter) -> Vec<Entry> {
 /// `none` for a preflight image (`--without-python`). Both build paths set it, so `certify`
 /// judges their images alike.
 pub fn stack_label(stack: bool) -> (&'static str, &'static str) {
-    (super::build::STACK_LABEL, if stack { VENV } else { "none" })
+    (crate::lock::STACK_LABEL, if stack { VENV } else { "none" })
 }
 
 /// The environment the image's config gets: the venv first on PATH.
@@ -326,7 +324,7 @@ pub fn build(
     out.push(StackLayer {
         name: venv.name.clone(),
         created_by: venv.created_by.clone(),
-        layer: super::layer::build_layer(
+        layer: crate::image::layer::build_layer(
             store,
             &venv,
             opts.compression,
@@ -343,7 +341,7 @@ pub fn build(
             if !opts.use_cache || read_list(k).is_none() {
                 return None;
             }
-            super::layer::lookup(store, k, opts.compression, opts.epoch)
+            crate::image::layer::lookup(store, k, opts.compression, opts.epoch)
         })
         .collect();
     let missing: Vec<WheelRef> = layers
@@ -458,7 +456,7 @@ pub fn install_into(
     let (mut entries, _) = install_all(&closure.wheels, &fetched, &scheme)?;
     entries.extend(venv_entries(python));
     let count = entries.len();
-    super::layer::materialize(entries, epoch, root)?;
+    crate::image::layer::materialize(entries, epoch, root)?;
     Ok(count)
 }
 

@@ -7,7 +7,7 @@
 use crate::closure::Closure;
 use crate::error::{Error, Location, Result};
 use crate::image::layer::{Entry, Source, tree_entries};
-use crate::image::stack::VENV;
+use crate::lock::VENV;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::recipe::LoadedRecipe;
 use crate::wheel::cache::WheelCache;
@@ -100,7 +100,7 @@ impl ContextPlan {
 }
 
 /// The template shipped in the repository root, embedded.
-pub const DEFAULT_TEMPLATE: &str = include_str!("../Dockerfile.template");
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../Dockerfile.template");
 
 /// Quotes a string for a POSIX shell: `it's` becomes `'it'\''s'`.
 pub fn shell_quote(text: &str) -> String {
@@ -168,7 +168,7 @@ pub fn render(
         .map(|f| context! { src => f.context.clone(), dest => f.dest.clone() })
         .collect();
     let nccl_conf: Vec<String> = lock.env.nccl_conf().lines().map(String::from).collect();
-    let (stack_key, stack_value) = crate::image::stack::stack_label(plan.stack);
+    let (stack_key, stack_value) = crate::bake::stack::stack_label(plan.stack);
     let labels: Vec<_> = lock
         .labels
         .iter()

@@ -3,11 +3,11 @@
 //! in the layers checked against each other).
 
 use super::fs::{PRESET_PATH_IN_IMAGE, read_file};
-use super::layout::digest_of;
-use super::model::{Image, Platform, strings};
-use super::referrers::{self, Referrer};
-use super::transport::Transport;
 use crate::error::{Error, Result};
+use crate::image::layout::digest_of;
+use crate::image::model::{Image, Platform, strings};
+use crate::image::referrers::{self, Referrer};
+use crate::image::transport::Transport;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::preset::MergedEnv;
 use oci_spec::image::MediaType;
@@ -192,7 +192,7 @@ impl Inspection {
             out.push_str(&format!(
                 "  {} {:>9}  {}\n",
                 l.digest,
-                human_size(l.size),
+                crate::units::human_size(l.size),
                 l.created_by
             ));
         }
@@ -207,12 +207,12 @@ impl Inspection {
             for r in referrers {
                 let verdict = r
                     .annotations
-                    .get(VERDICT)
+                    .get(referrers::VERDICT)
                     .map(|v| format!("  {v}"))
                     .unwrap_or_default();
                 let scope = r
                     .annotations
-                    .get(crate::certify::SCOPE)
+                    .get(referrers::SCOPE)
                     .map(|s| format!(" ({s})"))
                     .unwrap_or_default();
                 out.push_str(&format!(
@@ -260,7 +260,8 @@ impl Verification {
         self.checks.iter().all(|c| c.ok)
     }
 
-    fn check(&mut self, name: impl Into<String>, result: std::result::Result<String, String>) {
+    /// Adds the check `name`: held with its detail (Ok), or failed with why (Err).
+    pub fn check(&mut self, name: impl Into<String>, result: std::result::Result<String, String>) {
         let (ok, detail) = match result {
             Ok(d) => (true, d),
             Err(d) => (false, d),
@@ -282,58 +283,6 @@ pub fn verify(image: &Transport, platform: Option<&Platform>) -> Result<Verifica
 
 fn open(image: &Transport, platform: Option<&Platform>) -> Result<Image> {
     image.open_platform(platform)
-}
-
-/// The annotation of a certificate artifact that holds certify's verdict.
-pub const VERDICT: &str = "io.gpubake.verdict";
-
-/// [`verify`], and a check that a registry holds a certificate of this exact image whose
-/// verdict passed and whose probe ran on GPUs (`verify --certified`); with `static_ok`, a
-/// certificate of the static checks alone (`certify --gpus none`) is accepted too.
-pub fn verify_certified(
-    image: &Transport,
-    platform: Option<&Platform>,
-    static_ok: bool,
-) -> Result<Verification> {
-    let Transport::Registry(remote) = image else {
-        return Err(Error::Usage(format!(
-            "{image}: --certified reads certificates attached in a registry; name the image \
-             as docker://REGISTRY/NAME:TAG"
-        )));
-    };
-    let img = open(image, platform)?;
-    let mut v = verify_image(&img, image)?;
-    let digest = img.digest();
-    let mut found = Vec::new();
-    for r in referrers::referrers(remote, &digest)?
-        .into_iter()
-        .filter(|r| r.artifact_type == referrers::CERTIFICATE_TYPE)
-    {
-        let content = referrers::artifact_content(remote, &r.digest)?;
-        let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
-        let verdict = r.annotations.get(VERDICT).map(String::as_str);
-        found.push((
-            r.digest,
-            crate::certify::judge_certificate(&cert, verdict, &digest, static_ok),
-        ));
-    }
-    v.check(
-        "certificate",
-        match found.iter().find(|(_, judged)| judged.is_ok()) {
-            Some((d, Ok(what))) => Ok(format!("{d} certifies {digest}: {what}")),
-            _ if found.is_empty() => Err(format!("no certificate is attached to {digest}")),
-            _ => Err(format!(
-                "{} certificate(s) attached to {digest}, none accepted: {}",
-                found.len(),
-                found
-                    .iter()
-                    .map(|(d, judged)| format!("{d}: {}", judged.as_ref().err().map_or("", |e| e)))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )),
-        },
-    );
-    Ok(v)
 }
 
 /// [`verify`] on an image already read.
@@ -534,20 +483,4 @@ fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> 
         },
     );
     Ok(())
-}
-
-/// A short, human size.
-pub fn human_size(bytes: u64) -> String {
-    let units = ["B", "KB", "MB", "GB", "TB"];
-    let mut size = bytes as f64;
-    let mut unit = 0;
-    while size >= 1000.0 && unit + 1 < units.len() {
-        size /= 1000.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{size:.1} {}", units[unit])
-    }
 }

@@ -1,0 +1,135 @@
+//! The modules stand on floors that follow the data: a recipe is resolved into a lock, a
+//! lock is baked into an image, the image is run and probed, and certify gives the verdict.
+//! Each file under src/ may import (`crate::NAME`) only modules of its own floor or below;
+//! a file whose module has no floor here fails too, so a new module is placed on purpose.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Bottom to top.
+const FLOORS: &[(&str, &[&str])] = &[
+    // What every stage uses: errors, files, documents, versions, child processes, the NCCL
+    // and compatibility knowledge, the node's CDI specs, the Docker Engine's API.
+    (
+        "foundation",
+        &[
+            "error",
+            "fsutil",
+            "interrupt",
+            "document",
+            "version",
+            "child",
+            "units",
+            "nccl",
+            "compat",
+            "cdi",
+            "engine",
+        ],
+    ),
+    // OCI images and nothing of gpubake's own: model, layouts, archives, registries, layers.
+    ("image", &["image"]),
+    // From a recipe to a lock: recipes, presets, the linter, resolution, the Python closure,
+    // wheels, the SBOM of a lock.
+    (
+        "plan",
+        &[
+            "recipe", "preset", "lint", "resolve", "lock", "closure", "wheel", "sbom",
+        ],
+    ),
+    // From a lock to an image, and reading a gpubake image back.
+    ("bake", &["bake"]),
+    // Running an image and probing a node.
+    ("run", &["runtime", "probe"]),
+    // The verdict.
+    ("certify", &["certify"]),
+    // The commands.
+    ("command", &["cli", "cmd", "main", "lib"]),
+];
+
+fn floor_of(module: &str) -> Option<usize> {
+    FLOORS.iter().position(|(_, mods)| mods.contains(&module))
+}
+
+/// Every .rs file under `dir` with its module: the first path component under src/.
+fn sources(dir: &Path, src: &Path, out: &mut Vec<(String, String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, src, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let module = rel
+                .split('/')
+                .next()
+                .unwrap()
+                .trim_end_matches(".rs")
+                .to_string();
+            out.push((rel, module, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+}
+
+/// The modules a file imports through `crate::`, comments left out (a doc link to a higher
+/// module is no import).
+fn imports(text: &str) -> Vec<String> {
+    let name = regex::Regex::new(r"\bcrate::([a-z_]+)").unwrap();
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .flat_map(|l| {
+            name.captures_iter(l)
+                .map(|c| c[1].to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn no_module_imports_one_on_a_higher_floor() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &src, &mut files);
+    let mut upward: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, module, text) in &files {
+        let Some(mine) = floor_of(module) else {
+            panic!("src/{file}: module `{module}` has no floor in tests/layering.rs");
+        };
+        for import in imports(text) {
+            let Some(theirs) = floor_of(&import) else {
+                panic!("src/{file} imports `crate::{import}`, which has no floor");
+            };
+            if theirs > mine {
+                upward
+                    .entry(format!("src/{file} ({})", FLOORS[mine].0))
+                    .or_default()
+                    .push(format!("crate::{import} ({})", FLOORS[theirs].0));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that run up a floor:\n{}",
+        upward
+            .iter()
+            .map(|(f, i)| format!("  {f} -> {}", i.join(", ")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    println!(
+        "{} files on {} floors, no import runs upward",
+        files.len(),
+        FLOORS.len()
+    );
+}
+
+/// The rule has teeth: an import from the image library of the bake pipeline is caught.
+#[test]
+fn an_import_from_the_image_library_of_the_bake_pipeline_is_upward() {
+    let found = imports("use crate::bake::stack::VENV; // crate::certify in a comment\n");
+    assert_eq!(found, ["bake"]);
+    assert!(floor_of("bake") > floor_of("image"));
+    assert!(imports("/// [`crate::bake`]").is_empty());
+}
