@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The training image end to end: examples/debian-pytorch2.9.yaml (PyTorch 2.9.1, CUDA 12.8
-# wheels, 26 wheels, 4.1 GB) on the Debian base that scripts/make-debian-base makes, built
+# wheels, NumPy and tqdm: 27 wheels, 4.1 GB) on the Debian base that scripts/make-debian-base makes, built
 #   1. cold: empty wheel cache (every wheel downloaded) and empty layout,
 #   2. warm wheels: wheels cached, a fresh layout (every layer compressed again),
 #   3. warm: the same layout again (every layer found in the cache),
