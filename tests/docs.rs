@@ -1170,11 +1170,21 @@ fn recorded_outputs_are_quoted_verbatim() {
     // In the image the engine loaded: what `import torch` printed, stderr included (no
     // warning: the recipe has NumPy), and the commands on PATH.
     for (command, title) in [
-        ("docker run --rm train:v1 python3 -c", "== docker run: import torch"),
+        (
+            "docker run --rm train:v1 python3 -c",
+            "== docker run: import torch",
+        ),
         ("docker run --rm train:v1 sh -c", "== docker run: commands"),
     ] {
-        let doc = docs.iter().find(|d| d.command.starts_with(command)).unwrap();
-        assert_eq!(doc.output, section(title), "README's `{command}` against {title}");
+        let doc = docs
+            .iter()
+            .find(|d| d.command.starts_with(command))
+            .unwrap();
+        assert_eq!(
+            doc.output,
+            section(title),
+            "README's `{command}` against {title}"
+        );
     }
     let resolve = docs
         .iter()

@@ -872,8 +872,30 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
     }
     let dead_bytes = dead.iter().map(|(_, b)| b).sum();
 
-    // Siblings: two duplicated sonames that one directory provides both of. A closure that
-    // binds one from that directory and the other from elsewhere mixes copies.
+    let cross_copy = cross_copies(&closures, &duplicates, &provider_of);
+    let compat_libcuda = reachable_libcuda(&mut linker);
+
+    Ok(LinkReport {
+        elf_files: files.len(),
+        ld_library_path: search.ld_library_path.clone(),
+        ld_so_cache: search.cache.as_ref().map(Vec::len),
+        unresolved,
+        duplicates,
+        cross_copy,
+        compat_libcuda,
+        dead,
+        dead_bytes,
+        closures,
+    })
+}
+
+/// Siblings: two duplicated sonames that one directory provides both of. A closure that
+/// binds one from that directory and the other from elsewhere mixes copies.
+fn cross_copies(
+    closures: &[Closure],
+    duplicates: &[Duplicate],
+    provider_of: &HashMap<&str, &str>,
+) -> Vec<CrossCopy> {
     let dup_dirs: HashMap<&str, BTreeSet<String>> = duplicates
         .iter()
         .map(|d| {
@@ -884,7 +906,7 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
         })
         .collect();
     let mut cross_copy = Vec::new();
-    for c in &closures {
+    for c in closures {
         let bound: Vec<(&str, &str)> = c
             .libraries
             .iter()
@@ -914,10 +936,13 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
             }
         }
     }
+    cross_copy
+}
 
-    // A libcuda.so.1 in the image that the loader reaches without any RUNPATH: through
-    // LD_LIBRARY_PATH, the cache or a system directory. (The driver's own is mounted at run
-    // time; a copy the loader finds first is a compat or stub library.)
+/// A libcuda.so.1 in the image that the loader reaches without any RUNPATH: through
+/// LD_LIBRARY_PATH, the cache or a system directory. (The driver's own is mounted at run
+/// time; a copy the loader finds first is a compat or stub library.)
+fn reachable_libcuda(linker: &mut Linker) -> Vec<String> {
     let probe = ElfInfo {
         class64: true,
         machine: elf::EM_X86_64,
@@ -950,19 +975,7 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
             ));
         }
     }
-
-    Ok(LinkReport {
-        elf_files: files.len(),
-        ld_library_path: search.ld_library_path.clone(),
-        ld_so_cache: search.cache.as_ref().map(Vec::len),
-        unresolved,
-        duplicates,
-        cross_copy,
-        compat_libcuda,
-        dead,
-        dead_bytes,
-        closures,
-    })
+    compat_libcuda
 }
 
 /// Whether `path` belongs to the Python stack: the interpreter's extension modules and

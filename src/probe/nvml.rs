@@ -344,6 +344,21 @@ pub fn run(
         facts.gpus.push(gpu);
         handles.push(d);
     }
+    (facts.topology, facts.p2p) = pair_matrices(&nvml, &handles, &indices);
+    if handles.len() > 1 {
+        checks.push(p2p_status(&facts.p2p, &indices));
+    }
+    Ok((facts, checks))
+}
+
+/// The topology and P2P matrices of the opened GPUs, rows and columns in `handles`' order:
+/// the common ancestor of each pair (PIX, PXB, PHB, NODE, SYS) and whether P2P reads work.
+fn pair_matrices(
+    nvml: &Nvml,
+    handles: &[nvml_wrapper::Device],
+    indices: &[u32],
+) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let (mut topology, mut p2p_rows) = (Vec::new(), Vec::new());
     for (ai, a) in handles.iter().enumerate() {
         let mut topo = Vec::new();
         let mut p2p = Vec::new();
@@ -371,39 +386,39 @@ pub fn run(
                 Err(e) => format!("? ({e})"),
             });
         }
-        facts.topology.push(topo);
-        facts.p2p.push(p2p);
+        topology.push(topo);
+        p2p_rows.push(p2p);
     }
-    if handles.len() > 1 {
-        // Rows and columns follow the opened GPUs; name them by NVML index, which differs
-        // from the position when a GPU did not open or --devices picked some.
-        let indices = &indices;
-        let blocked: Vec<String> = facts
-            .p2p
-            .iter()
-            .enumerate()
-            .flat_map(|(i, row)| {
-                row.iter()
-                    .enumerate()
-                    .filter(|(_, s)| *s != "X" && *s != "Ok")
-                    .map(move |(j, s)| format!("{}->{}: {s}", indices[i], indices[j]))
-            })
-            .collect();
-        checks.push((
-            "P2P status (NVML)".into(),
-            if blocked.is_empty() {
-                Status::Pass
-            } else {
-                Status::Warn
-            },
-            if blocked.is_empty() {
-                "every pair reports P2P reads possible".into()
-            } else {
-                blocked.join(", ")
-            },
-        ));
-    }
-    Ok((facts, checks))
+    (topology, p2p_rows)
+}
+
+/// One check over the P2P matrix: every pair of GPUs can read each other's memory. Rows and
+/// columns follow the opened GPUs; they are named by NVML index, which differs from the
+/// position when a GPU did not open or --devices picked some.
+fn p2p_status(p2p: &[Vec<String>], indices: &[u32]) -> Found {
+    let blocked: Vec<String> = p2p
+        .iter()
+        .enumerate()
+        .flat_map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .filter(|(_, s)| *s != "X" && *s != "Ok")
+                .map(move |(j, s)| format!("{}->{}: {s}", indices[i], indices[j]))
+        })
+        .collect();
+    (
+        "P2P status (NVML)".into(),
+        if blocked.is_empty() {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        if blocked.is_empty() {
+            "every pair reports P2P reads possible".into()
+        } else {
+            blocked.join(", ")
+        },
+    )
 }
 
 /// Words of CPU mask asked of NVML: 4096 CPUs, more than any node has, so none is cut off.

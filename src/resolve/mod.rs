@@ -534,49 +534,11 @@ fn build_lock(
         .max()
         .expect("the pytorch rule admitted this release")
         .clone();
-    let others: Vec<String> = admitted
-        .iter()
-        .skip(1)
-        .take(3)
-        .map(Candidate::label)
-        .collect();
-    let variant_why = if variant.pypi_default {
-        format!("its PyPI default build {}", variant.tag)
-    } else {
-        let default = release
-            .variants
-            .iter()
-            .find(|v| v.pypi_default)
-            .map(|v| v.tag.as_str())
-            .unwrap_or("?");
-        format!(
-            "{} (the PyPI default {default} does not meet the recipe)",
-            variant.tag
-        )
-    };
-    let torch_rule = format!(
-        "newest release meeting every constraint: {}, newest matching patch {patch}; {variant_why}{}",
-        release.release,
-        if others.is_empty() {
-            String::new()
-        } else {
-            format!("; also admitted: {}", others.join(", "))
-        }
-    );
-
+    let torch_rule = torch_rule(&chosen, admitted, &patch);
     let python_pick = python
         .pick(release)
         .expect("the python rule admitted this release");
-    let python_rule = match &python.constraint {
-        Some(_) => format!(
-            "newest Python of torch {} matching `{}`",
-            release.release, python.text
-        ),
-        None => format!(
-            "newest Python with torch {} wheels (the recipe names none)",
-            release.release
-        ),
-    };
+    let python_rule = python_rule(python, release);
 
     let family = db
         .family_floor(variant.cuda.major())
@@ -613,23 +575,7 @@ fn build_lock(
             None => "; the recipe gives no fleet floor (`driver`)".to_string(),
         }
     );
-
-    let gpu_pins = gpus
-        .iter()
-        .map(|(name, arch)| {
-            let runs = match coverage(&variant.archs, variant.ptx, *arch) {
-                Some(Coverage::Sass(a)) => a.to_string(),
-                Some(Coverage::Ptx(a)) => {
-                    warnings.push(format!(
-                        "{name} ({arch}) runs only PTX for {a}: the driver compiles it at first use, which is slow"
-                    ));
-                    format!("compute_{}{} (PTX)", a.major, a.minor)
-                }
-                None => unreachable!("the gpus rule admitted this build"),
-            };
-            GpuPin { name: name.clone(), arch: arch.to_string(), runs }
-        })
-        .collect();
+    let gpu_pins = gpu_pins(gpus, variant, &mut warnings);
 
     if base_glibc.is_none() {
         warnings.push(format!(
@@ -673,29 +619,7 @@ fn build_lock(
         family.min_driver
     );
 
-    let mut labels = IndexMap::new();
-    let mut label = |k: &str, v: String| {
-        labels.insert(k.to_string(), v);
-    };
-    label("org.opencontainers.image.title", recipe.name.clone());
-    if let Some(d) = &recipe.description {
-        label("org.opencontainers.image.description", d.clone());
-    }
-    label("org.opencontainers.image.base.name", recipe.base.clone());
-    label("io.gpubake.recipe.sha256", loaded.doc.sha256());
-    label("io.gpubake.torch", format!("{patch}+{}", variant.tag));
-    label("io.gpubake.cuda", variant.cuda.to_string());
-    label("io.gpubake.python", python_pick.clone());
-    if let Some(v) = &variant.nccl {
-        label("io.gpubake.nccl", v.to_string());
-    }
-    if let Some(v) = &variant.cudnn {
-        label("io.gpubake.cudnn", v.to_string());
-    }
-    label("io.gpubake.driver.min", family.min_driver.to_string());
-    for (k, v) in &recipe.labels.0 {
-        labels.insert(k.clone(), v.clone());
-    }
+    let labels = pin_labels(loaded, variant, &patch, &python_pick, &family.min_driver);
 
     Lock {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
@@ -763,4 +687,109 @@ fn build_lock(
         warnings,
         wheels: Vec::new(),
     }
+}
+
+/// Why this torch: the newest release meeting every constraint, its newest matching patch,
+/// the build taken, and the next ones admitted.
+fn torch_rule(chosen: &Candidate, admitted: &[Candidate], patch: &Version) -> String {
+    let (release, variant) = (chosen.release, chosen.variant);
+    let others: Vec<String> = admitted
+        .iter()
+        .skip(1)
+        .take(3)
+        .map(Candidate::label)
+        .collect();
+    let variant_why = if variant.pypi_default {
+        format!("its PyPI default build {}", variant.tag)
+    } else {
+        let default = release
+            .variants
+            .iter()
+            .find(|v| v.pypi_default)
+            .map(|v| v.tag.as_str())
+            .unwrap_or("?");
+        format!(
+            "{} (the PyPI default {default} does not meet the recipe)",
+            variant.tag
+        )
+    };
+    format!(
+        "newest release meeting every constraint: {}, newest matching patch {patch}; {variant_why}{}",
+        release.release,
+        if others.is_empty() {
+            String::new()
+        } else {
+            format!("; also admitted: {}", others.join(", "))
+        }
+    )
+}
+
+/// Why this Python.
+fn python_rule(python: &PythonAsk, release: &Release) -> String {
+    match &python.constraint {
+        Some(_) => format!(
+            "newest Python of torch {} matching `{}`",
+            release.release, python.text
+        ),
+        None => format!(
+            "newest Python with torch {} wheels (the recipe names none)",
+            release.release
+        ),
+    }
+}
+
+/// What each of the recipe's GPUs runs of the build: its own SASS, or PTX the driver compiles
+/// at first use (a warning).
+fn gpu_pins(gpus: &[(String, Arch)], variant: &Variant, warnings: &mut Vec<String>) -> Vec<GpuPin> {
+    gpus.iter()
+        .map(|(name, arch)| {
+            let runs = match coverage(&variant.archs, variant.ptx, *arch) {
+                Some(Coverage::Sass(a)) => a.to_string(),
+                Some(Coverage::Ptx(a)) => {
+                    warnings.push(format!(
+                        "{name} ({arch}) runs only PTX for {a}: the driver compiles it at first use, which is slow"
+                    ));
+                    format!("compute_{}{} (PTX)", a.major, a.minor)
+                }
+                None => unreachable!("the gpus rule admitted this build"),
+            };
+            GpuPin { name: name.clone(), arch: arch.to_string(), runs }
+        })
+        .collect()
+}
+
+/// The image's labels: OCI's title, description and base, the pins, then the recipe's own
+/// (which win).
+fn pin_labels(
+    loaded: &LoadedRecipe,
+    variant: &Variant,
+    patch: &Version,
+    python: &str,
+    min_driver: &Version,
+) -> IndexMap<String, String> {
+    let recipe = &loaded.recipe;
+    let mut labels = IndexMap::new();
+    let mut label = |k: &str, v: String| {
+        labels.insert(k.to_string(), v);
+    };
+    label("org.opencontainers.image.title", recipe.name.clone());
+    if let Some(d) = &recipe.description {
+        label("org.opencontainers.image.description", d.clone());
+    }
+    label("org.opencontainers.image.base.name", recipe.base.clone());
+    label("io.gpubake.recipe.sha256", loaded.doc.sha256());
+    label("io.gpubake.torch", format!("{patch}+{}", variant.tag));
+    label("io.gpubake.cuda", variant.cuda.to_string());
+    label("io.gpubake.python", python.to_string());
+    if let Some(v) = &variant.nccl {
+        label("io.gpubake.nccl", v.to_string());
+    }
+    if let Some(v) = &variant.cudnn {
+        label("io.gpubake.cudnn", v.to_string());
+    }
+    label("io.gpubake.driver.min", min_driver.to_string());
+    for (k, v) in &recipe.labels.0 {
+        labels.insert(k.clone(), v.clone());
+    }
+    labels
 }

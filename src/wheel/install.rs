@@ -121,6 +121,16 @@ impl Kind {
     }
 }
 
+/// What the members of one wheel are checked against and where they go.
+struct Targets<'a> {
+    rows: &'a BTreeMap<String, Row>,
+    dirs: &'a Dirs,
+    root: Kind,
+    data_dir: &'a str,
+    record_name: &'a str,
+    signatures: &'a [String; 2],
+}
+
 /// The scheme's directories, normalised, with the distribution name already under headers.
 struct Dirs {
     purelib: String,
@@ -467,28 +477,7 @@ impl<'a> Planner<'a> {
         let root =
             root_kind(&wheel_meta).map_err(|e| self.bad(format!("{dist_info}/WHEEL: {e}")))?;
 
-        let metadata_name = format!("{dist_info}/METADATA");
-        let metadata_text = {
-            let bytes = self.read_checked(&metadata_name, &rows)?;
-            self.text(&metadata_name, bytes)?
-        };
-        let metadata = parse_headers(&metadata_text);
-        let name = header(&metadata, "Name")
-            .ok_or_else(|| self.bad(format!("{metadata_name} has no Name")))?
-            .to_string();
-        let version = header(&metadata, "Version")
-            .ok_or_else(|| self.bad(format!("{metadata_name} has no Version")))?
-            .to_string();
-        if !valid_name(&name) {
-            return Err(self.bad(format!(
-                "{metadata_name}: `{name}` is not a valid distribution name"
-            )));
-        }
-        if !canonical(&stem).starts_with(&format!("{}-", canonical(&name))) {
-            return Err(self.bad(format!(
-                "`{dist_info}` does not belong to `{name}`, the Name in its METADATA"
-            )));
-        }
+        let (name, version) = self.name_and_version(&dist_info, &stem, &rows)?;
 
         let dirs = self
             .dirs(&name)
@@ -506,130 +495,22 @@ impl<'a> Planner<'a> {
             format!("{dist_info}/RECORD.jws"),
             format!("{dist_info}/RECORD.p7s"),
         ];
-        let mut unlisted = rows.clone();
-        unlisted.remove(&record_name);
-        for member in self.members.clone() {
-            if member.is_dir {
-                unlisted.remove(&member.name);
-                continue;
-            }
-            if member.name == record_name || signatures.contains(&member.name) {
-                unlisted.remove(&member.name);
-                continue;
-            }
-            self.row_for(&member, &rows)?;
-            unlisted.remove(&member.name);
-        }
-        if let Some((path, row)) = unlisted.iter().next() {
-            return Err(self.bad(format!(
-                "RECORD line {} lists `{path}`, which is not in the wheel{}",
-                row.line,
-                if unlisted.len() > 1 {
-                    format!(" ({} such entries)", unlisted.len())
-                } else {
-                    String::new()
-                }
-            )));
-        }
+        let targets = Targets {
+            rows: &rows,
+            dirs: &dirs,
+            root,
+            data_dir: &data_dir,
+            record_name: &record_name,
+            signatures: &signatures,
+        };
+        self.check_record_lists_the_archive(&targets)?;
 
         // installer writes entry-point scripts first; RECORD's order follows from it.
-        let mut planned: Vec<Planned> = Vec::new();
-        let entry_points_name = format!("{dist_info}/entry_points.txt");
-        if self.member(&entry_points_name).is_some() {
-            let bytes = self.read_checked(&entry_points_name, &rows)?;
-            let text = self.text(&entry_points_name, bytes)?;
-            let scripts = parse_entry_points(&text)
-                .map_err(|e| self.bad(format!("{entry_points_name}: {e}")))?;
-            for script in scripts {
-                let body = script_body(interpreter, &script.module, &script.attr);
-                planned.push(generated(
-                    &dirs,
-                    Kind::Scripts,
-                    &script.name,
-                    0o755,
-                    body,
-                    format!(
-                        "{} script `{}` from entry_points.txt",
-                        script.section, script.name
-                    ),
-                ));
-            }
-        }
-
+        let mut planned = self.entry_point_scripts(&dist_info, &targets)?;
         for member in self.members.clone() {
-            if member.is_dir || member.name == record_name {
-                continue;
+            if let Some(p) = self.plan_member(&member, &targets)? {
+                planned.push(p);
             }
-            // installer skips these as a security risk; they would be bytecode anyway.
-            let (parents, _) = member.name.rsplit_once('/').unwrap_or(("", ""));
-            if parents.split('/').any(|c| c == "__pycache__") {
-                continue;
-            }
-            let (kind, rel) = match member.name.strip_prefix(&format!("{data_dir}/")) {
-                None => (root, member.name.clone()),
-                Some(rest) => {
-                    let (scheme_name, rel) = rest.split_once('/').ok_or_else(|| {
-                        self.bad(format!(
-                            "{}: files in `{data_dir}` belong in one of its purelib, platlib, scripts, headers or data directories",
-                            member.name
-                        ))
-                    })?;
-                    let kind = Kind::parse(scheme_name).ok_or_else(|| {
-                        self.bad(format!(
-                            "{}: `{scheme_name}` is not a scheme a wheel may install to (purelib, platlib, scripts, headers, data)",
-                            member.name
-                        ))
-                    })?;
-                    (kind, rel.to_string())
-                }
-            };
-            let mode = if member.executable { 0o755 } else { 0o644 };
-            if signatures.contains(&member.name) {
-                // Not in RECORD, so read here to know what is installed.
-                let bytes = self.read(&member, MAX_PARSED)?;
-                let origin = member.name.clone();
-                planned.push(generated(&dirs, kind, &rel, mode, bytes, origin));
-                continue;
-            }
-            let row = self.row_for(&member, &rows)?;
-            if kind == Kind::Scripts && self.head(&member, 8)? == b"#!python" {
-                let bytes = self.read(&member, u64::MAX)?;
-                self.check_bytes(&member, &row, &bytes)?;
-                let rest = bytes
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(&[][..], |i| &bytes[i + 1..]);
-                let mut body = format!("#!{interpreter}\n").into_bytes();
-                body.extend_from_slice(rest);
-                let origin = member.name.clone();
-                planned.push(generated(&dirs, kind, &rel, mode, body, origin));
-                continue;
-            }
-            let hash = row.hash.as_ref().expect("row_for requires a hash");
-            let sha256: [u8; 32] = if hash.algo == Algo::Sha256 {
-                hash.digest
-                    .as_slice()
-                    .try_into()
-                    .expect("parse_hash checks the length")
-            } else {
-                self.stream_check(&member, &row)?
-            };
-            planned.push(Planned {
-                kind,
-                image: image_path(dirs.of(kind), &rel),
-                rel,
-                mode,
-                source: Source::Zip(ZipMember {
-                    archive: self.path.to_path_buf(),
-                    index: member.index,
-                    size: member.size,
-                    sha256: Some(sha256),
-                    name: member.name.clone(),
-                }),
-                sha256,
-                size: member.size,
-                origin: member.name.clone(),
-            });
         }
 
         planned.push(generated(
@@ -674,6 +555,171 @@ impl<'a> Planner<'a> {
             entries,
             files,
         })
+    }
+
+    /// The distribution's Name and Version from METADATA (checked against RECORD), which must
+    /// be a valid name that the .dist-info directory belongs to.
+    fn name_and_version(
+        &mut self,
+        dist_info: &str,
+        stem: &str,
+        rows: &BTreeMap<String, Row>,
+    ) -> Result<(String, String)> {
+        let metadata_name = format!("{dist_info}/METADATA");
+        let metadata_text = {
+            let bytes = self.read_checked(&metadata_name, rows)?;
+            self.text(&metadata_name, bytes)?
+        };
+        let metadata = parse_headers(&metadata_text);
+        let name = header(&metadata, "Name")
+            .ok_or_else(|| self.bad(format!("{metadata_name} has no Name")))?
+            .to_string();
+        let version = header(&metadata, "Version")
+            .ok_or_else(|| self.bad(format!("{metadata_name} has no Version")))?
+            .to_string();
+        if !valid_name(&name) {
+            return Err(self.bad(format!(
+                "{metadata_name}: `{name}` is not a valid distribution name"
+            )));
+        }
+        if !canonical(stem).starts_with(&format!("{}-", canonical(&name))) {
+            return Err(self.bad(format!(
+                "`{dist_info}` does not belong to `{name}`, the Name in its METADATA"
+            )));
+        }
+        Ok((name, version))
+    }
+
+    /// Every member of the archive has its RECORD row and every RECORD row its member.
+    fn check_record_lists_the_archive(&self, t: &Targets) -> Result<()> {
+        let mut unlisted = t.rows.clone();
+        unlisted.remove(t.record_name);
+        for member in &self.members {
+            if !(member.is_dir
+                || member.name == t.record_name
+                || t.signatures.contains(&member.name))
+            {
+                self.row_for(member, t.rows)?;
+            }
+            unlisted.remove(&member.name);
+        }
+        if let Some((path, row)) = unlisted.iter().next() {
+            return Err(self.bad(format!(
+                "RECORD line {} lists `{path}`, which is not in the wheel{}",
+                row.line,
+                if unlisted.len() > 1 {
+                    format!(" ({} such entries)", unlisted.len())
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        Ok(())
+    }
+
+    /// The console and GUI scripts entry_points.txt names, as installer writes them.
+    fn entry_point_scripts(&mut self, dist_info: &str, t: &Targets) -> Result<Vec<Planned>> {
+        let entry_points_name = format!("{dist_info}/entry_points.txt");
+        if self.member(&entry_points_name).is_none() {
+            return Ok(Vec::new());
+        }
+        let bytes = self.read_checked(&entry_points_name, t.rows)?;
+        let text = self.text(&entry_points_name, bytes)?;
+        let scripts =
+            parse_entry_points(&text).map_err(|e| self.bad(format!("{entry_points_name}: {e}")))?;
+        Ok(scripts
+            .into_iter()
+            .map(|script| {
+                let body = script_body(&self.scheme.interpreter, &script.module, &script.attr);
+                generated(
+                    t.dirs,
+                    Kind::Scripts,
+                    &script.name,
+                    0o755,
+                    body,
+                    format!(
+                        "{} script `{}` from entry_points.txt",
+                        script.section, script.name
+                    ),
+                )
+            })
+            .collect())
+    }
+
+    /// Where one member of the archive goes and what it holds, checked against its RECORD
+    /// row; None for what is not installed (directories, RECORD itself, `__pycache__`).
+    fn plan_member(&mut self, member: &Member, t: &Targets) -> Result<Option<Planned>> {
+        if member.is_dir || member.name == t.record_name {
+            return Ok(None);
+        }
+        // installer skips these as a security risk; they would be bytecode anyway.
+        let (parents, _) = member.name.rsplit_once('/').unwrap_or(("", ""));
+        if parents.split('/').any(|c| c == "__pycache__") {
+            return Ok(None);
+        }
+        let (kind, rel) = match member.name.strip_prefix(&format!("{}/", t.data_dir)) {
+            None => (t.root, member.name.clone()),
+            Some(rest) => {
+                let (scheme_name, rel) = rest.split_once('/').ok_or_else(|| {
+                    self.bad(format!(
+                        "{}: files in `{}` belong in one of its purelib, platlib, scripts, headers or data directories",
+                        member.name, t.data_dir
+                    ))
+                })?;
+                let kind = Kind::parse(scheme_name).ok_or_else(|| {
+                    self.bad(format!(
+                        "{}: `{scheme_name}` is not a scheme a wheel may install to (purelib, platlib, scripts, headers, data)",
+                        member.name
+                    ))
+                })?;
+                (kind, rel.to_string())
+            }
+        };
+        let mode = if member.executable { 0o755 } else { 0o644 };
+        if t.signatures.contains(&member.name) {
+            // Not in RECORD, so read here to know what is installed.
+            let bytes = self.read(member, MAX_PARSED)?;
+            let origin = member.name.clone();
+            return Ok(Some(generated(t.dirs, kind, &rel, mode, bytes, origin)));
+        }
+        let row = self.row_for(member, t.rows)?;
+        if kind == Kind::Scripts && self.head(member, 8)? == b"#!python" {
+            let bytes = self.read(member, u64::MAX)?;
+            self.check_bytes(member, &row, &bytes)?;
+            let rest = bytes
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(&[][..], |i| &bytes[i + 1..]);
+            let mut body = format!("#!{}\n", self.scheme.interpreter).into_bytes();
+            body.extend_from_slice(rest);
+            let origin = member.name.clone();
+            return Ok(Some(generated(t.dirs, kind, &rel, mode, body, origin)));
+        }
+        let hash = row.hash.as_ref().expect("row_for requires a hash");
+        let sha256: [u8; 32] = if hash.algo == Algo::Sha256 {
+            hash.digest
+                .as_slice()
+                .try_into()
+                .expect("parse_hash checks the length")
+        } else {
+            self.stream_check(member, &row)?
+        };
+        Ok(Some(Planned {
+            kind,
+            image: image_path(t.dirs.of(kind), &rel),
+            rel,
+            mode,
+            source: Source::Zip(ZipMember {
+                archive: self.path.to_path_buf(),
+                index: member.index,
+                size: member.size,
+                sha256: Some(sha256),
+                name: member.name.clone(),
+            }),
+            sha256,
+            size: member.size,
+            origin: member.name.clone(),
+        }))
     }
 
     fn dirs(&self, name: &str) -> Result<Dirs, String> {
