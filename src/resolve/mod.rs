@@ -540,41 +540,7 @@ fn build_lock(
         .expect("the python rule admitted this release");
     let python_rule = python_rule(python, release);
 
-    let family = db
-        .family_floor(variant.cuda.major())
-        .expect("every CUDA major has a floor");
-    if family.unconfirmed {
-        warnings.push(format!(
-            "driver floor {} for CUDA {}: {}",
-            family.min_driver,
-            variant.cuda.major(),
-            family
-                .note
-                .as_deref()
-                .unwrap_or("exact number not confirmed")
-        ));
-    }
-    let recommended = db.toolkit(&variant.cuda).and_then(|t| t.ga_driver.clone());
-    let fleet_version = fleet.as_ref().map(|(v, _)| v.clone());
-    if let (Some(f), Some(r)) = (&fleet_version, &recommended)
-        && f < r
-    {
-        warnings.push(format!(
-            "the fleet floor {f} is below CUDA {}'s own driver {r}: the image runs through minor-version \
-             compatibility, without PTX JIT for code newer than the driver",
-            variant.cuda
-        ));
-    }
-    let driver_rule = format!(
-        "wheels built with CUDA {} run on drivers >= {} (CUDA {} minor-version compatibility){}",
-        variant.cuda,
-        family.min_driver,
-        variant.cuda.major(),
-        match &fleet {
-            Some((v, by)) => format!("; the fleet floor {v} ({by}) meets it"),
-            None => "; the recipe gives no fleet floor (`driver`)".to_string(),
-        }
-    );
+    let driver = driver_pin(db, variant, fleet, &mut warnings);
     let gpu_pins = gpu_pins(gpus, variant, &mut warnings);
 
     if base_glibc.is_none() {
@@ -613,13 +579,9 @@ fn build_lock(
     let cudnn = pin(&variant.cudnn, "cudnn", "cuDNN");
     // nvidia-container-toolkit grammar: `,` is AND. The driver must speak the wheel's CUDA
     // major, and be at least the minor-version-compatibility floor of that major.
-    let require_cuda = format!(
-        "cuda>={}.0,driver>={}",
-        variant.cuda.major(),
-        family.min_driver
-    );
+    let require_cuda = format!("cuda>={}.0,driver>={}", variant.cuda.major(), driver.min);
 
-    let labels = pin_labels(loaded, variant, &patch, &python_pick, &family.min_driver);
+    let labels = pin_labels(loaded, variant, &patch, &python_pick, &driver.min);
 
     Lock {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
@@ -661,12 +623,7 @@ fn build_lock(
         },
         cudnn,
         nccl,
-        driver: DriverPin {
-            min: family.min_driver.clone(),
-            recommended,
-            fleet: fleet_version,
-            rule: driver_rule,
-        },
+        driver,
         platform: Platform {
             glibc: release.glibc.clone(),
             cxx11_abi: release.cxx11_abi,
@@ -686,6 +643,58 @@ fn build_lock(
         labels,
         warnings,
         wheels: Vec::new(),
+    }
+}
+
+/// The driver floor of the build's CUDA major (minor-version compatibility), the driver its
+/// toolkit shipped with, and the recipe's fleet floor against them; warnings for a floor
+/// that is not confirmed and for a fleet below the toolkit's driver.
+fn driver_pin(
+    db: &Compat,
+    variant: &Variant,
+    fleet: &Option<(Version, String)>,
+    warnings: &mut Vec<String>,
+) -> DriverPin {
+    let family = db
+        .family_floor(variant.cuda.major())
+        .expect("every CUDA major has a floor");
+    if family.unconfirmed {
+        warnings.push(format!(
+            "driver floor {} for CUDA {}: {}",
+            family.min_driver,
+            variant.cuda.major(),
+            family
+                .note
+                .as_deref()
+                .unwrap_or("exact number not confirmed")
+        ));
+    }
+    let recommended = db.toolkit(&variant.cuda).and_then(|t| t.ga_driver.clone());
+    let fleet_version = fleet.as_ref().map(|(v, _)| v.clone());
+    if let (Some(f), Some(r)) = (&fleet_version, &recommended)
+        && f < r
+    {
+        warnings.push(format!(
+            "the fleet floor {f} is below CUDA {}'s own driver {r}: the image runs through minor-version \
+             compatibility, without PTX JIT for code newer than the driver",
+            variant.cuda
+        ));
+    }
+    let driver_rule = format!(
+        "wheels built with CUDA {} run on drivers >= {} (CUDA {} minor-version compatibility){}",
+        variant.cuda,
+        family.min_driver,
+        variant.cuda.major(),
+        match &fleet {
+            Some((v, by)) => format!("; the fleet floor {v} ({by}) meets it"),
+            None => "; the recipe gives no fleet floor (`driver`)".to_string(),
+        }
+    );
+    DriverPin {
+        min: family.min_driver.clone(),
+        recommended,
+        fleet: fleet_version,
+        rule: driver_rule,
     }
 }
 
