@@ -627,8 +627,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     if json {
                         println!(
                             "{}",
-                            serde_json::to_string_pretty(&error_json(&e))
-                                .expect("errors serialize")
+                            serde_json::to_string_pretty(&e.to_json()).expect("errors serialize")
                         );
                     }
                     return Err(e);
@@ -637,15 +636,6 @@ pub fn run(cli: Cli) -> Result<i32> {
             for w in &resolved.lock.warnings {
                 eprintln!("warning: {w}");
             }
-            let platforms = resolved.lock.platforms();
-            if pylock.is_some() && platforms.len() > 1 && !no_closure {
-                return Err(Error::Usage(format!(
-                    "--pylock names one file, and the recipe builds for {} platforms, each \
-                     with its own closure; leave --pylock out to write one file per platform \
-                     beside the lock",
-                    platforms.len()
-                )));
-            }
             let closure_dir = match (&pylock, &output) {
                 _ if no_closure => None,
                 (Some(_), _) => Some(PathBuf::new()),
@@ -653,32 +643,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                 (None, None) => None,
             };
             if let Some(dir) = closure_dir {
-                // Each platform's closure is resolved for its own machine, and each must hold
-                // the lock's pins: a platform whose wheels do not is refused, naming it,
-                // rather than given another stack.
-                let mut closures = Vec::new();
-                for platform in &platforms {
-                    let path = match &pylock {
-                        Some(p) => p.clone(),
-                        None => dir.join(crate::closure::file_name_for(&resolved.lock, platform)),
-                    };
-                    let closure = crate::closure::inputs_for(
-                        &resolved.lock,
-                        loaded.recipe.index.as_deref(),
-                        platform,
-                    )
-                    .and_then(|inputs| crate::closure::resolve(&resolved.lock, &inputs, &path))
-                    .map_err(|e| for_platform(e, platform, platforms.len()))?;
-                    let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
-                    eprintln!(
-                        "wrote {}: {} wheels, {}",
-                        path.display(),
-                        closure.wheels.len(),
-                        crate::image::inspect::human_size(bytes)
-                    );
-                    closures.push(closure);
-                }
-                crate::closure::settle(&mut resolved.lock, &closures.iter().collect::<Vec<_>>())?;
+                crate::closure::resolve_platforms(
+                    &mut resolved.lock,
+                    loaded.recipe.index.as_deref(),
+                    pylock.as_deref(),
+                    &dir,
+                )?;
             }
             if explain {
                 eprintln!("candidates ({}):", resolved.considered.len());
@@ -739,13 +709,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     plural(totals.warnings)
                 );
             }
-            Ok(if reports.iter().any(|r| r.unreadable) {
-                2
-            } else if totals.errors > 0 || (strict && totals.warnings > 0) {
-                1
-            } else {
-                0
-            })
+            Ok(totals.exit_code(&reports, strict))
         }
         Command::Presets {
             action,
@@ -771,16 +735,18 @@ pub fn run(cli: Cli) -> Result<i32> {
                 ..Options::default()
             };
             let resolved = resolve::resolve_recipe(&loaded, &opts)?;
-            let plan = render::ContextPlan::for_recipe(&loaded, !without_python)?;
-            let (text, name) = read_template(template.as_deref())?;
-            let dockerfile = render::render(&resolved.lock, &plan, &text, &name)?;
+            let (plan, dockerfile) = render::ContextPlan::with_dockerfile(
+                &loaded,
+                &resolved.lock,
+                !without_python,
+                template.as_deref(),
+            )?;
             match context {
                 None => emit(output.as_deref(), &dockerfile)?,
                 Some(dir) => {
-                    let entries = context_entries(
+                    let entries = plan.entries_for_build(
                         &loaded,
                         &resolved.lock,
-                        &plan,
                         &dockerfile,
                         recipe.as_deref(),
                         pylock.as_deref(),
@@ -847,23 +813,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             };
             let base_glibc = match &from {
                 Some(base) if !engine_build => {
-                    let found = crate::image::fs::base_glibc(&base.open().map_err(recipe_base)?)
-                        .map_err(recipe_base)?;
-                    // Said only where there are wheels to check, and where the base is
-                    // another than the recipe's (the lock records the glibc either way).
-                    if let Some((v, what)) = &found
-                        && explicit
-                        && !without_python
-                        && !crate::image::build::base_is_the_recipes(base, &loaded.recipe.base)
-                    {
-                        eprintln!(
-                            "note: checking the wheels against {what} {v}, read from {base}, \
-                             not against the recipe's base `{}`",
-                            loaded.recipe.base
-                        );
-                    }
-                    // The lock says what was read, never where: host paths stay out of images.
-                    found.map(|(v, what)| (v, format!("{what}, read from the base image")))
+                    let note = explicit && !without_python;
+                    resolve::glibc_of_base(base, &loaded.recipe.base, note).map_err(recipe_base)?
                 }
                 _ => None,
             };
@@ -913,21 +864,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
             // Each platform installs its own closure, read from its own file or resolved
             // into the cache; a build of one platform passes it as the build's closure.
-            let mut closures = Vec::new();
-            if !without_python {
-                let locked = resolved.lock.platforms();
-                let chosen = match &only {
-                    Some(p) => vec![p.clone()],
-                    None => locked.clone(),
-                };
-                if pylock.is_some() && chosen.len() > 1 {
-                    return Err(Error::Usage(format!(
-                        "--pylock names one file, and the recipe builds for {}, each with its \
-                         own closure; leave --pylock out (each platform's file is read beside \
-                         the recipe) or build one platform with --platform",
-                        resolved.lock.platforms.join(", ")
-                    )));
-                }
+            let closures = if without_python {
+                Vec::new()
+            } else {
                 let source = crate::closure::Source {
                     recipe_file: recipe.as_deref(),
                     explicit: pylock.as_deref(),
@@ -935,13 +874,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                     offline,
                     cache_dir: &cache_dir,
                 };
-                for platform in chosen {
-                    let closure =
-                        crate::closure::for_build_platform(&resolved.lock, &source, &platform)
-                            .map_err(|e| for_platform(e, &platform, locked.len()))?;
-                    closures.push((platform, closure));
-                }
-            }
+                crate::closure::for_build_platforms(&resolved.lock, &source, only.as_ref())?
+            };
             let all: Vec<&crate::closure::Closure> = closures.iter().map(|(_, c)| c).collect();
             crate::closure::settle(&mut resolved.lock, &all)?;
             // A base read from elsewhere than the recipe's registry reference is not the one
@@ -959,12 +893,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 _ => None,
             };
             // The SBOM lists every wheel of every platform's closure, once.
-            let mut wheels: Vec<crate::wheel::cache::WheelRef> = Vec::new();
-            for w in closures.iter().flat_map(|(_, c)| &c.wheels) {
-                if !wheels.iter().any(|have| have.sha256 == w.sha256) {
-                    wheels.push(w.clone());
-                }
-            }
+            let wheels = crate::sbom::wheels_once(closures.iter().flat_map(|(_, c)| &c.wheels));
             let epoch = crate::image::build::source_date_epoch()?;
             let opts = crate::image::BuildOptions {
                 to,
@@ -1230,15 +1159,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             python,
         } => {
             let sizes = sizes.map(|s| parse_sizes(&s)).transpose()?;
-            let policy = match policy {
-                Some(path) => {
-                    let doc = crate::document::Document::read(&path)?;
-                    Some(doc.parse::<Vec<crate::probe::policy::ModelPolicy>>("policy", |_| {
-                        Some("a list of {match, model, link, pcie: {gen, width}, nvlink_links, memory_gbps_floor, p2p_gbps_floor}".into())
-                    })?)
-                }
-                None => None,
-            };
+            let policy = policy
+                .map(|path| crate::probe::policy::read(&path))
+                .transpose()?;
             let opts = crate::probe::ProbeOptions {
                 devices,
                 quick,
@@ -1360,27 +1283,20 @@ pub fn run(cli: Cli) -> Result<i32> {
             result,
             task,
         } => {
-            let out = match crate::probe::worker::run(&task, &pci_bus_ids) {
-                Ok(v) => serde_json::json!({ "ok": v }),
-                Err(e) => serde_json::json!({ "error": e }),
+            let (out, code) = match crate::probe::worker::run(&task, &pci_bus_ids) {
+                Ok(v) => (serde_json::json!({ "ok": v }), 0),
+                Err(e) => (serde_json::json!({ "error": e }), 1),
             };
             match result {
                 Some(path) => crate::fsutil::write_atomic(&path, out.to_string().as_bytes())?,
                 None => println!("{out}"),
             }
-            Ok(if out.get("error").is_some() { 1 } else { 0 })
+            Ok(code)
         }
         Command::Compat { release, json } => {
             let db = Compat::embedded();
-            if let Some(wanted) = &release
-                && !db.releases.iter().any(|r| &r.release == wanted)
-            {
-                let known: Vec<String> =
-                    db.releases.iter().map(|r| r.release.to_string()).collect();
-                return Err(Error::Usage(format!(
-                    "--release {wanted}: no such PyTorch release in the database; known: {}",
-                    known.join(", ")
-                )));
+            if let Some(wanted) = &release {
+                db.check_release(wanted)?;
             }
             if json {
                 println!(
@@ -1412,26 +1328,6 @@ fn recipe_base_failed(e: Error, base: &crate::image::Transport) -> Error {
     }
 }
 
-/// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
-/// A closure error of one of several platforms, saying which; for linux/arm64, what PyPI's
-/// aarch64 torch wheels are (see `closure::inputs_for`).
-fn for_platform(e: Error, platform: &crate::image::Platform, count: usize) -> Error {
-    match e {
-        Error::Closure(m) if count > 1 || platform.architecture != "amd64" => {
-            let hint = if platform.architecture == "arm64" {
-                "\nnote: PyPI's aarch64 torch wheels are CPU builds through 2.10 (their nvidia-* \
-                 requirements are for x86_64 only); from 2.11 they require the CUDA 13 wheels on \
-                 aarch64 too. Ask for pytorch >=2.11, or set the recipe's `index:` to one that \
-                 serves CUDA builds for aarch64."
-            } else {
-                ""
-            };
-            Error::Closure(format!("{platform}: {m}{hint}"))
-        }
-        other => other,
-    }
-}
-
 /// `--probe-binary PLATFORM=PATH`.
 fn parse_probe_binary(
     text: &str,
@@ -1450,6 +1346,7 @@ fn parse_probe_binary(
 /// overflow too.
 const MAX_PROBE_SIZE: u64 = 1 << 40;
 
+/// `MIN:MAX` (with K, M, G suffixes) as sizes growing 16x, or a comma list.
 fn parse_sizes(text: &str) -> Result<Vec<u64>> {
     let one = |t: &str| -> Result<u64> {
         let t = t.trim();
@@ -1498,59 +1395,7 @@ fn parse_sizes(text: &str) -> Result<Vec<u64>> {
     }
 }
 
-/// The Dockerfile template: a file, or the built-in one.
-fn read_template(path: Option<&Path>) -> Result<(String, String)> {
-    match path {
-        Some(p) => Ok((
-            std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?,
-            p.display().to_string(),
-        )),
-        None => Ok((
-            render::DEFAULT_TEMPLATE.to_string(),
-            "Dockerfile.template".to_string(),
-        )),
-    }
-}
-
 /// `build --engine-build`: renders the Dockerfile and has the Docker engine build it.
-/// The build context of a recipe's Dockerfile as entries; the closure's wheels are fetched
-/// into the wheel cache first.
-fn context_entries(
-    loaded: &LoadedRecipe,
-    lock: &crate::lock::Lock,
-    plan: &render::ContextPlan,
-    dockerfile: &str,
-    recipe_file: Option<&Path>,
-    pylock: Option<&Path>,
-    offline: bool,
-) -> Result<Vec<crate::image::layer::Entry>> {
-    use crate::wheel::cache::{FetchOptions, WheelCache};
-    let probe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
-    if !plan.stack {
-        return plan.entries(dockerfile, &probe, None);
-    }
-    let cache_dir = WheelCache::default_root()?;
-    let closure = crate::closure::for_build(
-        lock,
-        &crate::closure::Source {
-            recipe_file,
-            explicit: pylock,
-            index: loaded.recipe.index.as_deref(),
-            offline,
-            cache_dir: &cache_dir,
-        },
-    )?;
-    let cache = WheelCache::open(cache_dir)?;
-    cache.fetch(
-        &closure.wheels,
-        &FetchOptions {
-            offline,
-            ..Default::default()
-        },
-    )?;
-    plan.entries(dockerfile, &probe, Some((&closure, &cache)))
-}
-
 fn engine_build_image(
     loaded: &LoadedRecipe,
     mut lock: crate::lock::Lock,
@@ -1574,19 +1419,11 @@ fn engine_build_image(
             )));
         }
     }
-    let plan = render::ContextPlan::for_recipe(loaded, !without_python)?;
-    let (text, name) = read_template(template)?;
-    let dockerfile = render::render(&lock, &plan, &text, &name)?;
+    let (plan, dockerfile) =
+        render::ContextPlan::with_dockerfile(loaded, &lock, !without_python, template)?;
     let engine = crate::engine::Engine::connect()?;
-    let entries = context_entries(
-        loaded,
-        &lock,
-        &plan,
-        &dockerfile,
-        recipe_file,
-        pylock,
-        offline,
-    )?;
+    let entries =
+        plan.entries_for_build(loaded, &lock, &dockerfile, recipe_file, pylock, offline)?;
     // The context is streamed to the engine from a file: it holds every wheel.
     let scratch = crate::interrupt::scratch_dir(None, ".gpubake-context-")
         .map_err(|e| Error::io(std::env::temp_dir(), e))?;
@@ -1778,15 +1615,6 @@ fn presets(action: PresetAction, json: bool, dirs: &[PathBuf]) -> Result<i32> {
         }
     }
     Ok(list_code)
-}
-
-/// An error as JSON: its message, its exit code, and a conflict's parts.
-fn error_json(err: &Error) -> serde_json::Value {
-    let mut v = serde_json::json!({"error": err.to_string(), "exit": err.exit_code()});
-    if let Error::Unsatisfiable(conflict) = err {
-        v["conflict"] = serde_json::to_value(conflict).expect("conflicts serialize");
-    }
-    v
 }
 
 /// Prints an error the way every command does, and returns its exit code.

@@ -150,6 +150,28 @@ pub fn merge_env(loaded: &LoadedRecipe, layers: &[Preset]) -> MergedEnv {
     env
 }
 
+/// The glibc of the base a build reads, for [`Options::base_glibc`]: what was read, never
+/// where (host paths stay out of images). The base given is the one whose glibc counts, not
+/// the recipe's `base:` text (`recipe_base`). With `note` (a base the build was given, and
+/// wheels to check), says so where the base is another than the recipe's.
+pub fn glibc_of_base(
+    base: &crate::image::Transport,
+    recipe_base: &str,
+    note: bool,
+) -> Result<Option<(Version, String)>> {
+    let found = crate::image::fs::base_glibc(&base.open()?)?;
+    if let Some((v, what)) = &found
+        && note
+        && !crate::image::build::base_is_the_recipes(base, recipe_base)
+    {
+        eprintln!(
+            "note: checking the wheels against {what} {v}, read from {base}, not against the \
+             recipe's base `{recipe_base}`"
+        );
+    }
+    Ok(found.map(|(v, what)| (v, format!("{what}, read from the base image"))))
+}
+
 /// Resolves a recipe against the embedded compatibility database.
 pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved> {
     let db = Compat::embedded();
