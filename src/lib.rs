@@ -12,8 +12,8 @@
 pub mod cdi;
 pub mod certify;
 pub mod child;
-pub mod cli;
 pub mod closure;
+pub mod cmd;
 pub mod compat;
 pub mod document;
 pub mod engine;
