@@ -220,6 +220,15 @@ impl Lock {
         self.labels.shift_remove(crate::image::build::BASE_NAME);
     }
 
+    /// The lock of an image built on `base` as the build read it: a base read from elsewhere
+    /// than the recipe's registry reference is not the one the base label names, so the label
+    /// goes, and the lock the image carries says what its config says.
+    pub fn built_on(&mut self, base: &crate::image::Transport) {
+        if !crate::image::build::base_is_the_recipes(base, &self.base) {
+            self.labels.shift_remove(crate::image::build::BASE_NAME);
+        }
+    }
+
     /// The lock as YAML, with a header naming its origin.
     pub fn to_yaml(&self) -> String {
         let body = serde_yaml::to_string(self).expect("locks serialize");

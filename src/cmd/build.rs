@@ -138,15 +138,8 @@ pub fn run(mut args: Args) -> Result<i32> {
     // A build of one platform passes its closure as the build's closure.
     let all: Vec<&Closure> = closures.iter().map(|(_, c)| c).collect();
     crate::closure::settle(&mut resolved.lock, &all)?;
-    // A base read from elsewhere than the recipe's registry reference is not the one the base
-    // label names: the lock the image carries says what its config says.
-    if let Some(base) = &from
-        && !crate::image::build::base_is_the_recipes(base, &resolved.lock.base)
-    {
-        resolved
-            .lock
-            .labels
-            .shift_remove(crate::image::build::BASE_NAME);
+    if let Some(base) = &from {
+        resolved.lock.built_on(base);
     }
     let opts = crate::image::BuildOptions {
         to,

@@ -69,27 +69,18 @@ fn list(catalog: &Catalog, here: &Location, json: bool) -> i32 {
         debug: bool,
         file: String,
     }
-    let mut rows = Vec::new();
-    // One broken file does not hide the others: it is named with its error, and the
-    // listing exits 2 as bad input.
-    let mut broken = Vec::new();
-    for name in catalog.names() {
-        let p = match catalog.load(&name, here, None) {
-            Ok(p) => p,
-            Err(e) => {
-                broken.push(format!("{name}: {e}"));
-                continue;
-            }
-        };
-        rows.push(Row {
+    let (presets, broken) = catalog.load_all(here);
+    let rows: Vec<Row> = presets
+        .into_iter()
+        .map(|(name, p)| Row {
             name,
             requires_nccl: p.file.requires.nccl.as_ref().map(ToString::to_string),
             debug: p.file.debug,
             file: p.doc.name().to_string(),
             description: p.file.description,
             extends: p.file.extends,
-        });
-    }
+        })
+        .collect();
     for b in &broken {
         eprintln!("error: preset {b}");
     }
@@ -105,6 +96,7 @@ fn list(catalog: &Catalog, here: &Location, json: bool) -> i32 {
             println!("{:<12} {}{extends}", r.name, r.description);
         }
     }
+    // A broken file is bad input.
     if broken.is_empty() { 0 } else { 2 }
 }
 
