@@ -367,6 +367,117 @@ pub fn for_build_platform(
     Ok(closure)
 }
 
+/// `resolve -o`'s closures: each of the lock's platforms resolved with uv for its own machine
+/// and written to `explicit` (`--pylock FILE`, for a lock of one platform), else beside the
+/// lock in `dir` as [`file_name_for`] names it; then the lock is settled on them (see
+/// [`settle`]). Each must hold the lock's pins: a platform whose wheels do not is refused,
+/// naming it, rather than given another stack.
+pub fn resolve_platforms(
+    lock: &mut Lock,
+    index: Option<&str>,
+    explicit: Option<&Path>,
+    dir: &Path,
+) -> Result<()> {
+    let platforms = lock.platforms();
+    one_file_one_platform(
+        explicit,
+        platforms.len(),
+        &format!("{} platforms", platforms.len()),
+        "to write one file per platform beside the lock",
+    )?;
+    let closures = each_platform(&platforms, platforms.len(), |platform| {
+        let path = match explicit {
+            Some(p) => p.to_path_buf(),
+            None => dir.join(file_name_for(lock, platform)),
+        };
+        let closure =
+            inputs_for(lock, index, platform).and_then(|inputs| resolve(lock, &inputs, &path))?;
+        let bytes: u64 = closure.wheels.iter().filter_map(|w| w.size).sum();
+        eprintln!(
+            "wrote {}: {} wheels, {}",
+            path.display(),
+            closure.wheels.len(),
+            crate::units::human_size(bytes)
+        );
+        Ok(closure)
+    })?;
+    settle(lock, &closures.iter().collect::<Vec<_>>())
+}
+
+/// The closures a build installs: one per platform it builds (`only`, else every platform
+/// of the lock), each found as [`for_build_platform`] finds it.
+pub fn for_build_platforms(
+    lock: &Lock,
+    source: &Source,
+    only: Option<&crate::image::Platform>,
+) -> Result<Vec<(crate::image::Platform, Closure)>> {
+    let locked = lock.platforms();
+    let chosen = match only {
+        Some(p) => vec![p.clone()],
+        None => locked.clone(),
+    };
+    one_file_one_platform(
+        source.explicit,
+        chosen.len(),
+        &lock.platforms.join(", "),
+        "(each platform's file is read beside the recipe) or build one platform with --platform",
+    )?;
+    each_platform(&chosen, locked.len(), |platform| {
+        let closure = for_build_platform(lock, source, platform)?;
+        Ok((platform.clone(), closure))
+    })
+}
+
+/// Refuses `--pylock FILE` for `count` platforms' closures when that is more than one: one
+/// file holds one closure. `builds_for` says what the recipe builds for, `way_out` what to
+/// do instead of `--pylock`.
+fn one_file_one_platform(
+    explicit: Option<&Path>,
+    count: usize,
+    builds_for: &str,
+    way_out: &str,
+) -> Result<()> {
+    if explicit.is_some() && count > 1 {
+        return Err(Error::Usage(format!(
+            "--pylock names one file, and the recipe builds for {builds_for}, each with its \
+             own closure; leave --pylock out {way_out}"
+        )));
+    }
+    Ok(())
+}
+
+/// `one` for each platform in order, stopping at the first error, which says which platform
+/// it is about (see [`for_platform`]); `count` is how many platforms the lock has.
+fn each_platform<T>(
+    platforms: &[crate::image::Platform],
+    count: usize,
+    mut one: impl FnMut(&crate::image::Platform) -> Result<T>,
+) -> Result<Vec<T>> {
+    platforms
+        .iter()
+        .map(|platform| one(platform).map_err(|e| for_platform(e, platform, count)))
+        .collect()
+}
+
+/// A closure error of one of several platforms, saying which; for linux/arm64, what PyPI's
+/// aarch64 torch wheels are (see [`inputs_for`]).
+fn for_platform(e: Error, platform: &crate::image::Platform, count: usize) -> Error {
+    match e {
+        Error::Closure(m) if count > 1 || platform.architecture != "amd64" => {
+            let hint = if platform.architecture == "arm64" {
+                "\nnote: PyPI's aarch64 torch wheels are CPU builds through 2.10 (their nvidia-* \
+                 requirements are for x86_64 only); from 2.11 they require the CUDA 13 wheels on \
+                 aarch64 too. Ask for pytorch >=2.11, or set the recipe's `index:` to one that \
+                 serves CUDA builds for aarch64."
+            } else {
+                ""
+            };
+            Error::Closure(format!("{platform}: {m}{hint}"))
+        }
+        other => other,
+    }
+}
+
 /// Writes `lock` to `path` and each platform's closure beside it, named as `resolve -o`
 /// names them: what `build --lock-out` keeps of a build.
 pub fn write_lock(

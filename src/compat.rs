@@ -245,6 +245,23 @@ pub enum GpuLinks {
 }
 
 impl Compat {
+    /// Refuses `--release RELEASE` when the database has no such PyTorch release, naming the
+    /// ones it has.
+    pub fn check_release(&self, wanted: &Version) -> crate::Result<()> {
+        if self.releases.iter().any(|r| &r.release == wanted) {
+            return Ok(());
+        }
+        let known: Vec<String> = self
+            .releases
+            .iter()
+            .map(|r| r.release.to_string())
+            .collect();
+        Err(crate::Error::Usage(format!(
+            "--release {wanted}: no such PyTorch release in the database; known: {}",
+            known.join(", ")
+        )))
+    }
+
     /// The database as a table, one build a line; `?` marks unconfirmed values.
     pub fn table(&self, only: Option<&Version>) -> String {
         let db = self;

@@ -180,6 +180,16 @@ impl Error {
         }
     }
 
+    /// The error as JSON, for a script that asked for JSON: its message, its exit code, and a
+    /// conflict's parts.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({"error": self.to_string(), "exit": self.exit_code()});
+        if let Error::Unsatisfiable(conflict) = self {
+            v["conflict"] = serde_json::to_value(conflict).expect("conflicts serialize");
+        }
+        v
+    }
+
     /// Shorthand for an invalid-input error.
     pub fn invalid(
         at: Location,

@@ -234,6 +234,15 @@ impl Lock {
         self.labels.shift_remove(BASE_NAME);
     }
 
+    /// The lock of an image built on `base` as the build read it: a base read from elsewhere
+    /// than the recipe's registry reference is not the one the base label names, so the label
+    /// goes, and the lock the image carries says what its config says.
+    pub fn built_on(&mut self, base: &crate::image::Transport) {
+        if !base.is_registry_reference(&self.base) {
+            self.labels.shift_remove(BASE_NAME);
+        }
+    }
+
     /// The lock as YAML, with a header naming its origin.
     pub fn to_yaml(&self) -> String {
         let body = serde_yaml::to_string(self).expect("locks serialize");

@@ -1,7 +1,7 @@
 use clap::Parser;
 
 fn main() {
-    let cli = gpubake::cli::Cli::parse();
+    let cli = gpubake::cmd::Cli::parse();
     // Temporary files and directories go with an interrupted command (SIGINT, SIGTERM).
     gpubake::interrupt::install();
     // A reader that stops early (`gpubake compat | head -1`) closes the pipe, and printing
@@ -13,7 +13,7 @@ fn main() {
             default_hook(info);
         }
     }));
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gpubake::cli::run(cli)));
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gpubake::cmd::run(cli)));
     let code = match run {
         Ok(Ok(code)) => code,
         Ok(Err(gpubake::Error::Io { source, .. }))
@@ -21,7 +21,7 @@ fn main() {
         {
             stopped_by_the_pipe()
         }
-        Ok(Err(err)) => gpubake::cli::report_error(&err),
+        Ok(Err(err)) => gpubake::cmd::report_error(&err),
         Err(_) if stdout_reader_gone() => stopped_by_the_pipe(),
         Err(panic) => std::panic::resume_unwind(panic),
     };

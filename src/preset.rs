@@ -174,6 +174,21 @@ impl Catalog {
         names
     }
 
+    /// Every preset visible through the catalog, loaded as if referenced from `from`, by
+    /// name; and apart, each preset whose file is broken, named with its error: one broken
+    /// file does not hide the others.
+    pub fn load_all(&self, from: &Location) -> (Vec<(String, Preset)>, Vec<String>) {
+        let mut loaded = Vec::new();
+        let mut broken = Vec::new();
+        for name in self.names() {
+            match self.load(&name, from, None) {
+                Ok(p) => loaded.push((name, p)),
+                Err(e) => broken.push(format!("{name}: {e}")),
+            }
+        }
+        (loaded, broken)
+    }
+
     /// Loads the preset `name`, referenced from `from` (for relative paths and messages).
     pub fn load(&self, name: &str, from: &Location, from_dir: Option<&Path>) -> Result<Preset> {
         if name.contains('/') || name.ends_with(".yaml") || name.ends_with(".yml") {

@@ -53,6 +53,18 @@ pub struct Subject<'a> {
     pub epoch: u64,
 }
 
+/// The wheels an SBOM lists from several platforms' closures: each once, by its sha256, in
+/// the order the closures first name them.
+pub fn wheels_once<'a>(wheels: impl IntoIterator<Item = &'a WheelRef>) -> Vec<WheelRef> {
+    let mut once: Vec<WheelRef> = Vec::new();
+    for w in wheels {
+        if !once.iter().any(|have| have.sha256 == w.sha256) {
+            once.push(w.clone());
+        }
+    }
+    once
+}
+
 /// The name that tools write in `creators` and `metadata.tools`.
 const TOOL: &str = "gpubake";
 

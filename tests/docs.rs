@@ -23,7 +23,7 @@ mod common;
 
 use clap::{CommandFactory, Parser};
 use common::stack::wheel_cache;
-use gpubake::cli::Cli;
+use gpubake::cmd::Cli;
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::Command;

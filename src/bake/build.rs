@@ -442,18 +442,6 @@ fn base_for(
     Ok((base, config, python))
 }
 
-/// Whether `base` is the recipe's `base:` reference (`recipe_base`), pulled from its
-/// registry: only then does the recipe's name for it say where it came from.
-pub fn base_is_the_recipes(base: &Transport, recipe_base: &str) -> bool {
-    // Compared as docker names them: `debian:bookworm` is docker.io/library/debian:bookworm.
-    let whole = |t: &Transport| match t {
-        Transport::Registry(remote) => remote.parsed().ok().map(|r| r.whole()),
-        _ => None,
-    };
-    let recipe = Transport::of_base(recipe_base).ok();
-    whole(base).is_some_and(|b| recipe.as_ref().and_then(whole) == Some(b))
-}
-
 /// One platform's manifest, as [`build_platform`] wrote it.
 struct PlatformBuilt {
     platform: Platform,
@@ -563,7 +551,7 @@ fn build_platform(
     edit_config(&mut config, resolved, &extra_env, &built, &created);
     let (key, value) = stack::stack_label(closure.is_some());
     config["config"]["Labels"][key] = json!(value);
-    let from_recipe = base_is_the_recipes(base_ref, &resolved.lock.base);
+    let from_recipe = base_ref.is_registry_reference(&resolved.lock.base);
     if !from_recipe && let Some(labels) = config["config"]["Labels"].as_object_mut() {
         labels.remove(BASE_NAME);
     }
@@ -837,7 +825,7 @@ mod tests {
             ("docker-daemon:debian:bookworm", "debian:bookworm", false),
         ] {
             assert_eq!(
-                base_is_the_recipes(&t(from), recipe),
+                t(from).is_registry_reference(recipe),
                 same,
                 "{from} for {recipe}"
             );

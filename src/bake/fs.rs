@@ -57,6 +57,28 @@ const LIBC_PATHS: [&str; 5] = [
     "lib/libc.so.6",
 ];
 
+/// The glibc of the base a build reads, for [`crate::resolve::Options::base_glibc`]: what was read, never
+/// where (host paths stay out of images). The base given is the one whose glibc counts, not
+/// the recipe's `base:` text (`recipe_base`). With `note` (a base the build was given, and
+/// wheels to check), says so where the base is another than the recipe's.
+pub fn glibc_of_base(
+    base: &crate::image::Transport,
+    recipe_base: &str,
+    note: bool,
+) -> Result<Option<(crate::version::Version, String)>> {
+    let found = base_glibc(&base.open()?)?;
+    if let Some((v, what)) = &found
+        && note
+        && !base.is_registry_reference(recipe_base)
+    {
+        eprintln!(
+            "note: checking the wheels against {what} {v}, read from {base}, not against the \
+             recipe's base `{recipe_base}`"
+        );
+    }
+    Ok(found.map(|(v, what)| (v, format!("{what}, read from the base image"))))
+}
+
 /// The glibc of an image, read from its own files: the version in `libc.so.6` ("release
 /// version 2.36", or the `libc-2.31.so` a link names on older releases), with the
 /// distribution's name from /etc/os-release. None when the image has no glibc.

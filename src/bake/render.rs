@@ -99,6 +99,77 @@ impl ContextPlan {
     }
 }
 
+impl ContextPlan {
+    /// The context of `loaded`'s image with its Dockerfile, rendered for `lock` from the
+    /// template at `template` (the built-in one when absent); `stack` is false for an image
+    /// without Python.
+    pub fn with_dockerfile(
+        loaded: &LoadedRecipe,
+        lock: &Lock,
+        stack: bool,
+        template: Option<&Path>,
+    ) -> Result<(Self, String)> {
+        let plan = ContextPlan::for_recipe(loaded, stack)?;
+        let (text, name) = read_template(template)?;
+        let dockerfile = render(lock, &plan, &text, &name)?;
+        Ok((plan, dockerfile))
+    }
+
+    /// Every entry of the context (see [`ContextPlan::entries`]), with this gpubake as the
+    /// probe and the closure a build of `lock` installs (see [`crate::closure::for_build`]),
+    /// whose wheels are fetched into the wheel cache first.
+    pub fn entries_for_build(
+        &self,
+        loaded: &LoadedRecipe,
+        lock: &Lock,
+        dockerfile: &str,
+        recipe_file: Option<&Path>,
+        pylock: Option<&Path>,
+        offline: bool,
+    ) -> Result<Vec<Entry>> {
+        use crate::wheel::cache::FetchOptions;
+        let probe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+        if !self.stack {
+            return self.entries(dockerfile, &probe, None);
+        }
+        let cache_dir = WheelCache::default_root()?;
+        let closure = crate::closure::for_build(
+            lock,
+            &crate::closure::Source {
+                recipe_file,
+                explicit: pylock,
+                index: loaded.recipe.index.as_deref(),
+                offline,
+                cache_dir: &cache_dir,
+            },
+        )?;
+        let cache = WheelCache::open(cache_dir)?;
+        cache.fetch(
+            &closure.wheels,
+            &FetchOptions {
+                offline,
+                ..Default::default()
+            },
+        )?;
+        self.entries(dockerfile, &probe, Some((&closure, &cache)))
+    }
+}
+
+/// The Dockerfile template: the file at `path`, or the built-in one; with the name its errors
+/// give it.
+pub fn read_template(path: Option<&Path>) -> Result<(String, String)> {
+    match path {
+        Some(p) => Ok((
+            std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?,
+            p.display().to_string(),
+        )),
+        None => Ok((
+            DEFAULT_TEMPLATE.to_string(),
+            "Dockerfile.template".to_string(),
+        )),
+    }
+}
+
 /// The template shipped in the repository root, embedded.
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../Dockerfile.template");
 

@@ -180,6 +180,18 @@ impl fmt::Display for Transport {
 }
 
 impl Transport {
+    /// Whether this is the registry image that `reference` (a recipe's `base:`) names, as
+    /// docker names images (`debian:bookworm` is docker.io/library/debian:bookworm): only
+    /// then does that reference say where the image came from.
+    pub fn is_registry_reference(&self, reference: &str) -> bool {
+        let whole = |t: &Transport| match t {
+            Transport::Registry(remote) => remote.parsed().ok().map(|r| r.whole()),
+            _ => None,
+        };
+        let named = Transport::of_base(reference).ok();
+        whole(self).is_some_and(|b| named.as_ref().and_then(whole) == Some(b))
+    }
+
     /// This transport as the place an image is written to: a registry reference by digest
     /// and an engine's image ID name what exists and are refused (exit 2), before any work.
     pub fn destination(self) -> Result<Self> {

@@ -715,6 +715,20 @@ pub struct Totals {
     pub warnings: usize,
 }
 
+impl Totals {
+    /// The exit code of a lint run that found these totals in `reports`: 2 when a file could
+    /// not be read, 1 on errors (and, when `strict`, on warnings), else 0.
+    pub fn exit_code(&self, reports: &[FileReport], strict: bool) -> i32 {
+        if reports.iter().any(|r| r.unreadable) {
+            2
+        } else if self.errors > 0 || (strict && self.warnings > 0) {
+            1
+        } else {
+            0
+        }
+    }
+}
+
 /// Adds up findings across files.
 pub fn totals(reports: &[FileReport]) -> Totals {
     let mut t = Totals {

@@ -44,6 +44,14 @@ pub struct ModelPolicy {
     pub bf16_tflops_floor: Option<f64>,
 }
 
+/// The floors of the policy file at `path` (YAML like data/policy.yaml), for `probe --policy`.
+pub fn read(path: &std::path::Path) -> crate::error::Result<Vec<ModelPolicy>> {
+    let doc = crate::document::Document::read(path)?;
+    doc.parse::<Vec<ModelPolicy>>("policy", |_| {
+        Some("a list of {match, model, link, pcie: {gen, width}, nvlink_links, memory_gbps_floor, p2p_gbps_floor}".into())
+    })
+}
+
 /// The embedded policy.
 pub fn embedded() -> &'static [ModelPolicy] {
     static POLICY: OnceLock<Vec<ModelPolicy>> = OnceLock::new();

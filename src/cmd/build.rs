@@ -1,0 +1,406 @@
+//! `gpubake build`: an image without a daemon (or, with --engine-build, with the engine).
+
+use super::{RecipeFiles, RegistryArgs};
+use crate::bake::BuildReport;
+use crate::closure::Closure;
+use crate::error::{Error, Result};
+use crate::image::{Platform, Transport};
+use crate::recipe::LoadedRecipe;
+use crate::resolve::{self, Options, Resolved};
+use crate::version::Version;
+use std::path::{Path, PathBuf};
+
+/// `gpubake build`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The recipe (YAML); the built-in default when absent.
+    recipe: Option<PathBuf>,
+    #[command(flatten)]
+    files: RecipeFiles,
+    /// Where to write the image: a layout, an archive, an engine's NAME:TAG or a registry's
+    /// tag (a reference by digest names an image that exists and is refused).
+    #[arg(long, value_name = "DEST")]
+    to: String,
+    /// The base image; when absent, the recipe's `base`, pulled from its registry
+    /// (`nvidia/cuda:TAG` from Docker Hub, `HOST:PORT/NAME:TAG` from HOST:PORT).
+    #[arg(long, value_name = "BASE")]
+    from: Option<String>,
+    /// Layer compression.
+    #[arg(long, value_enum, default_value = "gzip")]
+    compression: crate::image::Compression,
+    /// Write every layer again: the layer cache knows files by path, size and mtime.
+    #[arg(long)]
+    no_cache: bool,
+    /// Install this closure (PEP 751) instead of pylock.NAME.toml beside the recipe.
+    #[arg(long, value_name = "FILE")]
+    pylock: Option<PathBuf>,
+    /// Build from the pylock and the wheel cache alone: no resolution, no download.
+    #[arg(long)]
+    offline: bool,
+    /// Also write the lock the image holds here (atomically), with the closure it
+    /// installs beside it as pylock.NAME.toml, as `resolve -o` writes them.
+    #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
+    lock_out: Option<PathBuf>,
+    /// Leave the Python stack out: a node preflight image with the probe and presets only.
+    #[arg(long, conflicts_with_all = ["pylock", "offline"])]
+    without_python: bool,
+    /// The most layers the Python stack may take (one per large wheel, then groups; at
+    /// least 4: the venv, the small nvidia wheels, the rest, the extras).
+    #[arg(long, value_name = "N", default_value_t = 60, value_parser = parse_stack_layers)]
+    stack_layers: usize,
+    /// Build even when the recipe's lint finds errors (certify will fail the image).
+    #[arg(long)]
+    skip_checks: bool,
+    /// Build with the Docker engine from the rendered Dockerfile instead (DEST must be
+    /// docker-daemon:NAME:TAG; BASE, if given, docker-daemon:NAME:TAG too).
+    #[arg(long)]
+    engine_build: bool,
+    /// With --engine-build: render this template instead of the built-in Dockerfile.template.
+    #[arg(long, value_name = "FILE", requires = "engine_build")]
+    template: Option<PathBuf>,
+    /// The fleet's oldest driver; overrides the recipe's `driver`.
+    #[arg(long, value_name = "VERSION")]
+    driver: Option<Version>,
+    /// Look up presets here before the built-in ones (repeatable).
+    #[arg(long, value_name = "DIR")]
+    preset_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also write the image's SBOM here (atomically), after the image: the base by its
+    /// digest, every wheel with its sha256 and URL, the lock's pins. For a docker://
+    /// image it is also attached there as a referrer. Not with --engine-build, whose
+    /// engine keeps no manifest of the image's own.
+    #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
+    sbom: Option<PathBuf>,
+    /// The gpubake binary that serves as the probe in the image for PLATFORM, when that
+    /// is not the platform this gpubake runs on (repeatable; an ELF executable for that
+    /// platform's machine).
+    #[arg(long, value_name = "PLATFORM=PATH", value_parser = parse_probe_binary)]
+    probe_binary: Vec<(Platform, PathBuf)>,
+    /// The SBOM's format: SPDX 2.3 JSON or CycloneDX 1.6 JSON.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        default_value = "spdx",
+        requires = "sbom"
+    )]
+    sbom_format: crate::sbom::Format,
+}
+
+/// Reads the base, resolves and lints the recipe, builds the image and writes what was asked
+/// for beside it (the lock, the SBOM).
+pub fn run(mut args: Args) -> Result<i32> {
+    let loaded = args.files.load(args.recipe.as_deref())?;
+    // An SBOM or lock path that could never be written is refused before the build,
+    // not after.
+    for path in args.sbom.iter().chain(&args.lock_out) {
+        crate::fsutil::output_target(path)?;
+    }
+    let to = args.registry.transport(&args.to)?.destination()?;
+    let explicit = args.from.is_some();
+    let from = base(&args, &loaded)?;
+    let recipe_base = |e| recipe_base_failed(e, from.as_ref(), explicit);
+    // It is read first: a base that cannot serve the image fails the build before anything
+    // is resolved over the network or written. The glibc is said only where there are wheels
+    // to check, and where the base is another than the recipe's.
+    let base_glibc = match &from {
+        Some(base) if !args.engine_build => {
+            let note = explicit && !args.without_python;
+            crate::bake::fs::glibc_of_base(base, &loaded.recipe.base, note).map_err(recipe_base)?
+        }
+        _ => None,
+    };
+    let options = Options {
+        driver: args.driver.take(),
+        preset_dirs: std::mem::take(&mut args.preset_dir),
+        base_glibc,
+    };
+    let mut resolved = resolve::resolve_recipe(&loaded, &options)?;
+    for w in &resolved.lock.warnings {
+        eprintln!("warning: {w}");
+    }
+    if !args.skip_checks {
+        crate::lint::gate(&loaded, &options)?;
+    }
+    if args.engine_build {
+        return engine_build(&args, &loaded, resolved.lock, &to, from.as_ref());
+    }
+    let only = args.registry.platform()?;
+    if let Some(base) = &from {
+        crate::bake::build::check_base(base, &resolved, only.as_ref(), !args.without_python)
+            .map_err(recipe_base)?;
+    }
+    let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
+    let closures = closures(&args, &loaded, &resolved.lock, only.as_ref(), &cache_dir)?;
+    // A build of one platform passes its closure as the build's closure.
+    let all: Vec<&Closure> = closures.iter().map(|(_, c)| c).collect();
+    crate::closure::settle(&mut resolved.lock, &all)?;
+    if let Some(base) = &from {
+        resolved.lock.built_on(base);
+    }
+    let opts = crate::bake::BuildOptions {
+        to,
+        from,
+        compression: args.compression,
+        epoch: crate::bake::build::source_date_epoch()?,
+        no_cache: args.no_cache,
+        closure: match closures.as_slice() {
+            [(_, one)] => Some(one.clone()),
+            _ => None,
+        },
+        offline: args.offline,
+        cache_dir,
+        stack_layers: args.stack_layers,
+        probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
+    };
+    let start = std::time::Instant::now();
+    let platforms = crate::bake::PlatformOptions {
+        only,
+        probes: std::mem::take(&mut args.probe_binary),
+        closures: if closures.len() > 1 {
+            closures.clone()
+        } else {
+            Vec::new()
+        },
+    };
+    let report = crate::bake::build_for(&loaded, &resolved, &opts, &platforms)
+        .map_err(|e| recipe_base_failed(e, opts.from.as_ref(), explicit))?;
+    if let Some(path) = &args.lock_out {
+        crate::closure::write_lock(&resolved.lock, &closures, path)?;
+    }
+    if let Some(path) = &args.sbom {
+        // The SBOM lists every wheel of every platform's closure, once.
+        let wheels = crate::sbom::wheels_once(closures.iter().flat_map(|(_, c)| &c.wheels));
+        write_sbom(path, args.sbom_format, (&resolved, &wheels), &opts, &report)?;
+    }
+    print_report(&report, start, args.json);
+    Ok(0)
+}
+
+/// Each platform's closure: read from its own file or resolved into the cache (none for an
+/// image without Python).
+fn closures(
+    args: &Args,
+    loaded: &LoadedRecipe,
+    lock: &crate::lock::Lock,
+    only: Option<&Platform>,
+    cache_dir: &Path,
+) -> Result<Vec<(Platform, Closure)>> {
+    if args.without_python {
+        return Ok(Vec::new());
+    }
+    let source = crate::closure::Source {
+        recipe_file: args.recipe.as_deref(),
+        explicit: args.pylock.as_deref(),
+        index: loaded.recipe.index.as_deref(),
+        offline: args.offline,
+        cache_dir,
+    };
+    crate::closure::for_build_platforms(lock, &source, only)
+}
+
+/// The base the build reads: --from, or without it the recipe's base pulled from its
+/// registry, reached as the registry options say (the engine build leaves it to the engine).
+fn base(args: &Args, loaded: &LoadedRecipe) -> Result<Option<Transport>> {
+    Ok(match &args.from {
+        Some(f) => Some(args.registry.transport(f)?),
+        None if !args.engine_build => {
+            Some(Transport::of_base(&loaded.recipe.base)?.with_access(&args.registry.access()?))
+        }
+        None => None,
+    })
+}
+
+/// `--sbom FILE`: writes the image's SBOM there and, for a docker:// image, attaches it.
+fn write_sbom(
+    path: &Path,
+    format: crate::sbom::Format,
+    (resolved, wheels): (&Resolved, &[crate::wheel::cache::WheelRef]),
+    opts: &crate::bake::BuildOptions,
+    report: &BuildReport,
+) -> Result<()> {
+    let base_source = opts
+        .from
+        .as_ref()
+        .map_or_else(|| resolved.lock.base.clone(), ToString::to_string);
+    let subject = crate::sbom::Subject {
+        lock: &resolved.lock,
+        wheels,
+        base_digest: &report.base,
+        base_source: &base_source,
+        image_digest: &report.manifest,
+        epoch: opts.epoch,
+    };
+    let attached = crate::image::sbom::write(
+        &subject.render(format)?,
+        format.media_type(),
+        path,
+        &opts.to,
+        &report.manifest,
+        &crate::units::rfc3339(opts.epoch),
+    )?;
+    eprintln!("wrote the SBOM to {}", path.display());
+    if let Some(artifact) = attached {
+        eprintln!("attached the SBOM to {} as {artifact}", report.image);
+    }
+    Ok(())
+}
+
+/// What was built, as JSON or text.
+fn print_report(report: &BuildReport, start: std::time::Instant, json: bool) {
+    if json {
+        super::print_json(report);
+        return;
+    }
+    println!(
+        "built {} in {:.2} s",
+        report.image,
+        start.elapsed().as_secs_f64()
+    );
+    if report.platforms.len() > 1 {
+        println!("  index    {}", report.manifest);
+        for p in &report.platforms {
+            println!("  {:<14} manifest {}", p.platform, p.manifest);
+        }
+        println!("  layers of {}:", report.platforms[0].platform);
+    } else {
+        println!("  manifest {}", report.manifest);
+    }
+    if report.image.starts_with("docker-daemon:") {
+        // The engine keeps no manifest of ours: it stores the image under its config digest,
+        // and `inspect docker-daemon:` rebuilds a manifest from `docker save`, whose digest
+        // differs. Name the one the engine shows.
+        println!(
+            "  image ID {} in the engine (what `docker images` shows; the engine does not \
+             keep the manifest above, and `inspect docker-daemon:` reports one rebuilt from \
+             `docker save`)",
+            report.config
+        );
+    }
+    for l in &report.layers {
+        println!(
+            "  {:<8} {} {:>9} {}",
+            l.name,
+            l.digest,
+            crate::units::human_size(l.size),
+            if l.reused { "reused" } else { "written" }
+        );
+    }
+}
+
+/// An error reading the recipe's own base (`base`, when not `explicit`: no --from), with the
+/// way around it: most bases are on registries a build machine may not reach.
+fn recipe_base_failed(e: Error, base: Option<&Transport>, explicit: bool) -> Error {
+    let Some(base) = base.filter(|_| !explicit) else {
+        return e;
+    };
+    let hint = |m: &String| {
+        format!(
+            "{m}\nthe recipe's base is pulled from its registry when build has no --from; pass \
+             --from with a local copy (oci:DIR[:TAG], docker-archive:FILE) or another registry \
+             (docker://REGISTRY/NAME:TAG)"
+        )
+    };
+    match &e {
+        Error::Environment(m) if m.starts_with(&base.to_string()) => Error::Environment(hint(m)),
+        Error::Usage(m) if m.starts_with(&base.to_string()) => Error::Usage(hint(m)),
+        _ => e,
+    }
+}
+
+/// `build --engine-build`: renders the Dockerfile and has the Docker engine build it.
+fn engine_build(
+    args: &Args,
+    loaded: &LoadedRecipe,
+    mut lock: crate::lock::Lock,
+    to: &Transport,
+    from: Option<&Transport>,
+) -> Result<i32> {
+    // The engine builds for the machine it runs on, from the linux/amd64 closure the
+    // Dockerfile installs: a recipe that names other platforms is built by gpubake itself.
+    if lock.platforms != crate::lock::default_platforms() {
+        return Err(Error::Unsupported(format!(
+            "--engine-build builds linux/amd64 only, and the recipe builds for {}; build \
+             without --engine-build (to oci:, docker:// or, with --platform, docker-daemon:)",
+            lock.platforms.join(", ")
+        )));
+    }
+    let Transport::DockerDaemon(tag) = to else {
+        return Err(Error::Usage(
+            "--engine-build writes to the engine: use --to docker-daemon:NAME:TAG".into(),
+        ));
+    };
+    match from {
+        None => {}
+        Some(Transport::DockerDaemon(base)) => lock.rebase(base.clone()),
+        Some(other) => {
+            return Err(Error::Usage(format!(
+                "--engine-build reads its base from the engine: use --from docker-daemon:NAME:TAG, not {other}"
+            )));
+        }
+    }
+    let (plan, dockerfile) = crate::bake::render::ContextPlan::with_dockerfile(
+        loaded,
+        &lock,
+        !args.without_python,
+        args.template.as_deref(),
+    )?;
+    let engine = crate::engine::Engine::connect()?;
+    let entries = plan.entries_for_build(
+        loaded,
+        &lock,
+        &dockerfile,
+        args.recipe.as_deref(),
+        args.pylock.as_deref(),
+        args.offline,
+    )?;
+    // The context is streamed to the engine from a file: it holds every wheel.
+    let scratch = crate::interrupt::scratch_dir(None, ".gpubake-context-")
+        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let tar_path = scratch.path().join("context.tar");
+    let file = std::fs::File::create(&tar_path).map_err(|e| Error::io(&tar_path, e))?;
+    let file =
+        crate::image::layer::write_tar(&entries, 0, std::io::BufWriter::new(file), &tar_path)?;
+    file.into_inner()
+        .map_err(|e| Error::io(&tar_path, e.into_error()))?
+        .sync_all()
+        .map_err(|e| Error::io(&tar_path, e))?;
+    let start = std::time::Instant::now();
+    engine.build(&tar_path, tag, |line| eprintln!("{line}"))?;
+    println!(
+        "built docker-daemon:{tag} with the engine at {} in {:.1} s",
+        engine.host(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(0)
+}
+
+/// `--probe-binary PLATFORM=PATH`.
+fn parse_probe_binary(text: &str) -> std::result::Result<(Platform, PathBuf), String> {
+    let (platform, path) = text
+        .split_once('=')
+        .filter(|(_, p)| !p.is_empty())
+        .ok_or_else(|| format!("`{text}`: expected PLATFORM=PATH, as in linux/arm64=./gpubake"))?;
+    let platform: Platform = platform.parse().map_err(|e: Error| e.to_string())?;
+    platform.buildable()?;
+    Ok((platform, PathBuf::from(path)))
+}
+
+/// `--stack-layers`: a count the stack's plan can honour.
+fn parse_stack_layers(text: &str) -> std::result::Result<usize, String> {
+    let n: usize = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of layers"))?;
+    let min = crate::bake::stack::MIN_STACK_LAYERS;
+    if n < min {
+        return Err(format!(
+            "the stack takes at least {min} layers (the venv, the small nvidia wheels, the rest \
+             of the closure, the recipe's extras)"
+        ));
+    }
+    Ok(n)
+}

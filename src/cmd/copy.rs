@@ -1,0 +1,65 @@
+//! `gpubake copy`: an image from one transport to another, every blob verified.
+
+use super::RegistryArgs;
+use crate::error::Result;
+
+/// `gpubake copy`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The image to copy.
+    src: String,
+    /// Where to copy it.
+    dest: String,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Copies the image and says what was copied.
+pub fn run(args: Args) -> Result<i32> {
+    let registry = &args.registry;
+    let (src, dest) = (
+        registry.transport(&args.src)?,
+        registry.transport(&args.dest)?.destination()?,
+    );
+    let start = std::time::Instant::now();
+    let copied = src.copy_platforms(&dest, registry.platform()?.as_ref())?;
+    let seconds = start.elapsed().as_secs_f64();
+    let bytes = copied.bytes;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "from": src.to_string(),
+                "to": dest.to_string(),
+                "manifest": copied.digest,
+                "platforms": copied.platforms,
+                "manifest_made_by_gpubake": copied.made_here,
+                "bytes": bytes,
+                "seconds": seconds,
+            })
+        );
+        return Ok(0);
+    }
+    println!("copied {src} to {dest} in {seconds:.2} s");
+    println!(
+        "  {} {} ({} in {} blobs)",
+        if copied.platforms.is_empty() {
+            "manifest"
+        } else {
+            "index"
+        },
+        copied.digest,
+        crate::units::human_size(bytes),
+        copied.blobs
+    );
+    if copied.made_here {
+        println!("  {}", crate::bake::inspect::MADE_HERE.trim_start());
+    }
+    if !copied.platforms.is_empty() {
+        println!("  platforms {}", copied.platforms.join(", "));
+    }
+    Ok(0)
+}

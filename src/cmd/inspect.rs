@@ -1,0 +1,36 @@
+//! `gpubake inspect`: an image's account of itself, or its link closure.
+
+use super::ImageArgs;
+use crate::error::Result;
+
+/// `gpubake inspect`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Report the image's link closure (unpacks its layers into a temporary directory).
+    #[arg(long)]
+    libraries: bool,
+}
+
+/// Reads the image and prints the report; exits 0 whatever it finds.
+pub fn run(args: Args) -> Result<i32> {
+    let (image, platform) = args.image.open()?;
+    // The link closure or the image's own account, printed alike.
+    let (as_json, as_text) = if args.libraries {
+        let links = crate::image::links::of_transport(&image, platform.as_ref())?;
+        (serde_json::to_string_pretty(&links), links.to_text())
+    } else {
+        let info = crate::bake::inspect::inspect(&image, platform.as_ref())?;
+        (serde_json::to_string_pretty(&info), info.to_text())
+    };
+    if args.json {
+        println!("{}", as_json.expect("reports serialize"));
+    } else {
+        print!("{as_text}");
+    }
+    Ok(0)
+}
