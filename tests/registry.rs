@@ -172,18 +172,6 @@ impl Registry {
         }
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let addr = match &netns {
-            // A namespace of the test's own has every port free.
-            Some(ns) => format!("{}:5000", ns.address()),
-            None => {
-                let port = std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port();
-                format!("127.0.0.1:{port}")
-            }
-        };
         make_certificate(d);
         let tls = match wire {
             Wire::Tls => format!(
@@ -214,6 +202,20 @@ impl Registry {
                     ),
                     Some(child),
                 )
+            }
+        };
+        // The port is picked after the token server has bound its own: picked before, the
+        // port freed for the registry could be the one the token server is then given.
+        let addr = match &netns {
+            // A namespace of the test's own has every port free.
+            Some(ns) => format!("{}:5000", ns.address()),
+            None => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port();
+                format!("127.0.0.1:{port}")
             }
         };
         std::fs::write(
