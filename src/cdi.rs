@@ -5,6 +5,7 @@
 //! The format is the container-device-interface project's SPEC.md.
 
 use crate::error::{Error, Result};
+use crate::verdict::Check;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -253,15 +254,9 @@ pub fn edits_for(specs: &[Spec], searched: &[PathBuf], names: &[String]) -> Resu
     Ok(out)
 }
 
-/// A preflight finding about a spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    /// What was checked.
-    pub name: String,
-    /// Whether it holds.
-    pub ok: bool,
-    /// What was found.
-    pub detail: String,
+/// A preflight check of the node's CDI specs: held or not, with what was found.
+fn finding(name: &str, ok: bool, detail: String) -> Check {
+    Check::held("cdi", name, if ok { Ok(detail) } else { Err(detail) })
 }
 
 /// The version of the running kernel driver, from `/proc/driver/nvidia/version`'s first line
@@ -301,15 +296,15 @@ pub fn preflight(
     searched: &[PathBuf],
     driver: Option<&str>,
     exists: &dyn Fn(&str) -> bool,
-) -> Vec<Finding> {
+) -> Vec<Check> {
     let gpu_specs: Vec<&Spec> = specs
         .iter()
         .filter(|s| s.kind == "nvidia.com/gpu")
         .collect();
-    let mut out = vec![Finding {
-        name: "CDI spec".into(),
-        ok: !gpu_specs.is_empty(),
-        detail: match gpu_specs.first() {
+    let mut out = vec![finding(
+        "CDI spec",
+        !gpu_specs.is_empty(),
+        match gpu_specs.first() {
             Some(s) => format!(
                 "{} (CDI {}): {} devices: {}",
                 s.file.display(),
@@ -326,7 +321,7 @@ pub fn preflight(
                 joined(searched, " or ")
             ),
         },
-    }];
+    )];
     for spec in gpu_specs {
         let all_edits = std::iter::once(&spec.container_edits)
             .chain(spec.devices.iter().map(|d| &d.container_edits));
@@ -359,10 +354,10 @@ pub fn preflight(
             }
         }
         let file = spec.file.display();
-        out.push(Finding {
-            name: "CDI device nodes".into(),
-            ok: missing_nodes.is_empty(),
-            detail: if missing_nodes.is_empty() {
+        out.push(finding(
+            "CDI device nodes",
+            missing_nodes.is_empty(),
+            if missing_nodes.is_empty() {
                 format!("{nodes} listed in {file}, all present")
             } else {
                 format!(
@@ -370,11 +365,11 @@ pub fn preflight(
                     missing_nodes.join(", ")
                 )
             },
-        });
-        out.push(Finding {
-            name: "CDI driver libraries".into(),
-            ok: missing_files.is_empty() && stale.is_empty(),
-            detail: if !stale.is_empty() {
+        ));
+        out.push(finding(
+            "CDI driver libraries",
+            missing_files.is_empty() && stale.is_empty(),
+            if !stale.is_empty() {
                 format!(
                     "{file} was written for another driver than the running {}: {}; \
                      regenerate it (`nvidia-ctk cdi generate`)",
@@ -394,7 +389,7 @@ pub fn preflight(
                         .unwrap_or_default()
                 )
             },
-        });
+        ));
     }
     out
 }
@@ -510,14 +505,14 @@ containerEdits:
         let specs = load(&[dir.path().to_path_buf()]).unwrap();
         let everything = |_: &str| true;
         let found = preflight(&specs, &[], Some("580.95.05"), &everything);
-        assert!(found.iter().all(|f| f.ok), "{found:?}");
+        assert!(found.iter().all(|f| !f.failed()), "{found:?}");
 
         let upgraded = preflight(&specs, &[], Some("580.105.08"), &everything);
         let libs = upgraded
             .iter()
             .find(|f| f.name == "CDI driver libraries")
             .unwrap();
-        assert!(!libs.ok);
+        assert!(libs.failed());
         assert!(
             libs.detail.contains("libcuda.so.580.95.05"),
             "{}",
@@ -528,12 +523,12 @@ containerEdits:
         let no_gpu1 = |p: &str| p != "/dev/nvidia1";
         let nodes = preflight(&specs, &[], Some("580.95.05"), &no_gpu1);
         let nodes = nodes.iter().find(|f| f.name == "CDI device nodes").unwrap();
-        assert!(!nodes.ok);
+        assert!(nodes.failed());
         assert!(nodes.detail.contains("/dev/nvidia1"), "{}", nodes.detail);
 
         let none = preflight(&[], &[dir.path().to_path_buf()], None, &everything);
         assert_eq!(none.len(), 1);
-        assert!(!none[0].ok);
+        assert!(none[0].failed());
         let searched = dir.path().display().to_string();
         assert!(none[0].detail.contains(&searched), "{}", none[0].detail);
     }

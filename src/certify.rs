@@ -248,14 +248,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
     report.fact("manifest", json!(opened.digest()));
 
     let verification = verify_image(&opened, image)?;
-    for c in &verification.checks {
-        report.push(
-            "structure",
-            c.name.clone(),
-            if c.ok { Status::Pass } else { Status::Fail },
-            c.detail.clone(),
-        );
-    }
+    report.checks.extend(verification.checks);
     // From here on a damaged image is a failed check in the certificate, not an error: CI
     // gets its verdict (exit 1) and its JSON and JUnit files either way.
     let config = opened.config().unwrap_or_else(|e| {
@@ -938,14 +931,12 @@ fn in_runtime(
         .ok()
         .and_then(|t| crate::cdi::driver_version(&t));
     let exists = |p: &str| std::path::Path::new(p).exists();
-    for f in crate::cdi::preflight(&specs, spec_dirs, driver.as_deref(), &exists) {
-        report.push(
-            "cdi",
-            f.name,
-            if f.ok { Status::Pass } else { Status::Fail },
-            f.detail,
-        );
-    }
+    report.checks.extend(crate::cdi::preflight(
+        &specs,
+        spec_dirs,
+        driver.as_deref(),
+        &exists,
+    ));
     let names = cdi_names(&opts.gpus, devices);
     let edits = match crate::cdi::edits_for(&specs, spec_dirs, &names) {
         Ok(e) => e,

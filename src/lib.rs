@@ -1,12 +1,19 @@
 //! gpubake builds and certifies container images for GPU training.
 //!
-//! The data flows recipe -> lock -> image -> probe -> verdict; each arrow is a plain function
-//! over plain data, and the CLI is a thin shell over them:
-//! - [`recipe`] reads what a team asks for, [`resolve`] turns it into a [`lock::Lock`] using
-//!   the embedded [`compat`] database and the layered NCCL [`preset`]s;
-//! - [`nccl`] holds what gpubake knows about NCCL (its parameters and how it parses them);
-//!   [`lint`] checks NCCL settings against it;
-//! - [`render`] writes a Dockerfile from a lock.
+//! The data flows recipe -> lock -> image -> probe -> verdict, and the modules stand on floors
+//! in that order (tests/layering.rs keeps every import on its floor or below):
+//! - foundation: [`error`], [`fsutil`], [`interrupt`], [`document`] (YAML with positions),
+//!   [`version`], [`child`], [`units`], [`nccl`] (NCCL's parameters and how it parses them),
+//!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API);
+//! - [`image`]: OCI images and nothing of gpubake's own;
+//! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
+//!   [`lint`] checks them against [`nccl`], [`resolve`] turns the recipe into a [`lock::Lock`],
+//!   [`closure`] and [`wheel`] fix and fetch the Python closure, [`sbom`] describes it;
+//! - [`bake`]: a lock into an image, daemonless or through a Dockerfile, and reading it back;
+//! - run: [`runtime`] runs an image under an OCI runtime with CDI devices, [`probe`] checks a
+//!   node and its GPUs;
+//! - [`certify`]: the verdict on an image;
+//! - [`cmd`]: one module per subcommand, each a thin shell over the floors below.
 #![deny(missing_docs)]
 
 pub mod bake;
@@ -32,6 +39,7 @@ pub mod resolve;
 pub mod runtime;
 pub mod sbom;
 pub mod units;
+pub mod verdict;
 pub mod version;
 pub mod wheel;
 

@@ -20,6 +20,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "version",
             "child",
             "units",
+            "verdict",
             "nccl",
             "compat",
             "cdi",
@@ -132,4 +133,56 @@ fn an_import_from_the_image_library_of_the_bake_pipeline_is_upward() {
     assert_eq!(found, ["bake"]);
     assert!(floor_of("bake") > floor_of("image"));
     assert!(imports("/// [`crate::bake`]").is_empty());
+}
+
+/// Every function in src/ by its length in lines, longest first: (lines, file, name). A
+/// function is counted from its `fn` line to the closing brace at the same indentation.
+fn function_lengths(files: &[(String, String, String)]) -> Vec<(usize, String, String)> {
+    let start = regex::Regex::new(r"^(\s*)(pub(\([a-z]+\))? )?(async )?(const )?fn (\w+)").unwrap();
+    let mut out = Vec::new();
+    for (file, _, text) in files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(c) = start.captures(line) else {
+                continue;
+            };
+            let close = format!("{}}}", &c[1]);
+            if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
+                out.push((end + 2, file.clone(), c[6].to_string()));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.cmp(a));
+    out
+}
+
+/// Commands stay thin and functions short: no function in src/ over 150 lines, no command's
+/// `run` over 100. With `--nocapture` it prints the figures of the structure: files and
+/// lines per floor, and the ten longest functions.
+#[test]
+fn functions_stay_short_and_commands_thin() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &src, &mut files);
+    for (name, mods) in FLOORS {
+        let on: Vec<&(String, String, String)> = files
+            .iter()
+            .filter(|(_, m, _)| mods.contains(&m.as_str()))
+            .collect();
+        let lines: usize = on.iter().map(|(_, _, t)| t.lines().count()).sum();
+        println!("{name:>10}: {:>3} files, {lines:>6} lines", on.len());
+    }
+    let lengths = function_lengths(&files);
+    println!("ten longest functions:");
+    for (n, file, name) in lengths.iter().take(10) {
+        println!("  {n:>4}  src/{file}: {name}");
+    }
+    let long: Vec<String> = lengths
+        .iter()
+        .filter(|(n, file, name)| {
+            *n > 150 || (file.starts_with("cmd/") && name == "run" && *n > 100)
+        })
+        .map(|(n, file, name)| format!("src/{file}: {name} ({n} lines)"))
+        .collect();
+    assert!(long.is_empty(), "too long: {long:#?}");
 }

@@ -10,6 +10,7 @@ use crate::image::referrers::{self, Referrer};
 use crate::image::transport::Transport;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::preset::MergedEnv;
+use crate::verdict::Check;
 use oci_spec::image::MediaType;
 use serde::Serialize;
 use serde_json::Value;
@@ -234,17 +235,6 @@ pub const MADE_HERE: &str = " (made by gpubake from Docker's manifest.json: the 
      no manifest, and other tools make their own; the image ID, the config's digest, is the \
      same in all)";
 
-/// One check of `verify`.
-#[derive(Debug, Serialize)]
-pub struct Check {
-    /// What was checked.
-    pub name: String,
-    /// Whether it held.
-    pub ok: bool,
-    /// What was found.
-    pub detail: String,
-}
-
 /// What `verify` found.
 #[derive(Debug, Serialize)]
 pub struct Verification {
@@ -257,20 +247,12 @@ pub struct Verification {
 impl Verification {
     /// True when every check held.
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.ok)
+        !self.checks.iter().any(Check::failed)
     }
 
     /// Adds the check `name`: held with its detail (Ok), or failed with why (Err).
     pub fn check(&mut self, name: impl Into<String>, result: std::result::Result<String, String>) {
-        let (ok, detail) = match result {
-            Ok(d) => (true, d),
-            Err(d) => (false, d),
-        };
-        self.checks.push(Check {
-            name: name.into(),
-            ok,
-            detail,
-        });
+        self.checks.push(Check::held("structure", name, result));
     }
 }
 

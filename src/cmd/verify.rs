@@ -34,7 +34,7 @@ pub fn run(args: Args) -> Result<i32> {
         for c in &v.checks {
             println!(
                 "{} {:<18} {}",
-                if c.ok { "ok  " } else { "FAIL" },
+                if c.failed() { "FAIL" } else { "ok  " },
                 c.name,
                 c.detail
             );

@@ -749,14 +749,13 @@ fn cdi_preflight(disc: &Discovery, report: &mut Report) {
         .ok()
         .and_then(|t| crate::cdi::driver_version(&t));
     let exists = |p: &str| disc.at(p).exists();
-    for f in crate::cdi::preflight(&specs, &dirs, driver.as_deref(), &exists) {
-        report.push(
-            PHASE,
-            f.name,
-            if f.ok { Status::Pass } else { Status::Fail },
-            f.detail,
-        );
-    }
+    // The preflight's checks are of this phase.
+    report.checks.extend(crate::cdi::preflight(
+        &specs,
+        &dirs,
+        driver.as_deref(),
+        &exists,
+    ));
 }
 
 fn environment(disc: &Discovery, report: &mut Report) {

@@ -3,43 +3,7 @@
 use serde::Serialize;
 use std::fmt::Write as _;
 
-/// The outcome of one check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Status {
-    /// Holds.
-    Pass,
-    /// Did not run (not applicable, or something it needs is absent); says why.
-    Skip,
-    /// Holds, but something deserves a look.
-    Warn,
-    /// Does not hold.
-    Fail,
-}
-
-impl Status {
-    fn label(self) -> &'static str {
-        match self {
-            Status::Pass => "PASS",
-            Status::Skip => "SKIP",
-            Status::Warn => "WARN",
-            Status::Fail => "FAIL",
-        }
-    }
-}
-
-/// One check with its reason.
-#[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    /// The phase: environment, nvml, compatibility, cuda, allreduce.
-    pub phase: &'static str,
-    /// What was checked, naming the GPU or library where one is concerned.
-    pub name: String,
-    /// The outcome.
-    pub status: Status,
-    /// Why: what was found against what was expected.
-    pub detail: String,
-}
+pub use crate::verdict::{Check, Status};
 
 /// Everything one probe run found.
 #[derive(Debug, Default, Serialize)]
@@ -68,12 +32,7 @@ impl Report {
         status: Status,
         detail: impl Into<String>,
     ) {
-        self.checks.push(Check {
-            phase,
-            name: name.into(),
-            status,
-            detail: detail.into(),
-        });
+        self.checks.push(Check::new(phase, name, status, detail));
     }
 
     /// Records a fact for the JSON report.
@@ -92,13 +51,7 @@ impl Report {
 
     /// 0 pass (warnings included), 1 a check failed, 3 no GPU.
     pub fn exit_code(&self) -> i32 {
-        if self.no_gpu {
-            3
-        } else if self.worst() == Status::Fail {
-            1
-        } else {
-            0
-        }
+        crate::verdict::exit_code(&self.checks, self.no_gpu)
     }
 
     /// The human table.
