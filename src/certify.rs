@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// Where the probe's container runs.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub enum Launcher {
+pub enum Runner {
     /// A Docker Engine (`DOCKER_HOST`), GPUs requested as `docker run --gpus` does.
     #[default]
     Engine,
@@ -41,7 +41,7 @@ pub struct CertifyOptions {
     /// GPUs for the dynamic check.
     pub gpus: Gpus,
     /// Where the probe's container runs.
-    pub launcher: Launcher,
+    pub runner: Runner,
     /// Most layers allowed (overlay filesystems stop at 127).
     pub max_layers: usize,
     /// Largest compressed layer allowed, bytes.
@@ -62,7 +62,7 @@ impl Default for CertifyOptions {
     fn default() -> Self {
         CertifyOptions {
             gpus: Gpus::All,
-            launcher: Launcher::Engine,
+            runner: Runner::Engine,
             max_layers: 127,
             max_layer_bytes: 20 << 30,
             probe_timeout: None,
@@ -329,9 +329,9 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
         level: if probed { "probe" } else { "static" }.into(),
         gpus: opts.gpus.to_string(),
         run: probed.then(|| if opts.quick { "quick" } else { "full" }.into()),
-        launcher: probed.then(|| match &opts.launcher {
-            Launcher::Engine => "engine".to_string(),
-            Launcher::Runtime { program, .. } => program.clone(),
+        launcher: probed.then(|| match &opts.runner {
+            Runner::Engine => "engine".to_string(),
+            Runner::Runtime { program, .. } => program.clone(),
         }),
     };
     report.fact(
@@ -750,9 +750,9 @@ fn dynamic(
         files.push((POLICY_IN_CONTAINER, bytes));
     }
     let wait = opts.probe_wait();
-    let outcome = match &opts.launcher {
-        Launcher::Engine => in_engine(opened, &args, &files, opts, wait),
-        Launcher::Runtime {
+    let outcome = match &opts.runner {
+        Runner::Engine => in_engine(opened, &args, &files, opts, wait),
+        Runner::Runtime {
             program,
             devices,
             spec_dirs,
@@ -891,9 +891,9 @@ fn cdi_names(gpus: &Gpus, given: &[String]) -> Vec<String> {
 /// Refuses `--device` names that the node's CDI spec of that kind does not list. A node with
 /// no spec, or a spec that does not load, is left to the run, which reports what it lacks.
 fn check_device_names(opts: &CertifyOptions) -> Result<()> {
-    let Launcher::Runtime {
+    let Runner::Runtime {
         devices, spec_dirs, ..
-    } = &opts.launcher
+    } = &opts.runner
     else {
         return Ok(());
     };

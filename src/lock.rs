@@ -47,7 +47,7 @@ pub struct Lock {
     /// The oldest driver the image runs on.
     pub driver: DriverPin,
     /// What the wheels need from the base image.
-    pub platform: Platform,
+    pub platform: BaseAbi,
     /// The OCI platforms the image is built for (`linux/amd64`, `linux/arm64`), as the
     /// recipe's `platforms:` names them. Left out when it is linux/amd64 alone, the default,
     /// so that the locks (and images) of recipes without `platforms:` stay as they were.
@@ -171,7 +171,7 @@ pub struct DriverPin {
 /// What the wheels need from the base image.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Platform {
+pub struct BaseAbi {
     /// Oldest glibc.
     pub glibc: Version,
     /// C++11 ABI of libtorch (matters for C++/CUDA extensions).

@@ -1537,41 +1537,39 @@ impl EndlessMock {
 /// builds other tests run beside this one.
 #[allow(clippy::zombie_processes)] // wait4 reaps it: clippy knows only Child::wait.
 fn output_and_max_rss(cmd: &mut Command) -> (std::process::Output, u64) {
-    use std::io::Read;
-    use std::os::unix::process::ExitStatusExt;
-    let mut child = cmd
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let child = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut err_pipe = child.stderr.take().unwrap();
-    let err = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        err_pipe.read_to_end(&mut b).unwrap();
-        b
-    });
-    let mut stdout = Vec::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut stdout)
-        .unwrap();
-    let stderr = err.join().unwrap();
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 reaps this child, which nothing else waits for, and writes the two
-    // values it is given.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32);
-    (
-        std::process::Output {
-            status: std::process::ExitStatus::from_raw(status),
-            stdout,
-            stderr,
-        },
-        usage.ru_maxrss as u64 * 1024,
-    )
+    // The child's own peak, VmHWM of its memory since exec, polled until it exits. Its rusage
+    // would not do: spawned by vfork, a child's ru_maxrss keeps the test process's peak from
+    // before exec, which parallel tests make hundreds of MB.
+    let status = format!("/proc/{}/status", child.id());
+    let (peak, done) = (
+        std::sync::Arc::new(AtomicU64::new(0)),
+        std::sync::Arc::new(AtomicBool::new(false)),
+    );
+    let poll = {
+        let (peak, done) = (peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let hwm = std::fs::read_to_string(&status).ok().and_then(|t| {
+                    let line = t.lines().find(|l| l.starts_with("VmHWM:"))?.to_string();
+                    line.split_whitespace().nth(1)?.parse::<u64>().ok()
+                });
+                if let Some(kb) = hwm {
+                    peak.fetch_max(kb * 1024, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let out = child.wait_with_output().unwrap();
+    done.store(true, Ordering::Relaxed);
+    poll.join().unwrap();
+    (out, peak.load(Ordering::Relaxed))
 }
 
 #[test]

@@ -70,9 +70,9 @@ pub fn run(args: Args) -> Result<i32> {
             "--max-layer-gib {max_layer_gib}: too large to count in bytes"
         ))
     })?;
-    let launcher = match args.runtime {
-        None => crate::certify::Launcher::Engine,
-        Some(program) => crate::certify::Launcher::Runtime {
+    let runner = match args.runtime {
+        None => crate::certify::Runner::Engine,
+        Some(program) => crate::certify::Runner::Runtime {
             program,
             devices: args.devices,
             spec_dirs: if args.cdi_spec_dirs.is_empty() {
@@ -87,7 +87,7 @@ pub fn run(args: Args) -> Result<i32> {
     };
     let opts = crate::certify::CertifyOptions {
         gpus: args.gpus,
-        launcher,
+        runner,
         max_layers: args.max_layers,
         max_layer_bytes,
         policy: args.policy,

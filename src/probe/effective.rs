@@ -4,7 +4,7 @@
 //! where it sits relative to the CPUs, with a launch line that binds its rank there. Each
 //! decision is a plain function of plain data, so recorded logs test it without a GPU.
 
-use super::nccl_log::{self, Affinity, ChannelCounts, Choice, Link, NcclLog, Transport};
+use super::nccl_log::{self, Affinity, ChannelCounts, Choice, Link, LinkKind, NcclLog};
 use super::nvml::GpuAffinity;
 use super::report::{Report, Status};
 use crate::nccl::params::ParamTable;
@@ -205,7 +205,7 @@ pub fn transport_verdict(
     };
     let off_nvlink: Vec<String> = links
         .iter()
-        .filter(|l| matches!(l.transport(), Transport::Shm | Transport::Net))
+        .filter(|l| matches!(l.transport(), LinkKind::Shm | LinkKind::Net))
         .map(describe)
         .collect();
     if let Some(why) = expects_nvlink

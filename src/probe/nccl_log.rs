@@ -90,7 +90,7 @@ pub struct Link {
 
 /// The kind of transport a link took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub enum LinkKind {
     /// GPU to GPU directly: NVLink or PCIe peer access (src/transport/p2p.cc).
     P2p,
     /// Through host shared memory (src/transport/shm.cc).
@@ -103,12 +103,12 @@ pub enum Transport {
 
 impl Link {
     /// The kind of transport, from the first word after `via`.
-    pub fn transport(&self) -> Transport {
+    pub fn transport(&self) -> LinkKind {
         match self.via.split('/').next() {
-            Some("P2P") => Transport::P2p,
-            Some("SHM") => Transport::Shm,
-            Some("NET") => Transport::Net,
-            _ => Transport::Other,
+            Some("P2P") => LinkKind::P2p,
+            Some("SHM") => LinkKind::Shm,
+            Some("NET") => LinkKind::Net,
+            _ => LinkKind::Other,
         }
     }
 }
@@ -616,7 +616,7 @@ mod tests {
                 (1, 0, "P2P/CUMEM/read", "0-3".to_string()),
             ]
         );
-        assert!(log.links.iter().all(|l| l.transport() == Transport::P2p));
+        assert!(log.links.iter().all(|l| l.transport() == LinkKind::P2p));
         assert_eq!(
             log.channels,
             vec![ChannelCounts {
@@ -668,7 +668,7 @@ mod tests {
         assert!(
             log.links
                 .iter()
-                .all(|l| l.transport() == Transport::Shm && l.via == "SHM/direct/direct")
+                .all(|l| l.transport() == LinkKind::Shm && l.via == "SHM/direct/direct")
         );
         assert_eq!(ranges(&log.links[0].channels), "0-1");
         assert_eq!(log.affinity.len(), 2);
@@ -732,7 +732,7 @@ mod tests {
             .map(|l| (l.from_gpu, l.to_gpu, l.via.as_str()))
             .collect();
         assert_eq!(pairs, vec![(0, 1, "NET/Socket/0"), (1, 0, "NET/Socket/0")]);
-        assert!(log.links.iter().all(|l| l.transport() == Transport::Net));
+        assert!(log.links.iter().all(|l| l.transport() == LinkKind::Net));
         assert!(log.warnings.is_empty(), "{:?}", log.warnings);
         let gpu1 = &log.affinity[1];
         assert_eq!(gpu1.cpus.as_deref(), Some("56-111,168-223"));

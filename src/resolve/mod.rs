@@ -9,9 +9,7 @@ pub use conflict::Conflict;
 
 use crate::compat::{Arch, Compat, Coverage, Release, Variant, coverage};
 use crate::error::{Error, Result};
-use crate::lock::{
-    CudaPin, DriverPin, GpuPin, Lock, NvidiaEnv, Pin, Platform, RecipeRef, TorchPin,
-};
+use crate::lock::{BaseAbi, CudaPin, DriverPin, GpuPin, Lock, NvidiaEnv, Pin, RecipeRef, TorchPin};
 use crate::preset::{Catalog, MergedEnv, Origin, Preset, nccl_requirement};
 use crate::recipe::{LoadedRecipe, field_help};
 use crate::version::{Constraint, Version};
@@ -624,7 +622,7 @@ fn build_lock(
         cudnn,
         nccl,
         driver,
-        platform: Platform {
+        platform: BaseAbi {
             glibc: release.glibc.clone(),
             cxx11_abi: release.cxx11_abi,
             base_glibc_from: base_glibc.as_ref().map(|(_, from)| from.clone()),
