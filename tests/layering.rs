@@ -44,7 +44,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     // The verdict.
     ("certify", &["certify"]),
     // The commands.
-    ("command", &["cli", "cmd", "main", "lib"]),
+    ("command", &["cmd", "main", "lib"]),
 ];
 
 fn floor_of(module: &str) -> Option<usize> {

@@ -535,24 +535,6 @@ impl<'a> Linker<'a> {
         Some(binding)
     }
 
-    /// Where ld.so would find `name` asked by the object `caller`, without loading it: the
-    /// path it opens, its real path and the step that found it. None when nothing answers
-    /// or `caller` is not loaded.
-    pub fn search_from(
-        &mut self,
-        process: &Process,
-        caller: &str,
-        name: &str,
-    ) -> Option<(String, String, Via)> {
-        let asker = process.index_of(caller)?;
-        if let Some(i) = process.answering(name) {
-            let l = &process.loaded[i];
-            return Some((l.path.clone(), l.real.clone(), Via::Loaded));
-        }
-        self.find(&process.loaded, asker, name, &process.main.clone())
-            .map(|(path, real, _, via)| (path, real, via))
-    }
-
     /// The DT_NEEDED of every object not yet read, breadth first, as `_dl_map_object_deps`.
     fn load_needed(&mut self, process: &mut Process) {
         while process.next < process.order.len() {
