@@ -8,11 +8,12 @@ use crate::bake::fs::read_file;
 use crate::bake::inspect::{Verification, verify_image};
 use crate::engine::{Engine, Gpus, RunOutcome};
 use crate::error::{Error, Result};
-use crate::image::model::{Image, strings};
+use crate::image::digest::Digest;
+use crate::image::model::{ConfigView, Image};
 use crate::image::{Platform, Transport, referrers};
 use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock, STACK_LABEL};
-use crate::probe::report::{Report, Status};
+use crate::probe::report::{Report, Status, Verdict};
 use crate::units::human_size;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -188,20 +189,37 @@ pub fn judge_certificate(
     Ok(scope.describe())
 }
 
-/// Pushes `report`, the certificate of the registry image `image`, beside it as an OCI 1.1
-/// referrer, with the verdict of `code` as an annotation; returns the artifact's digest.
-pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
+/// What certify concluded about one image.
+pub struct Certification {
+    /// The certificate: every check, with the image and the probe's report as facts.
+    pub report: Report,
+    /// The digest of the manifest that was certified.
+    pub manifest: Digest,
+    /// The verdict; its exit code is certify's.
+    pub verdict: Verdict,
+}
+
+impl Certification {
+    /// The word a certificate's verdict annotation holds.
+    pub fn annotation(&self) -> &'static str {
+        match self.verdict {
+            Verdict::Pass => "certified",
+            Verdict::Lacking => "lacking",
+            Verdict::Fail => "failed",
+        }
+    }
+}
+
+/// Pushes the certificate of the registry image `image` beside it as an OCI 1.1 referrer,
+/// with its verdict as an annotation; returns the artifact's digest.
+pub fn attach(image: &Transport, certified: &Certification) -> Result<Digest> {
     let Transport::Registry(remote) = image else {
         return Err(crate::error::Error::Usage(format!(
             "{image}: --attach needs a docker:// image"
         )));
     };
-    let digest = report.facts["manifest"].as_str().unwrap_or_default();
-    let verdict = match code {
-        0 => "certified",
-        3 => "lacking",
-        _ => "failed",
-    };
+    let report = &certified.report;
+    let verdict = certified.annotation();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -209,7 +227,7 @@ pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
     let scope = Scope::of(&serde_json::to_value(report).expect("reports serialize"));
     crate::image::referrers::attach(
         remote,
-        digest,
+        &certified.manifest,
         crate::image::referrers::CERTIFICATE_TYPE,
         &serde_json::to_vec_pretty(report).expect("reports serialize"),
         std::collections::BTreeMap::from([
@@ -230,9 +248,9 @@ pub fn attach(image: &Transport, report: &Report, code: i32) -> Result<String> {
 }
 
 /// Certifies `image`. The report's checks are the certificate; facts hold the image digest
-/// and the probe's own report. Exit: 0 pass, 1 a check failed, 3 GPUs were asked for and the
-/// environment could not give them.
-pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)> {
+/// and the probe's own report. The verdict: a pass, a failed check, or lacking when GPUs were
+/// asked for and the environment could not give them.
+pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification> {
     let start = std::time::Instant::now();
     let mut report = Report {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
@@ -262,13 +280,9 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
             None
         }
     };
-    let env: Vec<(String, String)> = strings(&config["config"]["Env"])
-        .into_iter()
-        .filter_map(|e| {
-            e.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-        })
-        .collect();
+    let env = ConfigView::parse(&config)
+        .map(|c| c.env_pairs())
+        .unwrap_or_default();
     preset_lint(&env, lock.as_ref(), &mut report);
     require_cuda(&env, lock.as_ref(), &mut report);
     secrets(&env, &mut report);
@@ -283,7 +297,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
         .iter()
         .any(|c| c.phase == "structure" && c.status == Status::Fail);
     let static_failed = report.worst() == Status::Fail;
-    let mut probe_code = 0;
+    let mut probe_verdict = Verdict::Pass;
     let mut probed = false;
     if damaged && opts.gpus != Gpus::None {
         report.push(
@@ -300,30 +314,30 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
             "not requested (--gpus none or 0 asks for no GPU)",
         );
     } else {
-        probe_code = match dynamic(&opened, &config, image, opts, policy, &mut report) {
+        probe_verdict = match dynamic(&opened, &config, image, opts, policy, &mut report) {
             ProbeRun::Lacking(missing) => {
                 report.push("probe", PROBE_CHECK, Status::Skip, missing);
-                3
+                Verdict::Lacking
             }
             ProbeRun::Failed(why) => {
                 report.push("probe", PROBE_CHECK, Status::Fail, why);
-                1
+                Verdict::Fail
             }
             ProbeRun::Reported => {
                 probed = true;
-                i32::from(report.worst() == Status::Fail)
+                Verdict::of(&report.checks, false)
             }
         };
     }
     // One rule for what the node breaks (README, certify's exit codes): the image's own
-    // failures give 1; else a node that failed its preflight gives 3, whatever the probe made
-    // of such a node, since its results do not judge the image; else the probe's verdict.
-    let code = if static_failed {
-        1
+    // failures fail it; else a node that failed its preflight is lacking, whatever the probe
+    // made of such a node, since its results do not judge the image; else the probe's verdict.
+    let verdict = if static_failed {
+        Verdict::Fail
     } else if node_failures(&report).next().is_some() {
-        3
+        Verdict::Lacking
     } else {
-        probe_code
+        probe_verdict
     };
     let scope = Scope {
         level: if probed { "probe" } else { "static" }.into(),
@@ -339,7 +353,11 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<(Report, i32)
         serde_json::to_value(&scope).expect("scopes serialize"),
     );
     report.seconds = start.elapsed().as_secs_f64();
-    Ok((report, code))
+    Ok(Certification {
+        report,
+        manifest: opened.digest().clone(),
+        verdict,
+    })
 }
 
 /// The name of the check that stands for the probe's run in the container.
@@ -355,13 +373,16 @@ fn node_failures(report: &Report) -> impl Iterator<Item = &crate::probe::report:
         .filter(|c| c.phase == NODE_PHASE && c.status == Status::Fail)
 }
 
-/// The verdict line under the report, saying what the exit code means for this run.
-pub fn summary(report: &Report, code: i32) -> String {
+/// The verdict line under the report, saying what the verdict means for this run.
+pub fn summary(certified: &Certification) -> String {
+    let report = &certified.report;
     let probed = Scope::of(&serde_json::to_value(report).expect("reports serialize")).probed();
-    match code {
-        0 if !probed => "certified on the static checks only: no probe ran (--gpus none)".into(),
-        0 => "certified".into(),
-        3 => {
+    match certified.verdict {
+        Verdict::Pass if !probed => {
+            "certified on the static checks only: no probe ran (--gpus none)".into()
+        }
+        Verdict::Pass => "certified".into(),
+        Verdict::Lacking => {
             let node: Vec<String> = node_failures(report)
                 .map(|c| format!("{}: {}", c.name, c.detail))
                 .collect();
@@ -381,7 +402,7 @@ pub fn summary(report: &Report, code: i32) -> String {
                 format!("static checks passed; the GPU probe could not run here: {why}")
             }
         }
-        _ => "NOT certified".into(),
+        Verdict::Fail => "NOT certified".into(),
     }
 }
 
@@ -586,7 +607,7 @@ fn contents(
         return Ok(());
     };
     let found = crate::bake::fs::contents(opened)?;
-    let preflight = config["config"]["Labels"][STACK_LABEL].as_str() == Some("none");
+    let preflight = ConfigView::parse(config).is_ok_and(|c| c.label(STACK_LABEL) == Some("none"));
     if preflight && !found.dists.contains_key("torch") {
         report.push(
             "static",
@@ -834,7 +855,7 @@ fn judge_run(outcome: &RunOutcome, wait: Duration, image: &Transport) -> (ProbeR
             )),
             None,
         ),
-        Some(p) if outcome.exit_code == 3 => {
+        Some(p) if Verdict::of_exit_code(outcome.exit_code) == Some(Verdict::Lacking) => {
             let why = p["checks"]
                 .as_array()
                 .and_then(|c| c.iter().find(|c| c["status"] == "FAIL"))
@@ -859,7 +880,7 @@ fn in_engine(
     wait: Duration,
 ) -> std::result::Result<RunOutcome, String> {
     let engine = Engine::connect().map_err(|e| e.to_string())?;
-    let short = &opened.digest()["sha256:".len()..][..12];
+    let short = &opened.digest().hex()[..12];
     let tag = format!("gpubake-certify:{short}");
     let dir =
         crate::interrupt::scratch_dir(None, ".gpubake-certify-").map_err(|e| e.to_string())?;
@@ -977,7 +998,7 @@ pub fn verify_certified(
     };
     let img = image.open_platform(platform)?;
     let mut v = verify_image(&img, image)?;
-    let digest = img.digest();
+    let digest = img.digest().clone();
     let mut found = Vec::new();
     for r in referrers::referrers(remote, &digest)?
         .into_iter()
@@ -988,7 +1009,7 @@ pub fn verify_certified(
         let verdict = r.annotations.get(referrers::VERDICT).map(String::as_str);
         found.push((
             r.digest,
-            judge_certificate(&cert, verdict, &digest, static_ok),
+            judge_certificate(&cert, verdict, digest.as_str(), static_ok),
         ));
     }
     v.check(

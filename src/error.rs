@@ -159,6 +159,9 @@ fn unknown_preset(name: &str, at: &Location, known: &[String], searched: &[Strin
     text
 }
 
+/// The exit code of bad input: a usage error, an unreadable or invalid file.
+pub const BAD_INPUT: i32 = 2;
+
 impl Error {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
@@ -175,7 +178,7 @@ impl Error {
             | Error::Unsupported(_)
             | Error::Build(_)
             | Error::Wheel { .. }
-            | Error::Closure(_) => 2,
+            | Error::Closure(_) => BAD_INPUT,
             Error::Environment(_) => 3,
         }
     }

@@ -289,7 +289,8 @@ fn describe_rlimits(limits: &[(PosixRlimitType, u64)]) -> String {
 /// IPC and /dev/shm, free of the 64 MiB cap that breaks NCCL's shared-memory transport, and
 /// `job_rlimits`), the image's process settings, then the CDI edits in order.
 fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Result<Spec> {
-    let image = &config["config"];
+    let image = crate::image::model::ConfigView::parse(config)
+        .map_err(|e| Error::image(rootfs.display().to_string(), format!("its config: {e}")))?;
     let mut spec = Spec::default();
     spec.set_hostname(Some("gpubake-certify".into()));
     let mut root = spec.root().clone().unwrap_or_default();
@@ -316,7 +317,7 @@ fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Res
     ));
     mounts.push(shm);
 
-    let mut env: Vec<String> = crate::image::model::strings(&image["Env"]);
+    let mut env: Vec<String> = image.env();
     let mut devices: Vec<LinuxDevice> = Vec::new();
     let mut allowed: Vec<LinuxDeviceCgroup> = Vec::new();
     let mut hooks = Hooks::default();
@@ -386,11 +387,11 @@ fn spec_for(config: &serde_json::Value, process: &Process, rootfs: &Path) -> Res
         env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
     }
     proc.set_env(Some(env));
-    if let Some(dir) = image["WorkingDir"].as_str().filter(|d| !d.is_empty()) {
+    if let Some(dir) = image.working_dir() {
         proc.set_cwd(PathBuf::from(dir));
     }
     let mut user = proc.user().clone();
-    let (uid, gid) = user_of(image["User"].as_str().unwrap_or(""), rootfs)?;
+    let (uid, gid) = user_of(image.user(), rootfs)?;
     user.set_uid(uid);
     user.set_gid(gid);
     if !extra_gids.is_empty() {
@@ -573,11 +574,16 @@ mod tests {
             "root:x:0:0::/root:/bin/sh\ntrainer:x:1000:1001::/home/trainer:/bin/sh\n",
         )
         .unwrap();
-        let config = serde_json::json!({"config": {
-            "Env": ["PATH=/opt/venv/bin:/usr/bin", "LANG=C.UTF-8"],
-            "User": "trainer",
-            "WorkingDir": "/workspace"
-        }});
+        let config = serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": []},
+            "config": {
+                "Env": ["PATH=/opt/venv/bin:/usr/bin", "LANG=C.UTF-8"],
+                "User": "trainer",
+                "WorkingDir": "/workspace"
+            }
+        });
         let spec = spec_for(
             &config,
             &Process {

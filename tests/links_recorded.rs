@@ -98,15 +98,8 @@ fn readelf_info(lines: &[&str], bytes: u64) -> Option<ElfInfo> {
     let bracket =
         |l: &str| -> Option<String> { Some(l[l.find('[')? + 1..l.rfind(']')?].to_string()) };
     let mut info = ElfInfo {
-        class64: false,
-        machine: 0,
-        soname: None,
-        needed: Vec::new(),
-        rpath: Vec::new(),
-        runpath: Vec::new(),
-        nodeflib: false,
-        interpreter: None,
         bytes,
+        ..ElfInfo::default()
     };
     let mut elf = false;
     for l in lines {

@@ -1257,7 +1257,7 @@ fn a_registry_with_the_referrers_api_lists_the_certificate_without_a_tag_index()
     let subject_bytes = layout
         .read_blob(&gpubake::image::layout::digest_of(&found).unwrap(), None)
         .unwrap();
-    let subject = format!("sha256:{}", Digest::of(&subject_bytes).hex());
+    let subject = Digest::of(&subject_bytes);
     mock.manifests
         .lock()
         .unwrap()

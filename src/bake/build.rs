@@ -7,11 +7,12 @@
 use super::fs::PRESET_PATH_IN_IMAGE;
 use super::stack;
 use crate::error::{Error, Result};
+use crate::image::digest::Digest;
 use crate::image::layer::{
     BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries,
 };
 use crate::image::layout::{Layout, digest_of};
-use crate::image::model::{Image, IndexImage, Platform, strings};
+use crate::image::model::{ConfigView, Image, IndexImage, Platform, strings};
 use crate::image::transport::Transport;
 use crate::lock::LOCK_PATH_IN_IMAGE;
 use crate::lock::{BASE_NAME, PROBE_PATH_IN_IMAGE};
@@ -70,11 +71,11 @@ pub struct BuildReport {
     /// The destination.
     pub image: String,
     /// The manifest's digest.
-    pub manifest: String,
+    pub manifest: Digest,
     /// The base's manifest digest.
-    pub base: String,
+    pub base: Digest,
     /// The config's digest.
-    pub config: String,
+    pub config: Digest,
     /// Every layer, base first (of the first platform, for an index).
     pub layers: Vec<LayerLine>,
     /// Each platform's manifest, when the recipe names its platforms.
@@ -229,9 +230,9 @@ pub fn build_for(
         let first = &built[0];
         BuildReport {
             image: dest.to_string(),
-            manifest: index.digest(),
+            manifest: index.digest().clone(),
             base: first.base.clone(),
-            config: first.config.digest().to_string(),
+            config: digest_of(&first.config)?,
             layers: first.lines(),
             platforms: built.iter().map(PlatformBuilt::line).collect(),
         }
@@ -243,9 +244,9 @@ pub fn build_for(
         dest.write(&image, Some(&name))?;
         BuildReport {
             image: dest.to_string(),
-            manifest: one.manifest.digest().to_string(),
+            manifest: digest_of(&one.manifest)?,
             base: one.base.clone(),
-            config: one.config.digest().to_string(),
+            config: digest_of(&one.config)?,
             layers: one.lines(),
             platforms: if name_platform {
                 vec![one.line()]
@@ -447,7 +448,7 @@ struct PlatformBuilt {
     platform: Platform,
     manifest: Descriptor,
     config: Descriptor,
-    base: String,
+    base: Digest,
     base_layers: Vec<Descriptor>,
     built: Vec<(String, String, BuiltLayer)>,
     origin: Option<crate::image::model::Origin>,
@@ -479,7 +480,7 @@ impl PlatformBuilt {
             platform: self.platform.to_string(),
             manifest: self.manifest.digest().to_string(),
             config: self.config.digest().to_string(),
-            base: self.base.clone(),
+            base: self.base.to_string(),
         }
     }
 }
@@ -537,7 +538,9 @@ fn build_platform(
         for l in stack::build(store, closure, python, &stack_opts)? {
             built.push((l.name, l.created_by, l.layer));
         }
-        let base_path = strings(&config["config"]["Env"])
+        let base_path = ConfigView::parse(&config)
+            .map(|c| c.env())
+            .unwrap_or_default()
             .into_iter()
             .find_map(|e| e.strip_prefix("PATH=").map(str::to_string));
         extra_env = stack::image_env(base_path.as_deref());
@@ -561,7 +564,7 @@ fn build_platform(
     let mut annotations = HashMap::from([
         (
             "org.opencontainers.image.base.digest".to_string(),
-            base.digest(),
+            base.digest().to_string(),
         ),
         ("org.opencontainers.image.created".to_string(), created),
     ]);
@@ -587,7 +590,7 @@ fn build_platform(
         platform: platform.clone(),
         manifest: manifest_desc,
         config: new_config,
-        base: base.digest(),
+        base: base.digest().clone(),
         base_layers: base.manifest().layers().clone(),
         built,
         origin: base.origin().cloned(),
@@ -710,7 +713,8 @@ fn json_kind(v: &Value) -> &'static str {
 }
 
 /// Extends the base config: environment, labels, diff IDs, history, creation time. The config
-/// must have passed [`base_diff_ids`].
+/// must have passed [`base_diff_ids`]. It is edited as JSON, not through oci-spec's types:
+/// the fields those do not model (Docker's among them) must survive the edit.
 fn edit_config(
     config: &mut Value,
     resolved: &Resolved,

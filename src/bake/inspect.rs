@@ -4,13 +4,14 @@
 
 use super::fs::{PRESET_PATH_IN_IMAGE, read_file};
 use crate::error::{Error, Result};
+use crate::image::digest::Digest;
 use crate::image::layout::digest_of;
-use crate::image::model::{Image, Platform, strings};
+use crate::image::model::{ConfigView, Image, Platform};
 use crate::image::referrers::{self, Referrer};
 use crate::image::transport::Transport;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::preset::MergedEnv;
-use crate::verdict::Check;
+use crate::verdict::{Check, Verdict};
 use oci_spec::image::MediaType;
 use serde::Serialize;
 use serde_json::Value;
@@ -34,13 +35,13 @@ pub struct Inspection {
     /// The image.
     pub image: String,
     /// Manifest digest.
-    pub manifest: String,
+    pub manifest: Digest,
     /// Creation time from the config.
     pub created: Option<String>,
     /// `linux/amd64`.
     pub platform: String,
     /// The labels gpubake sets (`io.gpubake.*`) and the rest.
-    pub labels: serde_json::Map<String, Value>,
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The config's environment.
     pub env: Vec<String>,
     /// Layers, base first.
@@ -86,15 +87,8 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
             }
         },
     };
-    let config = img.config()?;
-    let history: Vec<&Value> = config["history"]
-        .as_array()
-        .map(|h| {
-            h.iter()
-                .filter(|e| !e["empty_layer"].as_bool().unwrap_or(false))
-                .collect()
-        })
-        .unwrap_or_default();
+    let config = img.typed_config()?;
+    let history = config.layer_history();
     let layers = img
         .manifest()
         .layers()
@@ -104,39 +98,24 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
             digest: l.digest().to_string(),
             size: l.size(),
             media_type: l.media_type().to_string(),
-            created_by: history
-                .get(i)
-                .and_then(|h| h["created_by"].as_str())
-                .unwrap_or("")
-                .to_string(),
+            created_by: history.get(i).copied().unwrap_or("").to_string(),
         })
         .collect();
     let presets = read_file(&img, PRESET_PATH_IN_IMAGE)?
         .and_then(|bytes| serde_yaml::from_slice::<MergedEnv>(&bytes).ok());
     Ok(Inspection {
         image: image.to_string(),
-        manifest: img.digest(),
+        manifest: img.digest().clone(),
         manifest_made_by_gpubake: img.is_made_here(),
-        created: config["created"].as_str().map(String::from),
-        platform: format!(
-            "{}/{}{}",
-            config["os"].as_str().unwrap_or("?"),
-            config["architecture"].as_str().unwrap_or("?"),
-            config["variant"]
-                .as_str()
-                .map(|v| format!("/{v}"))
-                .unwrap_or_default()
-        ),
-        labels: config["config"]["Labels"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-        env: strings(&config["config"]["Env"]),
+        created: config.created().map(String::from),
+        platform: config.platform(),
+        labels: config.labels(),
+        env: config.env(),
         layers,
         presets,
         platforms,
         referrers: match image {
-            Transport::Registry(remote) => Some(referrers::referrers(remote, &img.digest())?),
+            Transport::Registry(remote) => Some(referrers::referrers(remote, img.digest())?),
             _ => None,
         },
     })
@@ -171,21 +150,20 @@ impl Inspection {
             .labels
             .iter()
             .partition(|(k, _)| k.starts_with("io.gpubake."));
-        let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
         if !pins.is_empty() {
             out.push_str("pins\n");
             for (k, v) in &pins {
                 out.push_str(&format!(
                     "  {:<28} {}\n",
                     k.trim_start_matches("io.gpubake."),
-                    text(v)
+                    v
                 ));
             }
         }
         if !labels.is_empty() {
             out.push_str("labels\n");
             for (k, v) in &labels {
-                out.push_str(&format!("  {k}={}\n", text(v)));
+                out.push_str(&format!("  {k}={v}\n"));
             }
         }
         out.push_str("layers\n");
@@ -245,9 +223,14 @@ pub struct Verification {
 }
 
 impl Verification {
+    /// The verdict: whether every check held.
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.checks, false)
+    }
+
     /// True when every check held.
     pub fn passed(&self) -> bool {
-        !self.checks.iter().any(Check::failed)
+        self.verdict() == Verdict::Pass
     }
 
     /// Adds the check `name`: held with its detail (Ok), or failed with why (Err).
@@ -321,11 +304,12 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
         }
     };
     if let Some(config) = &config {
-        let diff_ids = strings(&config["rootfs"]["diff_ids"]);
+        let view = ConfigView::parse(config);
+        let diff_ids = view.as_ref().map(ConfigView::diff_ids).unwrap_or_default();
         v.check(
             "config",
-            if config["os"].as_str().is_none() || config["architecture"].as_str().is_none() {
-                Err("os or architecture missing".into())
+            if let Err(e) = &view {
+                Err(e.clone())
             } else if diff_ids.len() != m.layers().len() {
                 Err(format!(
                     "{} diff_ids for {} layers",
@@ -333,11 +317,7 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
                     m.layers().len()
                 ))
             } else {
-                Ok(format!(
-                    "{}/{}",
-                    config["os"].as_str().unwrap_or(""),
-                    config["architecture"].as_str().unwrap_or("")
-                ))
+                Ok(view.map(|c| c.os_architecture()).unwrap_or_default())
             },
         );
     }
@@ -373,10 +353,8 @@ fn without(e: &Error, name: &str) -> String {
 
 /// Labels, `/etc/gpubake/lock.yaml`, `/etc/nccl.conf` and the config's environment agree.
 fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> {
-    let labels = config["config"]["Labels"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
+    let view = ConfigView::parse(config).ok();
+    let labels = view.as_ref().map(ConfigView::labels).unwrap_or_default();
     if !labels.contains_key("io.gpubake.recipe.sha256") {
         v.check(
             "gpubake metadata",
@@ -420,8 +398,8 @@ fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> 
         .labels
         .iter()
         .filter(|(k, _)| k.starts_with("io.gpubake."))
-        .filter(|(k, want)| labels.get(*k).and_then(Value::as_str) != Some(want.as_str()))
-        .map(|(k, want)| match labels.get(k).and_then(Value::as_str) {
+        .filter(|(k, want)| labels.get(*k) != Some(*want))
+        .map(|(k, want)| match labels.get(k) {
             Some(has) => format!("label {k} is `{has}`, the lock says `{want}`"),
             None => format!("label {k} is missing, the lock says `{want}`"),
         })
@@ -449,7 +427,7 @@ fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> 
         },
     );
 
-    let env = strings(&config["config"]["Env"]);
+    let env = view.as_ref().map(ConfigView::env).unwrap_or_default();
     let missing: Vec<String> = lock
         .image_env()
         .into_iter()

@@ -103,7 +103,9 @@ pub fn run(mut args: Args) -> Result<i32> {
     let to = args.registry.transport(&args.to)?.destination()?;
     let explicit = args.from.is_some();
     let from = base(&args, &loaded)?;
-    let recipe_base = |e| recipe_base_failed(e, from.as_ref(), explicit);
+    // Reading the recipe's own base (no --from) is where a build machine that cannot reach
+    // its registry fails: those errors say how to build from a local copy instead.
+    let recipe_base = |e| if explicit { e } else { with_local_copy_hint(e) };
     // It is read first: a base that cannot serve the image fails the build before anything
     // is resolved over the network or written. The glibc is said only where there are wheels
     // to check, and where the base is another than the recipe's.
@@ -167,8 +169,7 @@ pub fn run(mut args: Args) -> Result<i32> {
             Vec::new()
         },
     };
-    let report = crate::bake::build_for(&loaded, &resolved, &opts, &platforms)
-        .map_err(|e| recipe_base_failed(e, opts.from.as_ref(), explicit))?;
+    let report = crate::bake::build_for(&loaded, &resolved, &opts, &platforms)?;
     if let Some(path) = &args.lock_out {
         crate::closure::write_lock(&resolved.lock, &closures, path)?;
     }
@@ -230,9 +231,9 @@ fn write_sbom(
     let subject = crate::sbom::Subject {
         lock: &resolved.lock,
         wheels,
-        base_digest: &report.base,
+        base_digest: report.base.as_str(),
         base_source: &base_source,
-        image_digest: &report.manifest,
+        image_digest: report.manifest.as_str(),
         epoch: opts.epoch,
     };
     let attached = crate::image::sbom::write(
@@ -292,12 +293,9 @@ fn print_report(report: &BuildReport, start: std::time::Instant, json: bool) {
     }
 }
 
-/// An error reading the recipe's own base (`base`, when not `explicit`: no --from), with the
-/// way around it: most bases are on registries a build machine may not reach.
-fn recipe_base_failed(e: Error, base: Option<&Transport>, explicit: bool) -> Error {
-    let Some(base) = base.filter(|_| !explicit) else {
-        return e;
-    };
+/// An error reading the recipe's own base, with the way around it: most bases are on
+/// registries a build machine may not reach.
+fn with_local_copy_hint(e: Error) -> Error {
     let hint = |m: &String| {
         format!(
             "{m}\nthe recipe's base is pulled from its registry when build has no --from; pass \
@@ -306,8 +304,8 @@ fn recipe_base_failed(e: Error, base: Option<&Transport>, explicit: bool) -> Err
         )
     };
     match &e {
-        Error::Environment(m) if m.starts_with(&base.to_string()) => Error::Environment(hint(m)),
-        Error::Usage(m) if m.starts_with(&base.to_string()) => Error::Usage(hint(m)),
+        Error::Environment(m) => Error::Environment(hint(m)),
+        Error::Usage(m) => Error::Usage(hint(m)),
         _ => e,
     }
 }

@@ -95,10 +95,11 @@ pub fn run(args: Args) -> Result<i32> {
         probe_timeout: args.probe_timeout.map(std::time::Duration::from_secs),
         platform,
     };
-    let (report, code) = crate::certify::certify(&image_ref, &opts)?;
-    let certificate = serde_json::to_string_pretty(&report).expect("reports serialize");
+    let certified = crate::certify::certify(&image_ref, &opts)?;
+    let report = &certified.report;
+    let certificate = serde_json::to_string_pretty(report).expect("reports serialize");
     if args.attach {
-        let artifact = crate::certify::attach(&image_ref, &report, code)?;
+        let artifact = crate::certify::attach(&image_ref, &certified)?;
         eprintln!("attached the certificate to {image} as {artifact}");
     }
     if let Some(path) = args.out {
@@ -111,7 +112,7 @@ pub fn run(args: Args) -> Result<i32> {
         println!("{certificate}");
     } else {
         print!("{}", report.to_text());
-        println!("{image}: {}", crate::certify::summary(&report, code));
+        println!("{image}: {}", crate::certify::summary(&certified));
     }
-    Ok(code)
+    Ok(certified.verdict.exit_code())
 }

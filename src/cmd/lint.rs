@@ -57,7 +57,12 @@ pub fn run(args: Args) -> Result<i32> {
             plural(totals.warnings)
         );
     }
-    Ok(totals.exit_code(&reports, args.strict))
+    // A file that could not be read is bad input, not a finding.
+    Ok(if reports.iter().any(|r| r.unreadable) {
+        crate::error::BAD_INPUT
+    } else {
+        totals.verdict(args.strict).exit_code()
+    })
 }
 
 fn plural(n: usize) -> &'static str {

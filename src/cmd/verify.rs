@@ -45,5 +45,5 @@ pub fn run(args: Args) -> Result<i32> {
             if v.passed() { "verified" } else { "FAILED" }
         );
     }
-    Ok(if v.passed() { 0 } else { 1 })
+    Ok(v.verdict().exit_code())
 }

@@ -52,6 +52,15 @@ impl FromStr for Digest {
     }
 }
 
+/// A digest reads as its `sha256:...` text wherever text is taken.
+impl std::ops::Deref for Digest {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
 
 /// What one ELF file says about linking.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ElfInfo {
     /// ELFCLASS64 (else 32).
     pub class64: bool,
@@ -405,7 +405,35 @@ pub struct Process {
     libraries: Vec<Binding>,
 }
 
+/// The name [`Process::of_plain_program`]'s program is loaded by.
+const PLAIN_PROGRAM: &str = "<program>";
+
 impl Process {
+    /// A process whose program (for ELF `machine`, 64-bit) has no DT_RPATH, DT_RUNPATH or
+    /// DT_NEEDED of its own: what `dlopen(name)` from it finds is what any object without
+    /// search paths of its own reaches (LD_LIBRARY_PATH, the cache, the system directories).
+    fn of_plain_program(machine: u16) -> Process {
+        let main = ElfInfo {
+            class64: true,
+            machine,
+            ..ElfInfo::default()
+        };
+        Process {
+            main: main.clone(),
+            loaded: vec![Loaded {
+                real: String::new(),
+                path: PLAIN_PROGRAM.into(),
+                origin: "/".into(),
+                names: Vec::new(),
+                info: main,
+                loader: None,
+            }],
+            order: vec![0],
+            next: 1,
+            libraries: Vec::new(),
+        }
+    }
+
     /// Every object loaded: the path it was opened by and its real path, in load order.
     pub fn objects(&self) -> impl Iterator<Item = (&str, &str)> {
         self.loaded
@@ -925,32 +953,16 @@ fn cross_copies(
 /// LD_LIBRARY_PATH, the cache or a system directory. (The driver's own is mounted at run
 /// time; a copy the loader finds first is a compat or stub library.)
 fn reachable_libcuda(linker: &mut Linker) -> Vec<String> {
-    let probe = ElfInfo {
-        class64: true,
-        machine: elf::EM_X86_64,
-        soname: None,
-        needed: vec!["libcuda.so.1".into()],
-        rpath: Vec::new(),
-        runpath: Vec::new(),
-        nodeflib: false,
-        interpreter: None,
-        bytes: 0,
-    };
     let mut compat_libcuda = Vec::new();
     for machine in [elf::EM_X86_64, elf::EM_AARCH64] {
-        let main = ElfInfo {
-            machine,
-            ..probe.clone()
-        };
-        let loaded = [Loaded {
-            real: String::new(),
-            path: "/".into(),
-            origin: "/".into(),
-            names: Vec::new(),
-            info: main.clone(),
-            loader: None,
-        }];
-        if let Some((path, real, _, via)) = linker.find(&loaded, 0, "libcuda.so.1", &main) {
+        let mut process = Process::of_plain_program(machine);
+        if let Some(Binding {
+            path: Some(path),
+            real: Some(real),
+            via: Some(via),
+            ..
+        }) = linker.dlopen(&mut process, PLAIN_PROGRAM, "libcuda.so.1")
+        {
             compat_libcuda.push(format!(
                 "{path} (real {real}, reached through {})",
                 via.describe()
@@ -1063,14 +1075,7 @@ pub fn of_transport(
 
 /// Unpacks `image` into a temporary root and analyzes it.
 pub fn of_image(image: &crate::image::Image) -> Result<LinkReport> {
-    let config = image.config()?;
-    let env: Vec<(String, String)> = crate::image::model::strings(&config["config"]["Env"])
-        .into_iter()
-        .filter_map(|e| {
-            e.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-        })
-        .collect();
+    let env = image.typed_config()?.env_pairs();
     let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let root = dir.path().join("rootfs");
     crate::image::unpack::unpack(image, &root)?;

@@ -163,6 +163,8 @@ impl std::fmt::Display for Platform {
 pub struct Image {
     store: Layout,
     desc: Descriptor,
+    /// The manifest's digest, checked when the descriptor was read.
+    digest: Digest,
     raw_manifest: Vec<u8>,
     manifest: ImageManifest,
     origin: Option<Origin>,
@@ -215,6 +217,7 @@ impl Image {
         Ok(Image {
             store,
             desc: desc.clone(),
+            digest,
             raw_manifest: bytes,
             manifest,
             origin: None,
@@ -253,8 +256,8 @@ impl Image {
     }
 
     /// The manifest's digest.
-    pub fn digest(&self) -> String {
-        self.desc.digest().to_string()
+    pub fn digest(&self) -> &Digest {
+        &self.digest
     }
 
     /// The manifest, parsed.
@@ -281,6 +284,17 @@ impl Image {
     pub fn config_bytes(&self) -> Result<Vec<u8>> {
         let desc = self.manifest.config();
         self.store.read_blob(&digest_of(desc)?, Some(desc.size()))
+    }
+
+    /// The config through oci-spec's types, for reading.
+    pub fn typed_config(&self) -> Result<ConfigView> {
+        let config = self.config()?;
+        ConfigView::parse(&config).map_err(|e| {
+            Error::image(
+                self.describe(),
+                format!("config {}: {e}", self.manifest.config().digest()),
+            )
+        })
     }
 
     /// The config, parsed.
@@ -394,6 +408,8 @@ pub fn is_index(desc: &Descriptor) -> bool {
 pub struct IndexImage {
     store: Layout,
     desc: Descriptor,
+    /// The index's digest, checked when the descriptor was read.
+    digest: Digest,
     raw: Vec<u8>,
     images: Vec<Image>,
     _staging: Option<ScratchDir>,
@@ -415,10 +431,12 @@ impl IndexImage {
             .build()
             .map_err(|e| Error::image(store.describe(), e.to_string()))?;
         let desc = store.write_json(&index, MediaType::ImageIndex)?;
-        let raw = store.read_blob(&digest_of(&desc)?, Some(desc.size()))?;
+        let digest = digest_of(&desc)?;
+        let raw = store.read_blob(&digest, Some(desc.size()))?;
         Ok(IndexImage {
             store: store.clone(),
             desc,
+            digest,
             raw,
             images,
             _staging: None,
@@ -453,6 +471,7 @@ impl IndexImage {
         Ok(IndexImage {
             store,
             desc: desc.clone(),
+            digest,
             raw,
             images,
             _staging: staging,
@@ -472,8 +491,8 @@ impl IndexImage {
     }
 
     /// The index's digest: the multi-platform image's.
-    pub fn digest(&self) -> String {
-        self.desc.digest().to_string()
+    pub fn digest(&self) -> &Digest {
+        &self.digest
     }
 
     /// The index exactly as stored.
@@ -532,6 +551,118 @@ pub fn index_platforms(index: &ImageIndex) -> Vec<String> {
                 .unwrap_or_else(|| "?".into())
         })
         .collect()
+}
+
+/// An image config read through oci-spec's types. gpubake writes configs from their JSON
+/// ([`Image::config`]), which keeps the fields oci-spec does not model (Docker's among
+/// them), so a base's config keeps its bytes; what it reads goes through this view.
+pub struct ConfigView(oci_spec::image::ImageConfiguration);
+
+impl ConfigView {
+    /// The view of `config`, or why it is no OCI image config.
+    pub fn parse(config: &Value) -> std::result::Result<ConfigView, String> {
+        serde_json::from_value(config.clone())
+            .map(ConfigView)
+            .map_err(|e| format!("not an OCI image config: {e}"))
+    }
+
+    /// The environment, `NAME=value` entries in order.
+    pub fn env(&self) -> Vec<String> {
+        self.0
+            .config()
+            .as_ref()
+            .and_then(|c| c.env().clone())
+            .unwrap_or_default()
+    }
+
+    /// The environment as (name, value) pairs; an entry without `=` is left out.
+    pub fn env_pairs(&self) -> Vec<(String, String)> {
+        self.env()
+            .iter()
+            .filter_map(|e| {
+                e.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect()
+    }
+
+    /// The labels, by name.
+    pub fn labels(&self) -> std::collections::BTreeMap<String, String> {
+        self.0
+            .config()
+            .as_ref()
+            .and_then(|c| c.labels().clone())
+            .map(|l| l.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// The label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.0
+            .config()
+            .as_ref()
+            .and_then(|c| c.labels().as_ref())
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+    }
+
+    /// The working directory, when set.
+    pub fn working_dir(&self) -> Option<&str> {
+        self.0
+            .config()
+            .as_ref()
+            .and_then(|c| c.working_dir().as_deref())
+            .filter(|d| !d.is_empty())
+    }
+
+    /// The user, empty when unset.
+    pub fn user(&self) -> &str {
+        self.0
+            .config()
+            .as_ref()
+            .and_then(|c| c.user().as_deref())
+            .unwrap_or("")
+    }
+
+    /// The diff ids of the layers, base first.
+    pub fn diff_ids(&self) -> &[String] {
+        self.0.rootfs().diff_ids()
+    }
+
+    /// `os/architecture`.
+    pub fn os_architecture(&self) -> String {
+        format!("{}/{}", self.0.os(), self.0.architecture())
+    }
+
+    /// `os/architecture[/variant]`.
+    pub fn platform(&self) -> String {
+        format!(
+            "{}/{}{}",
+            self.0.os(),
+            self.0.architecture(),
+            self.0
+                .variant()
+                .as_ref()
+                .map(|v| format!("/{v}"))
+                .unwrap_or_default()
+        )
+    }
+
+    /// When the image was made, as the config says.
+    pub fn created(&self) -> Option<&str> {
+        self.0.created().as_deref()
+    }
+
+    /// The `created_by` of each history entry that made a layer, in layer order.
+    pub fn layer_history(&self) -> Vec<&str> {
+        self.0
+            .history()
+            .iter()
+            .flatten()
+            .filter(|h| !h.empty_layer().unwrap_or(false))
+            .map(|h| h.created_by().as_deref().unwrap_or(""))
+            .collect()
+    }
 }
 
 /// The strings of a JSON list (`Env`, `diff_ids`); empty when it is not one.

@@ -31,7 +31,7 @@ const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Referrer {
     /// The artifact manifest's digest.
-    pub digest: String,
+    pub digest: Digest,
     /// Its `artifactType`.
     pub artifact_type: String,
     /// Its annotations.
@@ -45,17 +45,17 @@ pub struct Referrer {
 /// Returns the artifact's digest.
 pub fn attach(
     remote: &Remote,
-    subject: &str,
+    subject: &Digest,
     artifact_type: &str,
     content: &[u8],
     annotations: std::collections::BTreeMap<String, String>,
-) -> Result<String> {
+) -> Result<Digest> {
     let reference = remote.parsed()?;
     let session = Session::open(remote, &reference)?;
     session.runtime.block_on(attach_async(
         &session,
         &reference,
-        subject,
+        subject.as_str(),
         artifact_type,
         content,
         annotations,
@@ -69,7 +69,7 @@ async fn attach_async(
     artifact_type: &str,
     content: &[u8],
     annotations: std::collections::BTreeMap<String, String>,
-) -> Result<String> {
+) -> Result<Digest> {
     s.client
         .auth(reference, &s.auth, RegistryOperation::Push)
         .await
@@ -117,10 +117,10 @@ async fn attach_async(
     if referrers_async(s, reference, subject)
         .await?
         .iter()
-        .any(|r| r.digest == digest.as_str())
+        .any(|r| r.digest == digest)
     {
         // The registry's referrers API lists it already.
-        return Ok(digest.to_string());
+        return Ok(digest);
     }
     // The referrers tag schema: the index under tag `sha256-<hex>` lists the artifact.
     let tag = reference_tag(reference, subject);
@@ -169,7 +169,7 @@ async fn attach_async(
             .await
             .map_err(|e| s.failed("attaching: writing the referrers index", e))?;
     }
-    Ok(digest.to_string())
+    Ok(digest)
 }
 
 /// `REGISTRY/NAME:sha256-<hex>`, the tag the referrers tag schema keeps an image's
@@ -185,12 +185,12 @@ fn reference_tag(reference: &Reference, subject: &str) -> Reference {
 
 /// The artifacts that refer to the manifest `subject` in `remote`'s repository, each with
 /// its artifact type read from its own manifest.
-pub fn referrers(remote: &Remote, subject: &str) -> Result<Vec<Referrer>> {
+pub fn referrers(remote: &Remote, subject: &Digest) -> Result<Vec<Referrer>> {
     let reference = remote.parsed()?;
     let session = Session::open(remote, &reference)?;
     session
         .runtime
-        .block_on(referrers_async(&session, &reference, subject))
+        .block_on(referrers_async(&session, &reference, subject.as_str()))
 }
 
 async fn referrers_async(
@@ -215,10 +215,10 @@ async fn referrers_async(
     };
     let mut out = Vec::new();
     for entry in index.manifests() {
-        let entry_digest = entry.digest().to_string();
+        let entry_digest = super::layout::digest_of(entry)?;
         let (bytes, _) = s
             .manifest_needed(
-                &reference.clone_with_digest(entry_digest.clone()),
+                &reference.clone_with_digest(entry_digest.to_string()),
                 "reading a referrer",
             )
             .await?;
@@ -241,7 +241,7 @@ async fn referrers_async(
 }
 
 /// The content (the first layer) of the artifact `digest`, verified and capped at 4 MiB.
-pub fn artifact_content(remote: &Remote, digest: &str) -> Result<Vec<u8>> {
+pub fn artifact_content(remote: &Remote, digest: &Digest) -> Result<Vec<u8>> {
     let reference = remote.parsed()?;
     let s = Session::open(remote, &reference)?;
     s.runtime.block_on(async {
@@ -270,6 +270,16 @@ pub fn artifact_content(remote: &Remote, digest: &str) -> Result<Vec<u8>> {
             .pull_blob(&reference, &wanted, &mut out)
             .await
             .map_err(|e| s.failed("reading an artifact's content", e))?;
+        let got = Digest::of(&out);
+        if got.as_str() != layer.digest().as_ref() {
+            return Err(Error::image(
+                &s.what,
+                format!(
+                    "artifact {digest}: its content is {got}, not the {} its manifest names",
+                    layer.digest()
+                ),
+            ));
+        }
         Ok(out)
     })
 }

@@ -769,7 +769,7 @@ fn is_missing_creds(e: &Error) -> bool {
 
 /// Pushes `image` to `remote` (by tag, `latest` when none is named) and returns the digest
 /// the registry now holds it under, which is the image's own.
-pub fn push(image: &Image, remote: &Remote) -> Result<String> {
+pub fn push(image: &Image, remote: &Remote) -> Result<Digest> {
     let reference = remote.parsed()?;
     if reference.digest().is_some() {
         return Err(Error::Usage(format!(
@@ -783,7 +783,7 @@ pub fn push(image: &Image, remote: &Remote) -> Result<String> {
         .block_on(push_async(&session, image, &reference))
 }
 
-async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result<String> {
+async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result<Digest> {
     // The token server is asked first, by gpubake, so that its refusal is reported as one.
     s.authorization(
         &[super::wire::scope(reference, "pull,push")],
@@ -848,7 +848,7 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
         .push_manifest_raw(reference, image.raw_manifest().to_vec(), content_type)
         .await
         .map_err(|e| s.failed("pushing the manifest", e))?;
-    Ok(image.digest())
+    Ok(image.digest().clone())
 }
 
 /// The tag's manifest as the registry stores it, when that is an index: the index, its exact
@@ -902,7 +902,7 @@ pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::
 /// Pushes a multi-platform image: each platform's manifest (with its blobs) by digest, then
 /// the index's exact bytes under the tag, so the registry holds the index gpubake wrote, with
 /// its digest. Returns that digest.
-pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<String> {
+pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<Digest> {
     let reference = remote.parsed()?;
     if reference.digest().is_some() {
         return Err(Error::Usage(format!(
@@ -916,7 +916,7 @@ pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<S
             let by_digest = Reference::with_digest(
                 reference.registry().to_string(),
                 reference.repository().to_string(),
-                image.digest(),
+                image.digest().to_string(),
             );
             push_async(&session, image, &by_digest).await?;
         }
@@ -927,7 +927,7 @@ pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<S
             .push_manifest_raw(&reference, index.raw().to_vec(), content_type)
             .await
             .map_err(|e| session.failed("pushing the index", e))?;
-        Ok(index.digest())
+        Ok(index.digest().clone())
     })
 }
 

@@ -9,9 +9,9 @@ pub fn write(
     media_type: &str,
     path: &std::path::Path,
     dest: &super::Transport,
-    manifest: &str,
+    manifest: &super::digest::Digest,
     created: &str,
-) -> crate::error::Result<Option<String>> {
+) -> crate::error::Result<Option<super::digest::Digest>> {
     crate::fsutil::write_atomic(path, bytes)?;
     match dest {
         super::Transport::Registry(remote) => super::referrers::attach(

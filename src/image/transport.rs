@@ -4,6 +4,7 @@
 //! reads an [`Image`] from any of them and [`Transport::write`] writes one to any of them.
 
 use super::archive;
+use super::digest::Digest;
 use super::layout::Layout;
 use super::model::{Image, IndexImage, Platform, is_index};
 use super::registry::{self, Access, Remote};
@@ -561,7 +562,7 @@ fn blob_files(layout: &Layout) -> std::collections::HashSet<std::ffi::OsString> 
 #[derive(Debug)]
 pub struct Copied {
     /// The manifest's digest, or the index's.
-    pub digest: String,
+    pub digest: Digest,
     /// The bytes of every blob.
     pub bytes: u64,
     /// How many blobs.
@@ -576,7 +577,7 @@ pub struct Copied {
 impl Copied {
     fn of(image: &Image) -> Copied {
         Copied {
-            digest: image.digest(),
+            digest: image.digest().clone(),
             bytes: image.blobs().map(|d| d.size()).sum(),
             blobs: image.blobs().count(),
             platforms: Vec::new(),
@@ -588,7 +589,7 @@ impl Copied {
         let blobs: Vec<&oci_spec::image::Descriptor> =
             index.images().iter().flat_map(|i| i.blobs()).collect();
         Copied {
-            digest: index.digest(),
+            digest: index.digest().clone(),
             bytes: blobs.iter().map(|d| d.size()).sum(),
             blobs: blobs.len(),
             platforms: index.platforms(),

@@ -18,6 +18,7 @@ use crate::nccl::value::{PATH_LEVEL_VARS, PathLevel, path_level, strtoll};
 use crate::preset::{Catalog, Preset, nccl_floor};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::{self, Options};
+use crate::verdict::{Status, Verdict};
 use crate::version::Version;
 use serde::Serialize;
 use std::fmt;
@@ -716,16 +717,12 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// The exit code of a lint run that found these totals in `reports`: 2 when a file could
-    /// not be read, 1 on errors (and, when `strict`, on warnings), else 0.
-    pub fn exit_code(&self, reports: &[FileReport], strict: bool) -> i32 {
-        if reports.iter().any(|r| r.unreadable) {
-            2
-        } else if self.errors > 0 || (strict && self.warnings > 0) {
-            1
-        } else {
-            0
-        }
+    /// The verdict of a run with these totals: a failure on errors and, when `strict`, on
+    /// warnings.
+    pub fn verdict(&self, strict: bool) -> Verdict {
+        let statuses = std::iter::repeat_n(Status::Fail, self.errors)
+            .chain(std::iter::repeat_n(Status::Warn, self.warnings));
+        Verdict::of_statuses(statuses, false, strict)
     }
 }
 

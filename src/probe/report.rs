@@ -3,7 +3,7 @@
 use serde::Serialize;
 use std::fmt::Write as _;
 
-pub use crate::verdict::{Check, Status};
+pub use crate::verdict::{Check, Status, Verdict};
 
 /// Everything one probe run found.
 #[derive(Debug, Default, Serialize)]
@@ -49,9 +49,14 @@ impl Report {
             .unwrap_or(Status::Pass)
     }
 
-    /// 0 pass (warnings included), 1 a check failed, 3 no GPU.
+    /// The verdict: lacking when there is no GPU, else whether a check failed.
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.checks, self.no_gpu)
+    }
+
+    /// The verdict's exit code: 0 pass (warnings included), 1 a check failed, 3 no GPU.
     pub fn exit_code(&self) -> i32 {
-        crate::verdict::exit_code(&self.checks, self.no_gpu)
+        self.verdict().exit_code()
     }
 
     /// The human table.

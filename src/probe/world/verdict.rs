@@ -5,7 +5,7 @@
 
 use super::place::Place;
 use super::rendezvous::{Gathered, Outcome};
-use crate::probe::report::{Report, Status};
+use crate::probe::report::{Report, Status, Verdict};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -47,9 +47,9 @@ pub fn verdict(setting: &Setting, gathered: &Gathered) -> Report {
                     tally.other_blob.push(*rank);
                 }
                 let (status, verdict) = local_verdict(*exit_code, local);
-                match exit_code {
-                    0 => {}
-                    3 => tally.no_gpu.push(*rank),
+                match Verdict::of_exit_code((*exit_code).into()) {
+                    Some(Verdict::Pass) => {}
+                    Some(Verdict::Lacking) => tally.no_gpu.push(*rank),
                     _ => tally.failed.push(*rank),
                 }
                 (status, format!("{peer}: {verdict}"))
@@ -228,8 +228,8 @@ fn local_verdict(exit_code: i32, local: &Value) -> (Status, String) {
         0..=4 => String::new(),
         n => format!(" and {} more", n - 4),
     };
-    match exit_code {
-        0 => (
+    match Verdict::of_exit_code(exit_code.into()) {
+        Some(Verdict::Pass) => (
             Status::Pass,
             format!(
                 "passed locally ({} passed, {} warned, {} skipped)",
@@ -238,14 +238,14 @@ fn local_verdict(exit_code: i32, local: &Value) -> (Status, String) {
                 count("SKIP")
             ),
         ),
-        3 => (
+        Some(Verdict::Lacking) => (
             Status::Fail,
             "no GPU (local exit 3); its report is in the JSON".to_string(),
         ),
-        code if failed.is_empty() => (Status::Fail, format!("local exit {code}")),
-        code => (
+        _ if failed.is_empty() => (Status::Fail, format!("local exit {exit_code}")),
+        _ => (
             Status::Fail,
-            format!("local exit {code}; failed: {shown}{more}"),
+            format!("local exit {exit_code}; failed: {shown}{more}"),
         ),
     }
 }
