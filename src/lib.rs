@@ -3,7 +3,9 @@
 //! The data flows recipe -> lock -> image -> probe -> verdict, and the modules stand on floors
 //! in that order (tests/layering.rs keeps every import on its floor or below):
 //! - foundation: [`error`], [`fsutil`], [`interrupt`], [`document`] (YAML with positions),
-//!   [`version`], [`child`], [`units`], [`nccl`] (NCCL's parameters and how it parses them),
+//!   [`version`], [`child`], [`units`], [`verdict`] (the check, status and verdict with its
+//!   exit code that lint, verify, the probe and certify share), [`nccl`] (NCCL's parameters and
+//!   how it parses them),
 //!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API);
 //! - [`image`]: OCI images and nothing of gpubake's own;
 //! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
