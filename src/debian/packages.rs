@@ -182,7 +182,13 @@ pub fn index_paths(release: &Release, component: &str, arch: &str) -> Result<Vec
         return Err(Error::Usage(format!("{}: {why}", release.url)));
     };
     let mut out = vec![own];
-    if !release.all_in_arch
+    // apt reads binary-all only where the Release lists `all` among its Architectures (and
+    // does not say `all` packages are in each architecture's index already): Debian's
+    // security archive lists a binary-all it does not mean apt to read.
+    let lists_all =
+        release.architectures.is_empty() || release.architectures.iter().any(|a| a == "all");
+    if lists_all
+        && !release.all_in_arch
         && let Some(all) = pick("all")
     {
         out.push(all);
@@ -197,8 +203,18 @@ pub fn fetch_checked(client: &Client, release: &Release, path: &str) -> Result<V
         .sha256
         .get(path)
         .ok_or_else(|| Error::Usage(format!("{}: lists no SHA256 for {path}", release.url)))?;
-    let url = release.url_of(path);
-    let bytes = client.get(&url, COMPRESSED_LIMIT.min(expected.size + 1))?;
+    let limit = COMPRESSED_LIMIT.min(expected.size + 1);
+    let mut url = release.url_of(path);
+    let bytes = match client.get(&url, limit) {
+        Ok(bytes) => bytes,
+        // A mirror that has not got the by-hash copy yet still serves the path, as apt
+        // falls back to it; the hash check below is the same either way.
+        Err(_) if release.acquire_by_hash => {
+            url = format!("{}/{path}", release.dist);
+            client.get(&url, limit)?
+        }
+        Err(e) => return Err(e),
+    };
     let actual = hex::encode(sha2::Sha256::digest(&bytes));
     if bytes.len() as u64 != expected.size || actual != expected.sha256 {
         return Err(Error::Usage(format!(

@@ -109,6 +109,13 @@ struct World<'a> {
 
 type Selected<'a> = BTreeMap<&'a str, &'a Package>;
 
+/// The choice so far: what is chosen, and which of it the user asked for (apt never
+/// unchooses those to make room).
+struct State<'a> {
+    selected: Selected<'a>,
+    asked: BTreeSet<&'a str>,
+}
+
 /// Why a package cannot be installed: the path of dependencies from the ask, and the reason
 /// at its end.
 struct Failure {
@@ -327,8 +334,8 @@ impl<'a> World<'a> {
     }
 
     /// Chooses `p` and, depth first, what its dependencies need.
-    fn mark(&self, p: &'a Package, selected: &mut Selected<'a>) -> Result<(), Failure> {
-        if let Some(have) = selected.get(p.name.as_str()) {
+    fn mark(&self, p: &'a Package, state: &mut State<'a>) -> Result<(), Failure> {
+        if let Some(have) = state.selected.get(p.name.as_str()) {
             if std::ptr::eq(*have, p) || have.version == p.version {
                 return Ok(());
             }
@@ -341,59 +348,105 @@ impl<'a> World<'a> {
                 ),
             });
         }
-        selected.insert(&p.name, p);
-        for group in p.pre_depends.0.iter().chain(&p.depends.0) {
-            if group.iter().any(|rel| self.met(rel, selected)) {
-                continue;
-            }
-            let step = format!("{} depends on {}", p.label(), group_text(group));
-            let mut failures: Vec<Failure> = Vec::new();
-            let mut done = false;
-            'alternatives: for rel in group {
-                for target in self.targets(rel) {
-                    let before = selected.clone();
-                    match self.mark(target, selected) {
-                        Ok(()) => {
-                            done = true;
-                            break 'alternatives;
-                        }
-                        Err(f) => {
-                            *selected = before;
-                            failures.push(f);
-                        }
-                    }
-                }
-            }
-            if !done {
-                let mut path = vec![step];
-                let reason = match failures.len() {
-                    0 => group
-                        .iter()
-                        .map(|rel| self.why_not(rel))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    _ => {
-                        let first = failures.remove(0);
-                        path.extend(first.path);
-                        let mut reason = first.reason;
-                        for other in failures {
-                            reason.push_str(&format!(
-                                "; and the other choice fails: {}{}",
-                                other
-                                    .path
-                                    .iter()
-                                    .map(|s| format!("{s} -> "))
-                                    .collect::<String>(),
-                                other.reason
-                            ));
-                        }
-                        reason
-                    }
-                };
-                return Err(Failure { path, reason });
+        state.selected.insert(&p.name, p);
+        self.mark_deps(p, state)
+    }
+
+    /// What choosing `p` entails, as apt's MarkInstall does it: first its Conflicts and
+    /// Breaks unchoose what they hit among the packages chosen only as dependencies (never
+    /// an asked one), then each of its Pre-Depends and Depends is met.
+    fn mark_deps(&self, p: &'a Package, state: &mut State<'a>) -> Result<(), Failure> {
+        for rel in p.conflicts.0.iter().chain(&p.breaks.0).flatten() {
+            let hit: Vec<&'a str> = state
+                .selected
+                .values()
+                .filter(|q| q.name != p.name && !state.asked.contains(q.name.as_str()))
+                .filter(|q| self.clashes(rel, q))
+                .map(|q| q.name.as_str())
+                .collect();
+            for name in hit {
+                state.selected.remove(name);
             }
         }
+        for group in p.pre_depends.0.iter().chain(&p.depends.0) {
+            self.satisfy(p, group, state)?;
+        }
         Ok(())
+    }
+
+    /// Meets one dependency of `p`, unless something present meets it already: the first
+    /// choice that installs, choices that upgrade a package of the base before new ones.
+    fn satisfy(
+        &self,
+        p: &'a Package,
+        group: &'a [Relation],
+        state: &mut State<'a>,
+    ) -> Result<(), Failure> {
+        if group.iter().any(|rel| self.met(rel, &state.selected)) {
+            return Ok(());
+        }
+        let mut choices: Vec<&'a Package> = Vec::new();
+        for rel in group {
+            for t in self.targets(rel) {
+                if !choices.iter().any(|c| std::ptr::eq(*c, t)) {
+                    choices.push(t);
+                }
+            }
+        }
+        // Stable: within each half the order of the alternatives and providers stays.
+        let (upgrades, new): (Vec<_>, Vec<_>) = choices
+            .into_iter()
+            .partition(|c| self.installed.contains_key(c.name.as_str()));
+        let mut failures: Vec<Failure> = Vec::new();
+        for target in upgrades.into_iter().chain(new) {
+            let before = state.selected.clone();
+            match self.mark(target, state) {
+                Ok(()) => return Ok(()),
+                Err(f) => {
+                    state.selected = before;
+                    failures.push(f);
+                }
+            }
+        }
+        let mut path = vec![format!("{} depends on {}", p.label(), group_text(group))];
+        let reason = if failures.is_empty() {
+            group
+                .iter()
+                .map(|rel| self.why_not(rel))
+                .collect::<Vec<_>>()
+                .join("; ")
+        } else {
+            let first = failures.remove(0);
+            path.extend(first.path);
+            let mut reason = first.reason;
+            for other in failures {
+                reason.push_str(&format!(
+                    "; and the other choice fails: {}{}",
+                    other
+                        .path
+                        .iter()
+                        .map(|s| format!("{s} -> "))
+                        .collect::<String>(),
+                    other.reason
+                ));
+            }
+            reason
+        };
+        Err(Failure { path, reason })
+    }
+
+    /// Whether the negative relation `rel` (Conflicts, Breaks) hits `q`, by name or by what
+    /// `q` provides.
+    fn clashes(&self, rel: &Relation, q: &Package) -> bool {
+        (q.name == rel.name && version_ok(&rel.version, &q.version))
+            || provides(q).any(|(n, v)| {
+                n == rel.name
+                    && match (&rel.version, v) {
+                        (None, _) => true,
+                        (Some(_), None) => false,
+                        (Some(_), Some(v)) => version_ok(&rel.version, v),
+                    }
+            })
     }
 
     /// The names closest to `name`, for an unknown ask.
@@ -507,15 +560,7 @@ impl<'a> World<'a> {
                         if !new(p) && !new(q) {
                             continue;
                         }
-                        let hit = (q.name == rel.name && version_ok(&rel.version, &q.version))
-                            || provides(q).any(|(n, v)| {
-                                n == rel.name
-                                    && match (&rel.version, v) {
-                                        (None, _) => true,
-                                        (Some(_), None) => false,
-                                        (Some(_), Some(v)) => version_ok(&rel.version, v),
-                                    }
-                            });
+                        let hit = self.clashes(rel, q);
                         if hit {
                             let side = |x: &Package| {
                                 if new(x) {
@@ -593,20 +638,69 @@ pub fn solve(
     native: &str,
 ) -> Result<Vec<Pin>> {
     let world = World::new(installed, available, native);
-    let mut selected: Selected = BTreeMap::new();
+    let mut state = State {
+        selected: BTreeMap::new(),
+        asked: BTreeSet::new(),
+    };
+    // apt-get install marks every asked package first and only then what each needs, so an
+    // asked package meets the others' dependencies before anything else is tried.
+    let mut targets = Vec::new();
     for ask in asks {
-        let Some(target) = world.resolve_ask(ask)? else {
-            continue;
-        };
-        if let Err(f) = world.mark(target, &mut selected) {
-            let chain: String = f.path.iter().map(|s| format!("\n  {s}")).collect();
-            return Err(Error::Usage(format!(
-                "cannot install `{ask}` ({}):{chain}\n  but {}",
-                target.label(),
-                f.reason
-            )));
+        if let Some(target) = world.resolve_ask(ask)? {
+            if let Some(have) = state.selected.get(target.name.as_str())
+                && have.version != target.version
+            {
+                return Err(Error::Usage(format!(
+                    "`{ask}` asks for {}, but {} is asked for too",
+                    target.label(),
+                    have.label()
+                )));
+            }
+            state.selected.insert(&target.name, target);
+            state.asked.insert(&target.name);
+            targets.push((ask, target));
         }
     }
+    let failed = |ask: &dyn fmt::Display, target: &Package, f: Failure| {
+        let chain: String = f.path.iter().map(|s| format!("\n  {s}")).collect();
+        Error::Usage(format!(
+            "cannot install `{ask}` ({}):{chain}\n  but {}",
+            target.label(),
+            f.reason
+        ))
+    };
+    for (ask, target) in &targets {
+        world
+            .mark_deps(target, &mut state)
+            .map_err(|f| failed(ask, target, f))?;
+    }
+    // A package unchosen for a later one's Conflicts may leave a dependency of an earlier
+    // choice open; meet those again (apt's problem resolver does this at the end).
+    for _ in 0..8 {
+        let open: Vec<(&Package, &Vec<Relation>)> = state
+            .selected
+            .values()
+            .flat_map(|p| {
+                p.pre_depends
+                    .0
+                    .iter()
+                    .chain(&p.depends.0)
+                    .map(move |g| (*p, g))
+            })
+            .filter(|(_, g)| !g.iter().any(|rel| world.met(rel, &state.selected)))
+            .collect();
+        if open.is_empty() {
+            break;
+        }
+        for (p, group) in open {
+            if state.selected.contains_key(p.name.as_str()) {
+                world
+                    .satisfy(p, group, &mut state)
+                    .map_err(|f| failed(&p.name, p, f))?;
+            }
+        }
+    }
+    let selected = state.selected;
     world.check_clashes(&selected)?;
     Ok(world
         .order(&selected)
@@ -698,14 +792,32 @@ mod tests {
         assert_eq!(names(&pins), ["libx=3.0", "helper=1", "app=1.0"]);
         assert_eq!(pins[0].filename, "pool/libx_3.0.deb");
         assert_eq!(pins[0].base, "http://a");
-        let pins = solve(&base, &avail, &asks(&["app", "libx=2.1"]), "amd64");
-        let e = pins.unwrap_err().to_string();
-        assert!(
-            e.contains("libx 2.1 is needed, but libx 3.0 is already chosen"),
-            "{e}"
-        );
+        // Every asked package is chosen before any dependency, as apt-get does: in either
+        // order the asked libx 2.1 meets app's `libx (>= 2)`.
+        let pins = solve(&base, &avail, &asks(&["app", "libx=2.1"]), "amd64").unwrap();
+        assert_eq!(names(&pins), ["libx=2.1", "helper=1", "app=1.0"]);
         let pins = solve(&base, &avail, &asks(&["libx=2.1", "app"]), "amd64").unwrap();
         assert_eq!(names(&pins), ["libx=2.1", "helper=1", "app=1.0"]);
+    }
+
+    #[test]
+    fn a_later_conflict_unchooses_an_earlier_alternative_as_apt_does() {
+        // libreoffice's shape: one package takes `nogui | core`, a later one needs core,
+        // and the two cores conflict. apt ends with core alone; so must this.
+        let text = [
+            stanza("top", "1", "Depends: base-core, core-user\n"),
+            stanza("base-core", "1", "Depends: core-nogui | core\n"),
+            stanza("core-user", "1", "Depends: core\n"),
+            stanza("core", "1", "Conflicts: core-nogui\n"),
+            stanza("core-nogui", "1", "Conflicts: core\n"),
+        ]
+        .concat();
+        let avail = archive(&text);
+        let pins = solve(&[], &avail, &asks(&["top"]), "amd64").unwrap();
+        assert_eq!(
+            names(&pins),
+            ["core=1", "base-core=1", "core-user=1", "top=1"]
+        );
     }
 
     #[test]
