@@ -7,7 +7,8 @@
 //!   exit code that lint, verify, the probe and certify share), [`nccl`] (NCCL's parameters and
 //!   how it parses them),
 //!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API);
-//! - [`image`]: OCI images and nothing of gpubake's own;
+//! - [`image`]: OCI images and nothing of gpubake's own; [`debian`]: a Debian archive client
+//!   (apt sources, signed InRelease, Packages, what apt would install into a base);
 //! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
 //!   [`lint`] checks them against [`nccl`], [`resolve`] turns the recipe into a [`lock::Lock`],
 //!   [`closure`] and [`wheel`] fix and fetch the Python closure, [`sbom`] describes it;
@@ -25,6 +26,7 @@ pub mod child;
 pub mod closure;
 pub mod cmd;
 pub mod compat;
+pub mod debian;
 pub mod document;
 pub mod engine;
 pub mod error;

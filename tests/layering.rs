@@ -27,8 +27,9 @@ const FLOORS: &[(&str, &[&str])] = &[
             "engine",
         ],
     ),
-    // OCI images and nothing of gpubake's own: model, layouts, archives, registries, layers.
-    ("image", &["image"]),
+    // OCI images and nothing of gpubake's own: model, layouts, archives, registries, layers;
+    // and the Debian archive client beside them (sources, InRelease, Packages, apt's choice).
+    ("image", &["image", "debian"]),
     // From a recipe to a lock: recipes, presets, the linter, resolution, the Python closure,
     // wheels, the SBOM of a lock.
     (
