@@ -24,6 +24,25 @@ pub const STACK_LABEL: &str = "io.gpubake.python-stack";
 /// The OCI annotation (and label) that names the image's base.
 pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
 
+/// One OS package of the lock: a file of a Debian-style archive, as its Packages index lists
+/// it (whose hash the archive's signed InRelease lists).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SystemPackage {
+    /// The package name (`numactl`).
+    pub name: String,
+    /// Its exact version (`2.0.16-1`).
+    pub version: String,
+    /// Its architecture (`amd64`, or `all`).
+    pub architecture: String,
+    /// Where the .deb is fetched: the archive's URL and the index's `Filename`.
+    pub url: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The SHA256 of the .deb, lower-case hex.
+    pub sha256: String,
+}
+
 /// A resolved recipe.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +83,11 @@ pub struct Lock {
     /// The recipe's extra pip requirements, installed afterwards.
     #[serde(default)]
     pub pip: Vec<String>,
+    /// The OS packages installed on the base from its distribution's archive (Debian,
+    /// Ubuntu), each pinned from the archive's signed index, in the order they are unpacked.
+    /// Left out when the recipe asks for none, so other locks keep their bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system: Vec<SystemPackage>,
     /// What nvidia-container-toolkit reads from the image.
     pub nvidia: NvidiaEnv,
     /// The merged environment, sorted by name, with provenance.

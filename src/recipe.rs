@@ -66,6 +66,35 @@ pub struct Recipe {
     /// `linux/arm64`); `[linux/amd64]` when absent. More than one makes the image an index.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub platforms: Vec<String>,
+    /// OS packages installed on the base from its distribution's archive, by name or
+    /// `name=version` (`numactl`, `openssh-client=1:9.2p1-2+deb12u7`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system: Vec<String>,
+    /// The archives `system:` packages come from, instead of the base's own apt sources (a
+    /// snapshot archive, say, for rebuilds that resolve the same way later).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apt: Vec<AptSource>,
+}
+
+/// An archive of Debian-style packages, as one line of apt's sources names it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AptSource {
+    /// The archive's URL (`http://deb.debian.org/debian`).
+    pub url: String,
+    /// The suite (`bookworm`, `bookworm-updates`).
+    pub suite: String,
+    /// Its components; `[main]` when absent.
+    #[serde(default = "main_component")]
+    pub components: Vec<String>,
+    /// The OpenPGP keyring its InRelease is signed with, relative to the recipe; the base's
+    /// own keyrings when absent.
+    #[serde(default)]
+    pub keyring: Option<String>,
+}
+
+fn main_component() -> Vec<String> {
+    vec!["main".into()]
 }
 
 impl Recipe {
@@ -139,13 +168,21 @@ pub fn field_help(field: &str) -> Option<String> {
             "a list of platforms such as `[linux/amd64, linux/arm64]`; gpubake builds for \
              linux/amd64 and linux/arm64"
         }
+        "system" => {
+            "a list of Debian or Ubuntu package names, each optionally `=VERSION`, such as \
+             `[numactl, openssh-client, rdma-core]`"
+        }
+        "apt" => {
+            "a list of `{url: http://deb.debian.org/debian, suite: bookworm, components: [main], \
+             keyring: keys/debian.gpg}`"
+        }
         "files" => {
             "a list of `{src: ./train, dest: /workspace/train, mode: \"0755\"}`; src inside the \
              recipe's directory, unless the entry says `allow_outside: true`"
         }
         _ => {
             "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
-             driver, presets, env, labels, pip, index, files, platforms"
+             driver, presets, env, labels, pip, index, files, platforms, system, apt"
         }
     };
     Some(text.to_string())
@@ -313,6 +350,32 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
                     f.mode.as_deref().unwrap_or_default()
                 ),
                 Some("a mode without write for others, such as \"0644\" or \"0755\"".into()),
+            ));
+        }
+    }
+    for (i, ask) in recipe.system.iter().enumerate() {
+        if let Err(why) = ask.parse::<crate::debian::Ask>() {
+            return Err(doc.invalid(
+                &["system", &i.to_string()],
+                why.to_string(),
+                field_help("system"),
+            ));
+        }
+    }
+    for (i, source) in recipe.apt.iter().enumerate() {
+        let i = i.to_string();
+        if !(source.url.starts_with("http://") || source.url.starts_with("https://")) {
+            return Err(doc.invalid(
+                &["apt", &i, "url"],
+                format!("`{}` is not an http:// or https:// URL", source.url),
+                field_help("apt"),
+            ));
+        }
+        if source.suite.is_empty() || source.suite.contains(char::is_whitespace) {
+            return Err(doc.invalid(
+                &["apt", &i, "suite"],
+                format!("`{}` is not a suite name", source.suite),
+                field_help("apt"),
             ));
         }
     }

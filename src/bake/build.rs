@@ -516,8 +516,26 @@ fn build_platform(
     let specs = layer_specs(loaded, resolved, probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     let mut extra_env = Vec::new();
+    let cache = WheelCache::open(opts.cache_dir.clone())?;
+    if !resolved.lock.system.is_empty() {
+        let (created_by, layer) = super::system::build(
+            store,
+            &base,
+            &resolved.lock.system,
+            &super::system::LayerOptions {
+                compression: opts.compression,
+                epoch: opts.epoch,
+                use_cache: !opts.no_cache,
+                cache: &cache,
+                fetch: FetchOptions {
+                    offline: opts.offline,
+                    jobs: 4,
+                },
+            },
+        )?;
+        built.push(("system".into(), created_by, layer));
+    }
     if let (Some(closure), Some(python)) = (closure, &python) {
-        let cache = WheelCache::open(opts.cache_dir.clone())?;
         let stack_opts = stack::StackOptions {
             compression: opts.compression,
             epoch: opts.epoch,

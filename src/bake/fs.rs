@@ -169,6 +169,31 @@ pub fn paths(image: &Image) -> Result<Vec<String>> {
     Ok(all.into_iter().collect())
 }
 
+/// Every symbolic link in the image's filesystem with its target, after later layers and
+/// whiteouts have had their say.
+pub fn symlinks(image: &Image) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut links = std::collections::BTreeMap::new();
+    each_entry(image, |p, entry| {
+        let (dir, name) = p
+            .rsplit_once('/')
+            .map(|(d, n)| (format!("{d}/"), n))
+            .unwrap_or((String::new(), p));
+        if name == ".wh..wh..opq" {
+            links.retain(|q: &String, _| !q.starts_with(&dir));
+        } else if let Some(gone) = name.strip_prefix(".wh.") {
+            let gone = format!("{dir}{gone}");
+            links.retain(|q: &String, _| *q != gone && !q.starts_with(&format!("{gone}/")));
+        } else if entry.header().entry_type().is_symlink() {
+            let target = entry.link_name()?.unwrap_or_default();
+            links.insert(p.to_string(), target.to_string_lossy().into_owned());
+        } else {
+            links.remove(p);
+        }
+        Ok(())
+    })?;
+    Ok(links)
+}
+
 /// What the layers install, read from the files themselves: every Python distribution by
 /// its `METADATA` and every `libnccl.so*` by the version string compiled into it.
 #[derive(Debug, Default, Serialize)]

@@ -9,5 +9,6 @@ pub mod fs;
 pub mod inspect;
 pub mod render;
 pub mod stack;
+pub mod system;
 
 pub use build::{BuildOptions, BuildReport, PlatformOptions, build, build_for};

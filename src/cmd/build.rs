@@ -128,6 +128,13 @@ pub fn run(mut args: Args) -> Result<i32> {
     if !args.skip_checks {
         crate::lint::gate(&loaded, &options)?;
     }
+    if args.engine_build && !loaded.recipe.system.is_empty() {
+        return Err(Error::Unsupported(format!(
+            "{}: --engine-build does not install `system:` packages yet; build without it \
+             (daemonless, to docker-daemon:, oci: or docker://)",
+            loaded.doc.name()
+        )));
+    }
     if args.engine_build {
         return engine_build(&args, &loaded, resolved.lock, &to, from.as_ref());
     }
@@ -135,6 +142,9 @@ pub fn run(mut args: Args) -> Result<i32> {
     if let Some(base) = &from {
         crate::bake::build::check_base(base, &resolved, only.as_ref(), !args.without_python)
             .map_err(recipe_base)?;
+    }
+    if let Some(base) = &from {
+        resolved.lock.system = system_packages(&args, &loaded, base, &resolved)?;
     }
     let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
     let closures = closures(&args, &loaded, &resolved.lock, only.as_ref(), &cache_dir)?;
@@ -202,6 +212,38 @@ fn closures(
         cache_dir,
     };
     crate::closure::for_build_platforms(lock, &source, only)
+}
+
+/// The recipe's `system:` packages, resolved against the base build reads. They are pinned
+/// for one platform: a recipe for several is refused at the field.
+fn system_packages(
+    args: &Args,
+    loaded: &LoadedRecipe,
+    base: &Transport,
+    resolved: &crate::resolve::Resolved,
+) -> Result<Vec<crate::lock::SystemPackage>> {
+    let recipe = &loaded.recipe;
+    if recipe.system.is_empty() {
+        return Ok(Vec::new());
+    }
+    let [platform] = resolved.lock.platforms.as_slice() else {
+        return Err(loaded.doc.invalid(
+            &["system"],
+            format!(
+                "system packages are pinned for one platform, and the recipe builds for {}",
+                resolved.lock.platforms.join(", ")
+            ),
+            Some("build each platform from its own recipe".into()),
+        ));
+    };
+    let platform: Platform = platform.parse()?;
+    let image = base.open_for(&platform)?;
+    let dir = args
+        .recipe
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .unwrap_or(std::path::Path::new("."));
+    crate::bake::system::resolve(&image, loaded, dir)
 }
 
 /// The base the build reads: --from, or without it the recipe's base pulled from its

@@ -35,6 +35,10 @@ pub struct Args {
     /// Look up presets here before the built-in ones (repeatable).
     #[arg(long, value_name = "DIR")]
     preset_dir: Vec<PathBuf>,
+    /// The base the recipe's `system:` packages are pinned against (its dpkg status and
+    /// apt sources), instead of the recipe's `base` pulled from its registry.
+    #[arg(long, value_name = "IMAGE")]
+    from: Option<String>,
 }
 
 /// Resolves the recipe, writes the closures (with -o or --pylock) and the lock.
@@ -54,6 +58,19 @@ pub fn run(args: Args) -> Result<i32> {
     })?;
     for w in &resolved.lock.warnings {
         eprintln!("warning: {w}");
+    }
+    if !loaded.recipe.system.is_empty() {
+        let base = match &args.from {
+            Some(f) => f.parse::<crate::image::Transport>()?,
+            None => crate::image::Transport::of_base(&loaded.recipe.base)?,
+        };
+        let image = base.open()?;
+        let dir = args
+            .recipe
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("."));
+        resolved.lock.system = crate::bake::system::resolve(&image, &loaded, dir)?;
     }
     let closure_dir = match (&args.pylock, &args.output) {
         _ if args.no_closure => None,

@@ -640,6 +640,7 @@ fn build_lock(
         env,
         labels,
         warnings,
+        system: Vec::new(),
         wheels: Vec::new(),
     }
 }

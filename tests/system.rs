@@ -1,0 +1,277 @@
+//! System packages in real images: a recipe's `system:` resolved against a real Debian
+//! bookworm base from Debian's archive, unpacked into a layer without apt, dpkg or a
+//! container, and then run by the Docker Engine, where the image's own dpkg, apt and
+//! dynamic loader judge what was written.
+
+mod common;
+
+use common::{assert_exit, gpubake, stderr, stdout, write};
+use std::path::Path;
+use std::process::Command;
+
+const ASKED: &str = "[rdma-core, ibverbs-providers, ibverbs-utils, numactl, openssh-client]";
+
+fn recipe(dir: &Path, system: &str) -> String {
+    write(
+        dir,
+        "r.yaml",
+        &format!(
+            "name: sys-test\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+             presets: [base]\nsystem: {system}\n"
+        ),
+    )
+}
+
+fn docker_run(image: &str, script: &str) -> (bool, String) {
+    let out = Command::new("docker")
+        .args(["run", "--rm", image, "sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn build(recipe: &str, base: &Path, to: &str, lock: &Path) -> serde_json::Value {
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        recipe,
+        "--from",
+        &format!("oci:{}:bookworm", base.display()),
+        "--to",
+        to,
+        "--lock-out",
+        &lock.display().to_string(),
+        "--json",
+    ]);
+    assert_exit(&out, 0);
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn system_packages_install_without_a_daemon_and_dpkg_apt_and_the_loader_see_them() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    if !common::have("docker", "version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), ASKED);
+    let lock_path = dir.path().join("lock.yaml");
+    let first = build(
+        &recipe,
+        &base,
+        &format!("oci:{}:v1", dir.path().join("a").display()),
+        &lock_path,
+    );
+    let second = build(
+        &recipe,
+        &base,
+        &format!("oci:{}:v1", dir.path().join("b").display()),
+        &dir.path().join("lock2.yaml"),
+    );
+    assert_eq!(
+        first["manifest"], second["manifest"],
+        "two builds, one digest"
+    );
+
+    let lock: serde_yaml::Value =
+        serde_yaml::from_slice(&std::fs::read(&lock_path).unwrap()).unwrap();
+    let pins: Vec<(String, String)> = lock["system"]
+        .as_sequence()
+        .expect("the lock pins the system packages")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["version"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for asked in [
+        "rdma-core",
+        "ibverbs-providers",
+        "ibverbs-utils",
+        "numactl",
+        "openssh-client",
+    ] {
+        assert!(pins.iter().any(|(n, _)| n == asked), "{asked} in {pins:?}");
+    }
+
+    let tag = "gpubake-system-test:v1";
+    let out = gpubake(&[
+        "copy",
+        &format!("oci:{}:v1", dir.path().join("a").display()),
+        &format!("docker-daemon:{tag}"),
+    ]);
+    assert_exit(&out, 0);
+    // The tools run, their libraries found by the image's own loader.
+    for script in ["numactl --show", "ssh -V"] {
+        let (ok, text) = docker_run(tag, script);
+        assert!(ok, "{script}: {text}");
+    }
+    // ibv_devinfo runs and libibverbs answers; on a machine without RDMA devices (no
+    // /sys/class/infiniband, as here and in CI) the kernel has no verbs to offer, which it
+    // says, and a node with a ConnectX lists its devices.
+    let (ok, text) = docker_run(tag, "ibv_devinfo -l");
+    assert!(
+        ok || text.contains("Failed to get IB devices list: Function not implemented"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("error while loading shared libraries"),
+        "{text}"
+    );
+    // NCCL's IB transport dlopens libibverbs.so.1; so does this.
+    let (ok, text) = docker_run(
+        tag,
+        "python3 -c 'import ctypes; ctypes.CDLL(\"libibverbs.so.1\"); print(\"loaded\")'",
+    );
+    assert!(ok && text.contains("loaded"), "{text}");
+    // dpkg lists every pinned package at the locked version, installed.
+    let (ok, listed) = docker_run(
+        tag,
+        "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'",
+    );
+    assert!(ok, "{listed}");
+    for (name, version) in &pins {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == [name.as_str(), version, "ii"]),
+            "{name} {version} not installed: {listed}"
+        );
+    }
+    // dpkg -L knows each package's files; dpkg's audit and apt's check find nothing wrong.
+    let (ok, files) = docker_run(tag, "dpkg -L numactl");
+    assert!(
+        ok && files.lines().any(|l| l == "/usr/bin/numactl"),
+        "{files}"
+    );
+    let (ok, text) = docker_run(tag, "dpkg --audit && apt-get check");
+    assert!(ok && !text.contains("E:"), "{text}");
+    // On the merged-/usr base the links stay links: the packages' /bin and /lib went
+    // through them.
+    let (ok, text) = docker_run(
+        tag,
+        "test -L /bin && test -L /lib && test -L /lib64 && echo links",
+    );
+    assert!(ok && text.contains("links"), "{text}");
+    let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
+}
+
+#[test]
+fn a_base_without_dpkg_is_refused_at_the_field() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), "[numactl]");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &common::from_base(),
+        "--to",
+        &format!("oci:{}:v1", dir.path().join("o").display()),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("has no /var/lib/dpkg/status"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.path().join("o").exists(), "nothing written");
+}
+
+#[test]
+fn a_name_that_is_no_package_name_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), "[numactl, Bad_Name]");
+    let out = gpubake(&["resolve", &recipe]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("r.yaml:6") && err.contains("Bad_Name"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_package_is_refused_with_the_nearest_names() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), "[numactll]");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &format!("oci:{}:bookworm", base.display()),
+        "--to",
+        &format!("oci:{}:v1", dir.path().join("o").display()),
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("r.yaml:6") && err.contains("nearest names: numactl"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_deb_changed_in_the_cache_is_found_and_fetched_again() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let recipe = recipe(dir.path(), "[numactl]");
+    let run = |to: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["build", "--without-python", &recipe, "--no-cache", "--from"])
+            .arg(format!("oci:{}:bookworm", base.display()))
+            .args(["--to", to])
+            .env("GPUBAKE_CACHE_DIR", &cache)
+            .output()
+            .unwrap()
+    };
+    let first = run(&format!("oci:{}:v1", dir.path().join("a").display()));
+    assert_exit(&first, 0);
+    // The .debs the build fetched are in the cache by their SHA256: one byte of each flips.
+    let mut flipped = 0;
+    for entry in walkdir::WalkDir::new(&cache) {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        if entry.file_type().is_file() && path.extension().is_none() {
+            common::flip_byte(path, 1000);
+            flipped += 1;
+        }
+    }
+    assert!(flipped >= 2, "numactl and libnuma1 are cached: {flipped}");
+    // Each corrupt copy is found when it is used, removed and fetched again, checked
+    // against the lock: the image is the one the good copies made.
+    let out = run(&format!("oci:{}:v1", dir.path().join("c").display()));
+    assert_exit(&out, 0);
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("the cached copy is corrupt").count(),
+        flipped,
+        "{err}"
+    );
+    let manifest = |o: &std::process::Output| {
+        stdout(o)
+            .lines()
+            .find(|l| l.trim_start().starts_with("manifest"))
+            .map(str::to_string)
+    };
+    assert_eq!(manifest(&first), manifest(&out));
+}
