@@ -517,34 +517,24 @@ fn build_platform(
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     let mut extra_env = Vec::new();
     let cache = WheelCache::open(opts.cache_dir.clone())?;
+    let layers = super::LayerOptions {
+        compression: opts.compression,
+        epoch: opts.epoch,
+        use_cache: !opts.no_cache,
+        cache: &cache,
+        fetch: FetchOptions {
+            offline: opts.offline,
+            jobs: 4,
+        },
+    };
     if !resolved.lock.system.is_empty() {
-        let (created_by, layer) = super::system::build(
-            store,
-            &base,
-            &resolved.lock.system,
-            &super::system::LayerOptions {
-                compression: opts.compression,
-                epoch: opts.epoch,
-                use_cache: !opts.no_cache,
-                cache: &cache,
-                fetch: FetchOptions {
-                    offline: opts.offline,
-                    jobs: 4,
-                },
-            },
-        )?;
+        let (created_by, layer) =
+            super::system::build(store, &base, &resolved.lock.system, &layers)?;
         built.push(("system".into(), created_by, layer));
     }
     if let (Some(closure), Some(python)) = (closure, &python) {
         let stack_opts = stack::StackOptions {
-            compression: opts.compression,
-            epoch: opts.epoch,
-            use_cache: !opts.no_cache,
-            cache: &cache,
-            fetch: FetchOptions {
-                offline: opts.offline,
-                jobs: 4,
-            },
+            layers: layers.clone(),
             budget: opts.stack_layers,
             extras: resolved
                 .lock

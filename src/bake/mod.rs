@@ -11,4 +11,19 @@ pub mod render;
 pub mod stack;
 pub mod system;
 
+/// How a layer made of fetched artifacts (wheels, .debs) is written.
+#[derive(Clone)]
+pub struct LayerOptions<'a> {
+    /// The layer's compression.
+    pub compression: crate::image::layer::Compression,
+    /// Every timestamp in it.
+    pub epoch: u64,
+    /// Whether a layer built before from the same inputs may be reused.
+    pub use_cache: bool,
+    /// The content-addressed cache the artifacts are fetched into.
+    pub cache: &'a crate::wheel::cache::WheelCache,
+    /// How they may be fetched (`--offline`: from the cache only).
+    pub fetch: crate::wheel::cache::FetchOptions,
+}
+
 pub use build::{BuildOptions, BuildReport, PlatformOptions, build, build_for};

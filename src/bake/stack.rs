@@ -14,7 +14,7 @@
 
 use crate::closure::{Closure, normalize};
 use crate::error::{Error, Result};
-use crate::image::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_keyed};
+use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed};
 use crate::image::layout::Layout;
 use crate::lock::VENV;
 use crate::wheel::cache::{FetchOptions, WheelCache, WheelRef};
@@ -248,16 +248,8 @@ pub fn image_env(base_path: Option<&str>) -> Vec<(String, String)> {
 
 /// How a stack is built.
 pub struct StackOptions<'a> {
-    /// Layer compression.
-    pub compression: Compression,
-    /// Timestamp of every file.
-    pub epoch: u64,
-    /// Trust the layer cache.
-    pub use_cache: bool,
-    /// Where wheels are cached, and whether it may download.
-    pub cache: &'a WheelCache,
-    /// Download options.
-    pub fetch: FetchOptions,
+    /// How its layers are written and its wheels fetched.
+    pub layers: super::LayerOptions<'a>,
     /// The most layers the stack may take.
     pub budget: usize,
     /// Normalized names of the recipe's own requirements.
@@ -327,9 +319,9 @@ pub fn build(
         layer: crate::image::layer::build_layer(
             store,
             &venv,
-            opts.compression,
-            opts.epoch,
-            opts.use_cache,
+            opts.layers.compression,
+            opts.layers.epoch,
+            opts.layers.use_cache,
         )?,
     });
 
@@ -338,10 +330,10 @@ pub fn build(
     let cached: Vec<Option<BuiltLayer>> = keys
         .iter()
         .map(|k| {
-            if !opts.use_cache || read_list(k).is_none() {
+            if !opts.layers.use_cache || read_list(k).is_none() {
                 return None;
             }
-            crate::image::layer::lookup(store, k, opts.compression, opts.epoch)
+            crate::image::layer::lookup(store, k, opts.layers.compression, opts.layers.epoch)
         })
         .collect();
     let missing: Vec<WheelRef> = layers
@@ -353,7 +345,7 @@ pub fn build(
     let fetched: HashMap<String, PathBuf> = if missing.is_empty() {
         HashMap::new()
     } else {
-        let paths = opts.cache.fetch(&missing, &opts.fetch)?;
+        let paths = opts.layers.cache.fetch(&missing, &opts.layers.fetch)?;
         missing
             .iter()
             .map(|w| w.sha256.clone())
@@ -388,9 +380,9 @@ pub fn build(
                 let built = build_keyed(
                     store,
                     key,
-                    opts.compression,
-                    opts.epoch,
-                    opts.use_cache,
+                    opts.layers.compression,
+                    opts.layers.epoch,
+                    opts.layers.use_cache,
                     || Ok(spec),
                 )?;
                 std::fs::create_dir_all(&lists_dir).map_err(|e| Error::io(&lists_dir, e))?;

@@ -6,12 +6,12 @@
 
 use crate::bake::fs::{read_file, symlinks};
 use crate::error::{Error, Result};
-use crate::image::layer::{BuiltLayer, Compression, Entry, LayerSpec, Source, build_keyed};
+use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed};
 use crate::image::layout::Layout;
 use crate::image::model::Image;
 use crate::lock::SystemPackage;
 use crate::recipe::{LoadedRecipe, Recipe, field_help};
-use crate::wheel::cache::{FetchOptions, WheelCache, WheelRef};
+use crate::wheel::cache::WheelRef;
 use md5::{Digest as _, Md5};
 use sha2::Sha256;
 use std::collections::BTreeMap;
@@ -172,20 +172,6 @@ fn recipe_sources(
         .collect())
 }
 
-/// How the OS layer is written.
-pub struct LayerOptions<'a> {
-    /// The layer's compression.
-    pub compression: Compression,
-    /// Every timestamp in it.
-    pub epoch: u64,
-    /// Whether a layer built before from the same inputs may be reused.
-    pub use_cache: bool,
-    /// The content-addressed cache the .debs are fetched into.
-    pub cache: &'a WheelCache,
-    /// How they may be fetched (`--offline`: from the cache only).
-    pub fetch: FetchOptions,
-}
-
 /// Builds the layer that installs the lock's `packages` on `base` into `store`: the .debs are
 /// fetched into the cache (each checked against its SHA256 while it streams), unpacked, and
 /// recorded in dpkg's database. The layer is reused when the same packages go on the same
@@ -194,7 +180,7 @@ pub fn build(
     store: &Layout,
     base: &Image,
     packages: &[SystemPackage],
-    opts: &LayerOptions,
+    opts: &super::LayerOptions,
 ) -> Result<(String, BuiltLayer)> {
     let status = read_file(base, STATUS)?.unwrap_or_default();
     let mut key = Sha256::new();
@@ -591,8 +577,7 @@ fn conffiles_field(deb: &Deb, files: &BTreeMap<String, (Entry, String)>) -> Resu
 /// `Package`, and `Conffiles` before `Description`.
 fn installed_stanza(control: &str, conffiles: &[String]) -> String {
     let mut out = Vec::new();
-    let mut lines = control.trim_end().lines().peekable();
-    while let Some(line) = lines.next() {
+    for line in control.trim_end().lines() {
         if line.starts_with("Description:") && !conffiles.is_empty() {
             out.push("Conffiles:".to_string());
             out.extend(conffiles.iter().cloned());
