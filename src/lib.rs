@@ -6,7 +6,8 @@
 //!   [`version`], [`child`], [`units`], [`verdict`] (the check, status and verdict with its
 //!   exit code that lint, verify, the probe and certify share), [`nccl`] (NCCL's parameters and
 //!   how it parses them),
-//!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API);
+//!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API),
+//!   [`net`] (the HTTP agent the wheel cache and the Debian archive client share);
 //! - [`image`]: OCI images and nothing of gpubake's own; [`debian`]: a Debian archive client
 //!   (apt sources, signed InRelease, Packages, what apt would install into a base);
 //! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
@@ -36,6 +37,7 @@ pub mod interrupt;
 pub mod lint;
 pub mod lock;
 pub mod nccl;
+pub mod net;
 pub mod preset;
 pub mod probe;
 pub mod recipe;

@@ -122,16 +122,9 @@ fn live() -> Option<&'static Live> {
             ),
         )
         .unwrap();
-        let update = Command::new("apt-get")
+        run(Command::new("apt-get")
             .args(["update", "-q"])
-            .env("APT_CONFIG", &apt_config)
-            .output()
-            .unwrap();
-        assert!(
-            update.status.success(),
-            "apt-get update: {}",
-            String::from_utf8_lossy(&update.stderr)
-        );
+            .env("APT_CONFIG", &apt_config));
         // Right after apt read the archive, so both see the same state of it.
         let base = debian::read_base(r).unwrap();
         let started = std::time::Instant::now();
@@ -435,22 +428,22 @@ fn run(cmd: &mut Command) -> Vec<u8> {
     out.stdout
 }
 
+/// gpg in batch mode over the keys of `home`.
+fn gpg(home: &Path) -> Command {
+    let mut cmd = Command::new("gpg");
+    cmd.arg("--homedir").arg(home).arg("--batch");
+    cmd
+}
+
 /// A throwaway signing key in a home of its own; returns its fingerprint.
 fn gpg_key(home: &Path, who: &str) -> String {
     std::fs::create_dir_all(home).unwrap();
     std::fs::set_permissions(home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    run(Command::new("gpg")
-        .arg("--homedir")
-        .arg(home)
-        .args(["--batch", "--passphrase", "", "--quick-gen-key"])
+    run(gpg(home)
+        .args(["--passphrase", "", "--quick-gen-key"])
         .arg(format!("{who} <{who}@example.invalid>"))
         .args(["ed25519", "sign", "never"]));
-    let listing = String::from_utf8(run(Command::new("gpg").arg("--homedir").arg(home).args([
-        "--batch",
-        "--with-colons",
-        "--list-keys",
-    ])))
-    .unwrap();
+    let listing = String::from_utf8(run(gpg(home).args(["--with-colons", "--list-keys"]))).unwrap();
     listing
         .lines()
         .find_map(|l| l.strip_prefix("fpr:"))
@@ -519,21 +512,11 @@ fn local() -> Option<Local> {
     let armored = d.join("archive.asc");
     std::fs::write(
         &armored,
-        run(Command::new("gpg")
-            .arg("--homedir")
-            .arg(&home)
-            .args(["--batch", "--armor", "--export", &key])),
+        run(gpg(&home).args(["--armor", "--export", &key])),
     )
     .unwrap();
     let binary = d.join("archive.gpg");
-    std::fs::write(
-        &binary,
-        run(Command::new("gpg")
-            .arg("--homedir")
-            .arg(&home)
-            .args(["--batch", "--export", &key])),
-    )
-    .unwrap();
+    std::fs::write(&binary, run(gpg(&home).args(["--export", &key]))).unwrap();
 
     let www = d.join("www");
     let pool = www.join("debian/pool/main");
@@ -563,17 +546,8 @@ fn local() -> Option<Local> {
         ));
     }
     let sign = |home: &Path, key: &str, release: &Path, out: &Path| {
-        run(Command::new("gpg")
-            .arg("--homedir")
-            .arg(home)
-            .args([
-                "--batch",
-                "--yes",
-                "--digest-algo",
-                "SHA256",
-                "--local-user",
-                key,
-            ])
+        run(gpg(home)
+            .args(["--yes", "--digest-algo", "SHA256", "--local-user", key])
             .arg("--output")
             .arg(out)
             .arg("--clearsign")

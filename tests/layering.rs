@@ -9,7 +9,7 @@ use std::path::Path;
 /// Bottom to top.
 const FLOORS: &[(&str, &[&str])] = &[
     // What every stage uses: errors, files, documents, versions, child processes, the NCCL
-    // and compatibility knowledge, the node's CDI specs, the Docker Engine's API.
+    // and compatibility knowledge, the node's CDI specs, the Docker Engine's API, the HTTP agent.
     (
         "foundation",
         &[
@@ -25,6 +25,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "compat",
             "cdi",
             "engine",
+            "net",
         ],
     ),
     // OCI images and nothing of gpubake's own: model, layouts, archives, registries, layers;

@@ -19,23 +19,10 @@ impl Default for Client {
 impl Client {
     /// A client that gives up on a connection, or on a read that stalls, after `timeout`.
     pub fn new(timeout: Duration) -> Client {
-        // The platform verifier reads the system trust store, where a TLS-intercepting proxy's
-        // CA is installed (as src/wheel/cache.rs does); most archives are plain HTTP anyway,
-        // their integrity coming from the signed InRelease.
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-            .build();
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .http_status_as_error(false)
-            .timeout_resolve(Some(timeout))
-            .timeout_connect(Some(timeout))
-            .timeout_recv_response(Some(timeout))
-            .timeout_per_read(Some(timeout))
-            .user_agent(format!("gpubake/{}", env!("CARGO_PKG_VERSION")))
-            .build();
+        // Most archives are plain HTTP anyway, their integrity coming from the signed
+        // InRelease; for those that are not, crate::net trusts the system's store.
         Client {
-            agent: ureq::Agent::new_with_config(config),
+            agent: crate::net::agent(timeout, timeout),
         }
     }
 

@@ -733,8 +733,14 @@ mod tests {
     use super::*;
     use crate::debian::packages::parse_index;
 
-    fn archive(text: &str) -> Vec<Package> {
-        parse_index(text, Some("http://a"), "Packages", |_| true).unwrap()
+    /// An archive's Packages index of `stanzas`, at base `http://a`.
+    fn archive(stanzas: &[String]) -> Vec<Package> {
+        parse_index(&stanzas.concat(), Some("http://a"), "Packages", |_| true).unwrap()
+    }
+
+    /// A base's installed packages, from dpkg status stanzas.
+    fn installed(status: &str) -> Vec<Package> {
+        parse_index(status, None, "status", |_| true).unwrap()
     }
 
     fn stanza(name: &str, version: &str, extra: &str) -> String {
@@ -755,6 +761,18 @@ mod tests {
         list.iter().map(|a| a.parse().unwrap()).collect()
     }
 
+    /// What `solve` adds to `base` for `list`, as `NAME=VERSION` in install order.
+    fn chosen(base: &[Package], avail: &[Package], list: &[&str]) -> Vec<String> {
+        names(&solve(base, avail, &asks(list), "amd64").unwrap())
+    }
+
+    /// Why `solve` refuses `list`, in its words.
+    fn refused(base: &[Package], avail: &[Package], list: &[&str]) -> String {
+        solve(base, avail, &asks(list), "amd64")
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn asks_parse_names_and_versions() {
         let a: Ask = "openssh-client=1:9.2p1-2".parse().unwrap();
@@ -768,25 +786,24 @@ mod tests {
 
     #[test]
     fn highest_candidate_dependencies_first_and_installed_alternatives_win() {
-        let base = parse_index(
+        let base = installed(
             "Package: mawk\nStatus: install ok installed\nVersion: 1.3\nArchitecture: amd64\n\
              Provides: awk\n\nPackage: libc6\nStatus: install ok installed\nVersion: 2.36-9\n\
              Architecture: amd64\n",
-            None,
-            "status",
-            |_| true,
-        )
-        .unwrap();
-        let text = [
-            stanza("app", "1.0", "Pre-Depends: libx (>= 2)\nDepends: gawk | awk, libc6 (>= 2.30), helper\nRecommends: fat\n"),
+        );
+        let avail = archive(&[
+            stanza(
+                "app",
+                "1.0",
+                "Pre-Depends: libx (>= 2)\nDepends: gawk | awk, libc6 (>= 2.30), helper\n\
+                 Recommends: fat\n",
+            ),
             stanza("libx", "2.1", ""),
             stanza("libx", "3.0", ""),
             stanza("gawk", "5", "Provides: awk\n"),
             stanza("helper", "1", "Depends: libx (<< 4)\n"),
             stanza("fat", "1", ""),
-        ]
-        .concat();
-        let avail = archive(&text);
+        ]);
         let pins = solve(&base, &avail, &asks(&["app"]), "amd64").unwrap();
         // gawk is the first alternative, but mawk in the base already provides awk.
         assert_eq!(names(&pins), ["libx=3.0", "helper=1", "app=1.0"]);
@@ -794,105 +811,94 @@ mod tests {
         assert_eq!(pins[0].base, "http://a");
         // Every asked package is chosen before any dependency, as apt-get does: in either
         // order the asked libx 2.1 meets app's `libx (>= 2)`.
-        let pins = solve(&base, &avail, &asks(&["app", "libx=2.1"]), "amd64").unwrap();
-        assert_eq!(names(&pins), ["libx=2.1", "helper=1", "app=1.0"]);
-        let pins = solve(&base, &avail, &asks(&["libx=2.1", "app"]), "amd64").unwrap();
-        assert_eq!(names(&pins), ["libx=2.1", "helper=1", "app=1.0"]);
+        assert_eq!(
+            chosen(&base, &avail, &["app", "libx=2.1"]),
+            ["libx=2.1", "helper=1", "app=1.0"]
+        );
+        assert_eq!(
+            chosen(&base, &avail, &["libx=2.1", "app"]),
+            ["libx=2.1", "helper=1", "app=1.0"]
+        );
     }
 
     #[test]
     fn a_later_conflict_unchooses_an_earlier_alternative_as_apt_does() {
         // libreoffice's shape: one package takes `nogui | core`, a later one needs core,
         // and the two cores conflict. apt ends with core alone; so must this.
-        let text = [
+        let avail = archive(&[
             stanza("top", "1", "Depends: base-core, core-user\n"),
             stanza("base-core", "1", "Depends: core-nogui | core\n"),
             stanza("core-user", "1", "Depends: core\n"),
             stanza("core", "1", "Conflicts: core-nogui\n"),
             stanza("core-nogui", "1", "Conflicts: core\n"),
-        ]
-        .concat();
-        let avail = archive(&text);
-        let pins = solve(&[], &avail, &asks(&["top"]), "amd64").unwrap();
+        ]);
         assert_eq!(
-            names(&pins),
+            chosen(&[], &avail, &["top"]),
             ["core=1", "base-core=1", "core-user=1", "top=1"]
         );
     }
 
     #[test]
     fn versioned_provides_and_virtual_asks() {
-        let text = [
+        let avail = archive(&[
             stanza("user", "1", "Depends: api (>= 2)\n"),
             stanza("old-impl", "1", "Provides: api\n"),
             stanza("new-impl", "1", "Provides: api (= 2.5)\n"),
             stanza("one", "1", "Provides: only-virtual\n"),
-        ]
-        .concat();
-        let avail = archive(&text);
-        let pins = solve(&[], &avail, &asks(&["user"]), "amd64").unwrap();
-        assert_eq!(names(&pins), ["new-impl=1", "user=1"]);
-        let pins = solve(&[], &avail, &asks(&["only-virtual"]), "amd64").unwrap();
-        assert_eq!(names(&pins), ["one=1"]);
-        let e = solve(&[], &avail, &asks(&["api"]), "amd64").unwrap_err();
+        ]);
+        assert_eq!(chosen(&[], &avail, &["user"]), ["new-impl=1", "user=1"]);
+        assert_eq!(chosen(&[], &avail, &["only-virtual"]), ["one=1"]);
+        let e = refused(&[], &avail, &["api"]);
         assert!(
-            e.to_string()
-                .contains("virtual package provided by new-impl, old-impl"),
+            e.contains("virtual package provided by new-impl, old-impl"),
             "{e}"
         );
     }
 
     #[test]
     fn arch_qualifiers_follow_multi_arch() {
-        let text = [
+        let avail = archive(&[
             stanza("tool", "1", "Depends: python3:any, libfoo:native\n"),
             stanza("python3", "3.11", "Multi-Arch: allowed\n"),
             stanza("libfoo", "1", ""),
             stanza("strict", "1", "Depends: plain:any\n"),
             stanza("plain", "1", ""),
-        ]
-        .concat();
-        let avail = archive(&text);
-        let pins = solve(&[], &avail, &asks(&["tool"]), "amd64").unwrap();
-        assert_eq!(names(&pins), ["libfoo=1", "python3=3.11", "tool=1"]);
-        let e = solve(&[], &avail, &asks(&["strict"]), "amd64").unwrap_err();
-        assert!(e.to_string().contains("Multi-Arch: No"), "{e}");
+        ]);
+        assert_eq!(
+            chosen(&[], &avail, &["tool"]),
+            ["libfoo=1", "python3=3.11", "tool=1"]
+        );
+        let e = refused(&[], &avail, &["strict"]);
+        assert!(e.contains("Multi-Arch: No"), "{e}");
     }
 
     #[test]
     fn clashes_name_both_packages_and_chains_show_the_path() {
-        let base = parse_index(
+        let base = installed(
             "Package: keep\nStatus: install ok installed\nVersion: 1\nArchitecture: amd64\n",
-            None,
-            "status",
-            |_| true,
-        )
-        .unwrap();
-        let text = [
+        );
+        let avail = archive(&[
             stanza("pa", "1", "Conflicts: pb\n"),
             stanza("pb", "2", ""),
             stanza("pc", "1", "Breaks: keep (<< 2)\n"),
             stanza("top", "1", "Depends: mid\n"),
             stanza("mid", "1", "Depends: low (>= 5) | missing\n"),
             stanza("low", "4", ""),
-        ]
-        .concat();
-        let avail = archive(&text);
-        let e = solve(&base, &avail, &asks(&["pa", "pb"]), "amd64").unwrap_err();
+        ]);
+        let e = refused(&base, &avail, &["pa", "pb"]);
         assert_eq!(
-            e.to_string(),
+            e,
             "pa 1 (to install) conflicts with pb 2 (to install) (`pb`); they cannot be \
              installed together"
         );
-        let e = solve(&base, &avail, &asks(&["pc"]), "amd64").unwrap_err();
+        let e = refused(&base, &avail, &["pc"]);
         assert!(
-            e.to_string()
-                .contains("pc 1 (to install) breaks keep 1 (in the base)"),
+            e.contains("pc 1 (to install) breaks keep 1 (in the base)"),
             "{e}"
         );
-        let e = solve(&base, &avail, &asks(&["top"]), "amd64").unwrap_err();
+        let e = refused(&base, &avail, &["top"]);
         assert_eq!(
-            e.to_string(),
+            e,
             "cannot install `top` (top 1):\n  top 1 depends on mid\n  mid 1 depends on \
              low (>= 5) | missing\n  but `low (>= 5)`: the newest low is 4; no package is \
              named missing and none provides it"
@@ -901,14 +907,10 @@ mod tests {
 
     #[test]
     fn unknown_names_suggest_the_nearest() {
-        let avail = archive(&[stanza("rdma-core", "1", ""), stanza("numactl", "1", "")].concat());
-        let e = solve(&[], &avail, &asks(&["rdma-cor"]), "amd64").unwrap_err();
-        assert!(e.to_string().ends_with("nearest names: rdma-core"), "{e}");
-        let e = solve(&[], &avail, &asks(&["numactl=9"]), "amd64").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("no version 9 of numactl; they have 1"),
-            "{e}"
-        );
+        let avail = archive(&[stanza("rdma-core", "1", ""), stanza("numactl", "1", "")]);
+        let e = refused(&[], &avail, &["rdma-cor"]);
+        assert!(e.ends_with("nearest names: rdma-core"), "{e}");
+        let e = refused(&[], &avail, &["numactl=9"]);
+        assert!(e.contains("no version 9 of numactl; they have 1"), "{e}");
     }
 }

@@ -147,6 +147,26 @@ pub fn parse_os_release(text: &str) -> OsRelease {
     }
 }
 
+/// The names in the directory `dir` that end with one of `endings`, in name order, as apt
+/// reads its `.d` directories (and for stable messages); none when `dir` does not exist.
+fn names_ending(dir: &Path, endings: &[&str]) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if endings.iter().any(|end| name.ends_with(end)) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// The keyrings apt trusts for a source without `Signed-By`: `/etc/apt/trusted.gpg` and every
 /// `.gpg` and `.asc` in `/etc/apt/trusted.gpg.d` (apt's rule). A root that has none of them
 /// falls back on its distribution's archive keyring in /usr/share/keyrings (`ID` and then
@@ -160,27 +180,11 @@ pub fn default_keyrings(root: &Path, os: &OsRelease) -> Result<Vec<PathBuf>> {
         found.push(single);
     }
     let dir = in_root(root, Path::new("etc/apt/trusted.gpg.d"));
-    match std::fs::read_dir(&dir) {
-        Ok(entries) => {
-            let mut names = Vec::new();
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io(&dir, e))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".gpg") || name.ends_with(".asc") {
-                    names.push(name);
-                }
-            }
-            // apt reads the directory in name order; so does this, for stable messages.
-            names.sort();
-            for name in names {
-                let path = in_root(root, &Path::new("etc/apt/trusted.gpg.d").join(name));
-                if path.is_file() {
-                    found.push(path);
-                }
-            }
+    for name in names_ending(&dir, &[".gpg", ".asc"])? {
+        let path = in_root(root, &Path::new("etc/apt/trusted.gpg.d").join(name));
+        if path.is_file() {
+            found.push(path);
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(dir, e)),
     }
     if found.is_empty() {
         for id in std::iter::once(&os.id).chain(&os.id_like) {
@@ -217,30 +221,24 @@ pub fn base_sources(root: &Path, native: &str) -> Result<Vec<Source>> {
         files.push(list);
     }
     let dir = in_root(root, Path::new("etc/apt/sources.list.d"));
-    match std::fs::read_dir(&dir) {
-        Ok(entries) => {
-            let mut names = Vec::new();
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io(&dir, e))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".list") || name.ends_with(".sources") {
-                    names.push(name);
-                }
-            }
-            names.sort();
-            files.extend(names.into_iter().map(|n| dir.join(n)));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(dir, e)),
-    }
+    files.extend(
+        names_ending(&dir, &[".list", ".sources"])?
+            .into_iter()
+            .map(|n| dir.join(n)),
+    );
+    let reading = Reading {
+        root,
+        native,
+        defaults: &defaults,
+    };
     let mut sources = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
         let at = file.display().to_string();
         let parsed = if at.ends_with(".sources") {
-            parse_deb822(&text, &at, root, native, &defaults)?
+            parse_deb822(&text, &at, &reading)?
         } else {
-            parse_one_line(&text, &at, root, native, &defaults)?
+            parse_one_line(&text, &at, &reading)?
         };
         sources.extend(parsed);
     }
@@ -249,13 +247,7 @@ pub fn base_sources(root: &Path, native: &str) -> Result<Vec<Source>> {
 
 /// The `deb` lines of a one-line-style sources file:
 /// `deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] URI SUITE COMPONENT...`.
-pub fn parse_one_line(
-    text: &str,
-    at: &str,
-    root: &Path,
-    native: &str,
-    defaults: &[PathBuf],
-) -> Result<Vec<Source>> {
+pub fn parse_one_line(text: &str, at: &str, reading: &Reading) -> Result<Vec<Source>> {
     let mut out = Vec::new();
     for (n, raw) in text.lines().enumerate() {
         let here = format!("{at}:{}", n + 1);
@@ -307,32 +299,21 @@ pub fn parse_one_line(
                 _ => {}
             }
         }
-        if let Some(source) = make_source(
+        out.extend(reading.source(
             &here,
-            root,
-            native,
-            defaults,
             uri,
             suite,
             components.iter().map(|c| c.to_string()).collect(),
             arches,
             signed_by.as_deref(),
-        )? {
-            out.push(source);
-        }
+        )?);
     }
     Ok(out)
 }
 
 /// The stanzas of a deb822 `.sources` file (sources.list(5)): `Types`, `URIs`, `Suites`,
 /// `Components`, `Signed-By` (files or an inline key), `Architectures`, `Enabled`.
-pub fn parse_deb822(
-    text: &str,
-    at: &str,
-    root: &Path,
-    native: &str,
-    defaults: &[PathBuf],
-) -> Result<Vec<Source>> {
+pub fn parse_deb822(text: &str, at: &str, reading: &Reading) -> Result<Vec<Source>> {
     let doc: deb822_fast::Deb822 = text
         .parse()
         .map_err(|e| Error::Usage(format!("{at}: not a deb822 sources file: {e}")))?;
@@ -370,19 +351,14 @@ pub fn parse_deb822(
         let signed_by = stanza.get("Signed-By");
         for uri in &uris {
             for suite in &suites {
-                if let Some(source) = make_source(
+                out.extend(reading.source(
                     &here,
-                    root,
-                    native,
-                    defaults,
                     uri,
                     suite,
                     words("Components"),
                     arches.clone(),
                     signed_by,
-                )? {
-                    out.push(source);
-                }
+                )?);
             }
         }
     }
@@ -400,65 +376,77 @@ fn refuse_trusted(here: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn make_source(
-    here: &str,
-    root: &Path,
-    native: &str,
-    defaults: &[PathBuf],
-    uri: &str,
-    suite: &str,
-    components: Vec<String>,
-    arches: Option<Vec<String>>,
-    signed_by: Option<&str>,
-) -> Result<Option<Source>> {
-    if let Some(arches) = &arches
-        && !arches.iter().any(|a| a == native)
-    {
-        return Ok(None);
-    }
-    if suite.ends_with('/') {
-        return Err(Error::Unsupported(format!(
-            "{here}: `{uri} {suite}` is a flat repository; gpubake reads only archives with \
-             dists/SUITE/InRelease"
-        )));
-    }
-    if components.is_empty() {
-        return Err(Error::Usage(format!(
-            "{here}: `{uri} {suite}` names no component"
-        )));
-    }
-    let keys = match signed_by.map(str::trim) {
-        Some(value) if value.contains("-----BEGIN PGP PUBLIC KEY BLOCK-----") => {
-            // deb822 writes an empty line of a multi-line value as ` .`.
-            let block: Vec<&str> = value
-                .lines()
-                .map(|l| if l.trim() == "." { "" } else { l })
-                .collect();
-            Keys::Inline(block.join("\n"))
+/// What every source of a sources file is read against: the root its paths resolve in, the
+/// root's dpkg architecture, and the keyrings a source without `Signed-By` trusts.
+pub struct Reading<'a> {
+    /// The unpacked root; `Signed-By` paths resolve inside it.
+    pub root: &'a Path,
+    /// The root's dpkg architecture; a source restricted to others is left out.
+    pub native: &'a str,
+    /// The keyrings of a source without `Signed-By` ([`default_keyrings`]).
+    pub defaults: &'a [PathBuf],
+}
+
+impl Reading<'_> {
+    /// The source one `deb` line or deb822 (URI, suite) declares at `here`; None when it is
+    /// restricted to architectures other than the native one.
+    fn source(
+        &self,
+        here: &str,
+        uri: &str,
+        suite: &str,
+        components: Vec<String>,
+        arches: Option<Vec<String>>,
+        signed_by: Option<&str>,
+    ) -> Result<Option<Source>> {
+        if let Some(arches) = &arches
+            && !arches.iter().any(|a| a == self.native)
+        {
+            return Ok(None);
         }
-        Some(value) if !value.is_empty() => {
-            let mut files = Vec::new();
-            for item in value.split_whitespace() {
-                if !item.contains('/') {
-                    return Err(Error::Unsupported(format!(
-                        "{here}: signed-by `{item}` looks like a fingerprint; gpubake takes \
-                         keyring files or an inline key"
-                    )));
-                }
-                files.push(in_root(root, Path::new(item)));
+        if suite.ends_with('/') {
+            return Err(Error::Unsupported(format!(
+                "{here}: `{uri} {suite}` is a flat repository; gpubake reads only archives with \
+                 dists/SUITE/InRelease"
+            )));
+        }
+        if components.is_empty() {
+            return Err(Error::Usage(format!(
+                "{here}: `{uri} {suite}` names no component"
+            )));
+        }
+        let keys = match signed_by.map(str::trim) {
+            Some(value) if value.contains("-----BEGIN PGP PUBLIC KEY BLOCK-----") => {
+                // deb822 writes an empty line of a multi-line value as ` .`.
+                let block: Vec<&str> = value
+                    .lines()
+                    .map(|l| if l.trim() == "." { "" } else { l })
+                    .collect();
+                Keys::Inline(block.join("\n"))
             }
-            Keys::Files(files)
-        }
-        _ => Keys::Files(defaults.to_vec()),
-    };
-    Ok(Some(Source {
-        uri: uri.trim_end_matches('/').to_string(),
-        suite: suite.to_string(),
-        components,
-        keys,
-        at: here.to_string(),
-    }))
+            Some(value) if !value.is_empty() => {
+                let mut files = Vec::new();
+                for item in value.split_whitespace() {
+                    if !item.contains('/') {
+                        return Err(Error::Unsupported(format!(
+                            "{here}: signed-by `{item}` looks like a fingerprint; gpubake takes \
+                             keyring files or an inline key"
+                        )));
+                    }
+                    files.push(in_root(self.root, Path::new(item)));
+                }
+                Keys::Files(files)
+            }
+            _ => Keys::Files(self.defaults.to_vec()),
+        };
+        Ok(Some(Source {
+            uri: uri.trim_end_matches('/').to_string(),
+            suite: suite.to_string(),
+            components,
+            keys,
+            at: here.to_string(),
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -474,7 +462,12 @@ mod tests {
             deb [ arch=amd64,arm64 signed-by=/usr/share/keyrings/x.gpg ] https://ex.org/apt/ stable main\n\
             deb [arch=arm64] http://ports.example/ bookworm main\n";
         let defaults = vec![PathBuf::from("/default.gpg")];
-        let got = parse_one_line(text, "sources.list", root.path(), "amd64", &defaults).unwrap();
+        let reading = Reading {
+            root: root.path(),
+            native: "amd64",
+            defaults: &defaults,
+        };
+        let got = parse_one_line(text, "sources.list", &reading).unwrap();
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0].uri, "http://deb.debian.org/debian");
         assert_eq!(got[0].suite, "bookworm");
@@ -491,7 +484,12 @@ mod tests {
     #[test]
     fn one_line_sources_refuse_what_they_cannot_honour() {
         let root = tempfile::tempdir().unwrap();
-        let parse = |t: &str| parse_one_line(t, "s.list", root.path(), "amd64", &[]);
+        let reading = Reading {
+            root: root.path(),
+            native: "amd64",
+            defaults: &[],
+        };
+        let parse = |t: &str| parse_one_line(t, "s.list", &reading);
         let e = parse("deb [trusted=yes] http://x/ a main\n").unwrap_err();
         assert!(e.to_string().contains("s.list:1: `trusted=yes`"), "{e}");
         assert_eq!(e.exit_code(), 2);
@@ -532,7 +530,12 @@ mod tests {
             Suites: y\n\
             Components: main universe\n\
             Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n mDMEZ\n -----END PGP PUBLIC KEY BLOCK-----\n";
-        let got = parse_deb822(text, "d.sources", root.path(), "amd64", &[]).unwrap();
+        let reading = Reading {
+            root: root.path(),
+            native: "amd64",
+            defaults: &[],
+        };
+        let got = parse_deb822(text, "d.sources", &reading).unwrap();
         let pairs: Vec<(String, String)> = got
             .iter()
             .map(|s| (s.uri.clone(), s.suite.clone()))

@@ -173,7 +173,7 @@ impl WheelCache {
         };
         let run = Run {
             cache: self,
-            agent: agent(&self.network),
+            agent: crate::net::agent(self.network.connect_timeout, self.network.read_timeout),
             offline: opts.offline,
             progress: MultiProgress::with_draw_target(target),
             stop: AtomicBool::new(false),
@@ -309,24 +309,6 @@ fn percent_decode(text: &str) -> String {
 fn content_range_start(value: &str) -> Option<u64> {
     let spec = value.trim().strip_prefix("bytes")?.trim_start();
     spec.split('-').next()?.trim().parse().ok()
-}
-
-fn agent(network: &Network) -> ureq::Agent {
-    // The platform verifier reads the system trust store (and SSL_CERT_FILE), which is where a
-    // TLS-intercepting proxy's CA is installed; the bundled Mozilla roots would refuse it.
-    let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-        .build();
-    let config = ureq::Agent::config_builder()
-        .tls_config(tls)
-        .http_status_as_error(false)
-        .timeout_resolve(Some(network.connect_timeout))
-        .timeout_connect(Some(network.connect_timeout))
-        .timeout_recv_response(Some(network.read_timeout))
-        .timeout_per_read(Some(network.read_timeout))
-        .user_agent(format!("gpubake/{}", env!("CARGO_PKG_VERSION")))
-        .build();
-    ureq::Agent::new_with_config(config)
 }
 
 /// What one `fetch` call shares between its worker threads.
