@@ -310,6 +310,8 @@ pub fn verify_image(img: &Image, image: &Transport) -> Result<Verification> {
             "config",
             if let Err(e) = &view {
                 Err(e.clone())
+            } else if config["os"].as_str().is_none() || config["architecture"].as_str().is_none() {
+                Err("os or architecture missing".into())
             } else if diff_ids.len() != m.layers().len() {
                 Err(format!(
                     "{} diff_ids for {} layers",

@@ -559,9 +559,24 @@ pub fn index_platforms(index: &ImageIndex) -> Vec<String> {
 pub struct ConfigView(oci_spec::image::ImageConfiguration);
 
 impl ConfigView {
-    /// The view of `config`, or why it is no OCI image config.
+    /// The view of `config`, or why it is no OCI image config. The fields oci-spec requires
+    /// but readers can do without (`os`, `architecture`, `rootfs`) read as empty when absent,
+    /// as skopeo and docker read them; `verify` checks their presence on the JSON itself.
     pub fn parse(config: &Value) -> std::result::Result<ConfigView, String> {
-        serde_json::from_value(config.clone())
+        let mut config = config.clone();
+        if let Some(c) = config.as_object_mut() {
+            for (field, empty) in [
+                ("os", serde_json::json!("")),
+                ("architecture", serde_json::json!("")),
+                (
+                    "rootfs",
+                    serde_json::json!({"type": "layers", "diff_ids": []}),
+                ),
+            ] {
+                c.entry(field).or_insert(empty);
+            }
+        }
+        serde_json::from_value(config)
             .map(ConfigView)
             .map_err(|e| format!("not an OCI image config: {e}"))
     }
@@ -634,12 +649,13 @@ impl ConfigView {
         format!("{}/{}", self.0.os(), self.0.architecture())
     }
 
-    /// `os/architecture[/variant]`.
+    /// `os/architecture[/variant]`, `?` standing for what the config leaves out.
     pub fn platform(&self) -> String {
+        let or_unknown = |s: String| if s.is_empty() { "?".to_string() } else { s };
         format!(
             "{}/{}{}",
-            self.0.os(),
-            self.0.architecture(),
+            or_unknown(self.0.os().to_string()),
+            or_unknown(self.0.architecture().to_string()),
             self.0
                 .variant()
                 .as_ref()
