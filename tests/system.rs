@@ -275,3 +275,120 @@ fn a_deb_changed_in_the_cache_is_found_and_fetched_again() {
     };
     assert_eq!(manifest(&first), manifest(&out));
 }
+
+/// `dpkg-query`'s account of the packages `names` in the image `tag`: each with its version,
+/// status and the files `dpkg -L` lists.
+fn dpkg_account(tag: &str, names: &[String]) -> Vec<String> {
+    let script = format!(
+        "for p in {}; do dpkg-query -W -f '${{Package}} ${{Version}} ${{db:Status-Abbrev}}\\n' \
+         $p; dpkg -L $p | sort; done",
+        names.join(" ")
+    );
+    let (ok, text) = docker_run(tag, &script);
+    assert!(ok, "{text}");
+    text.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn the_engine_build_of_the_rendered_dockerfile_installs_the_same_packages_and_files() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    if !common::have("docker", "version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), "[numactl, openssh-client]");
+    let base_tag = "gpubake-system-base:bookworm";
+    let out = gpubake(&[
+        "copy",
+        &format!("oci:{}:bookworm", base.display()),
+        &format!("docker-daemon:{base_tag}"),
+    ]);
+    assert_exit(&out, 0);
+    let daemonless = "gpubake-system-daemonless:v1";
+    let engine = "gpubake-system-engine:v1";
+    let lock = dir.path().join("lock.yaml");
+    let from = format!("docker-daemon:{base_tag}");
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        &recipe,
+        "--from",
+        &from,
+        "--to",
+        &format!("docker-daemon:{daemonless}"),
+        "--lock-out",
+        &lock.display().to_string(),
+    ]);
+    assert_exit(&out, 0);
+    let out = gpubake(&[
+        "build",
+        "--without-python",
+        "--engine-build",
+        &recipe,
+        "--from",
+        &from,
+        "--to",
+        &format!("docker-daemon:{engine}"),
+    ]);
+    assert_exit(&out, 0);
+    let lock: serde_yaml::Value = serde_yaml::from_slice(&std::fs::read(&lock).unwrap()).unwrap();
+    let names: Vec<String> = lock["system"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.len() >= 3, "{names:?}");
+    let a = dpkg_account(daemonless, &names);
+    let b = dpkg_account(engine, &names);
+    assert!(a.iter().any(|l| l == "/usr/bin/numactl"), "{a:?}");
+    assert_eq!(a, b, "the same packages, versions and files");
+    let (_, all_a) = docker_run(daemonless, "dpkg-query -W -f '${Package} ${Version}\\n'");
+    let (_, all_b) = docker_run(engine, "dpkg-query -W -f '${Package} ${Version}\\n'");
+    assert_eq!(all_a, all_b, "the same package set");
+    for t in [daemonless, engine, base_tag] {
+        let _ = Command::new("docker").args(["rmi", "-f", t]).output();
+    }
+}
+
+#[test]
+fn render_pins_the_system_packages_or_says_why_it_cannot() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), "[numactl]");
+    let from = format!("oci:{}:bookworm", base.display());
+    let out = gpubake(&["render", &recipe, "--from", &from]);
+    assert_exit(&out, 0);
+    let dockerfile = stdout(&out);
+    let out = gpubake(&["resolve", &recipe, "--no-closure", "--from", &from]);
+    assert_exit(&out, 0);
+    let lock: serde_yaml::Value = serde_yaml::from_str(&stdout(&out)).unwrap();
+    for p in lock["system"].as_sequence().unwrap() {
+        let pin = format!(
+            "{}={} \\",
+            p["name"].as_str().unwrap(),
+            p["version"].as_str().unwrap()
+        );
+        assert!(
+            dockerfile.lines().any(|l| l.trim() == pin),
+            "{pin}: {dockerfile}"
+        );
+    }
+    // Without --from the recipe's base is read from its registry; where that cannot be
+    // reached (nothing listens on port 1) no Dockerfile is written without its packages.
+    let unreachable = write(
+        dir.path(),
+        "u.yaml",
+        "name: u\nbase: 127.0.0.1:1/library/debian:bookworm\npython: \"3.11\"\n\
+         pytorch: \"2.9\"\nsystem: [numactl]\n",
+    );
+    let d = dir.path().join("D").display().to_string();
+    let out = gpubake(&["render", &unreachable, "-o", &d]);
+    assert_exit(&out, 3);
+    assert!(stderr(&out).contains("pass --from"), "{}", stderr(&out));
+    assert!(!dir.path().join("D").exists());
+}

@@ -105,7 +105,13 @@ pub fn run(mut args: Args) -> Result<i32> {
     let from = base(&args, &loaded)?;
     // Reading the recipe's own base (no --from) is where a build machine that cannot reach
     // its registry fails: those errors say how to build from a local copy instead.
-    let recipe_base = |e| if explicit { e } else { with_local_copy_hint(e) };
+    let recipe_base = |e| {
+        if explicit {
+            e
+        } else {
+            super::with_local_copy_hint(e)
+        }
+    };
     // It is read first: a base that cannot serve the image fails the build before anything
     // is resolved over the network or written. The glibc is said only where there are wheels
     // to check, and where the base is another than the recipe's.
@@ -128,13 +134,7 @@ pub fn run(mut args: Args) -> Result<i32> {
     if !args.skip_checks {
         crate::lint::gate(&loaded, &options)?;
     }
-    if args.engine_build && !loaded.recipe.system.is_empty() {
-        return Err(Error::Unsupported(format!(
-            "{}: --engine-build does not install `system:` packages yet; build without it \
-             (daemonless, to docker-daemon:, oci: or docker://)",
-            loaded.doc.name()
-        )));
-    }
+    resolved.lock.system = system_packages(&args, &loaded, from.as_ref(), &resolved)?;
     if args.engine_build {
         return engine_build(&args, &loaded, resolved.lock, &to, from.as_ref());
     }
@@ -142,9 +142,6 @@ pub fn run(mut args: Args) -> Result<i32> {
     if let Some(base) = &from {
         crate::bake::build::check_base(base, &resolved, only.as_ref(), !args.without_python)
             .map_err(recipe_base)?;
-    }
-    if let Some(base) = &from {
-        resolved.lock.system = system_packages(&args, &loaded, base, &resolved)?;
     }
     let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
     let closures = closures(&args, &loaded, &resolved.lock, only.as_ref(), &cache_dir)?;
@@ -214,17 +211,31 @@ fn closures(
     crate::closure::for_build_platforms(lock, &source, only)
 }
 
-/// The recipe's `system:` packages, resolved against the base build reads. They are pinned
-/// for one platform: a recipe for several is refused at the field.
+/// The recipe's `system:` packages, resolved against the base build reads (`from`; for an
+/// engine build without --from, the recipe's own from its registry: the Dockerfile installs
+/// the same pins). They are pinned for one platform: a recipe for several is refused at the
+/// field.
 fn system_packages(
     args: &Args,
     loaded: &LoadedRecipe,
-    base: &Transport,
+    from: Option<&Transport>,
     resolved: &crate::resolve::Resolved,
 ) -> Result<Vec<crate::lock::SystemPackage>> {
     let recipe = &loaded.recipe;
     if recipe.system.is_empty() {
         return Ok(Vec::new());
+    }
+    let base = match from {
+        Some(b) => b.clone(),
+        None => Transport::of_base(&recipe.base)?.with_access(&args.registry.access()?),
+    };
+    if args.engine_build && !recipe.apt.is_empty() {
+        return Err(loaded.doc.invalid(
+            &["apt"],
+            "--engine-build installs with the base's own apt sources; the recipe's `apt:` \
+             archives are read by a daemonless build only",
+            Some("build without --engine-build".into()),
+        ));
     }
     let [platform] = resolved.lock.platforms.as_slice() else {
         return Err(loaded.doc.invalid(
@@ -332,23 +343,6 @@ fn print_report(report: &BuildReport, start: std::time::Instant, json: bool) {
             crate::units::human_size(l.size),
             if l.reused { "reused" } else { "written" }
         );
-    }
-}
-
-/// An error reading the recipe's own base, with the way around it: most bases are on
-/// registries a build machine may not reach.
-fn with_local_copy_hint(e: Error) -> Error {
-    let hint = |m: &String| {
-        format!(
-            "{m}\nthe recipe's base is pulled from its registry when build has no --from; pass \
-             --from with a local copy (oci:DIR[:TAG], docker-archive:FILE) or another registry \
-             (docker://REGISTRY/NAME:TAG)"
-        )
-    };
-    match &e {
-        Error::Environment(m) => Error::Environment(hint(m)),
-        Error::Usage(m) => Error::Usage(hint(m)),
-        _ => e,
     }
 }
 

@@ -361,3 +361,43 @@ pub fn report_error(err: &Error) -> i32 {
     eprintln!("error: {err}");
     err.exit_code()
 }
+
+/// The recipe's `system:` packages pinned against a base: `from` (an image reference, as
+/// --from takes it), else the recipe's own base pulled from its registry. None asked, none
+/// read.
+pub fn system_pins(
+    loaded: &crate::recipe::LoadedRecipe,
+    recipe_path: Option<&std::path::Path>,
+    from: Option<&str>,
+) -> crate::error::Result<Vec<crate::lock::SystemPackage>> {
+    if loaded.recipe.system.is_empty() {
+        return Ok(Vec::new());
+    }
+    let image = match from {
+        Some(f) => f.parse::<crate::image::Transport>()?.open()?,
+        None => crate::image::Transport::of_base(&loaded.recipe.base)?
+            .open()
+            .map_err(with_local_copy_hint)?,
+    };
+    let dir = recipe_path
+        .and_then(std::path::Path::parent)
+        .unwrap_or(std::path::Path::new("."));
+    crate::bake::system::resolve(&image, loaded, dir)
+}
+
+/// An error reading the recipe's own base, with the way around it: most bases are on
+/// registries a build machine may not reach.
+pub fn with_local_copy_hint(e: Error) -> Error {
+    let hint = |m: &String| {
+        format!(
+            "{m}\nthe recipe's base is pulled from its registry without --from; pass \
+             --from with a local copy (oci:DIR[:TAG], docker-archive:FILE) or another registry \
+             (docker://REGISTRY/NAME:TAG)"
+        )
+    };
+    match &e {
+        Error::Environment(m) => Error::Environment(hint(m)),
+        Error::Usage(m) => Error::Usage(hint(m)),
+        _ => e,
+    }
+}

@@ -38,6 +38,10 @@ pub struct Args {
     /// Look up presets here before the built-in ones (repeatable).
     #[arg(long, value_name = "DIR")]
     preset_dir: Vec<PathBuf>,
+    /// The base the recipe's `system:` packages are pinned against (its dpkg status and apt
+    /// sources), instead of the recipe's `base` pulled from its registry.
+    #[arg(long, value_name = "IMAGE")]
+    from: Option<String>,
 }
 
 /// Renders the Dockerfile and writes it, or the build context with it.
@@ -53,9 +57,12 @@ pub fn run(args: Args) -> Result<i32> {
         template,
         driver,
         preset_dir,
+        from,
     } = args;
     let (loaded, opts) = super::recipe_options(&files, recipe.as_deref(), driver, preset_dir)?;
-    let resolved = resolve::resolve_recipe(&loaded, &opts)?;
+    let mut resolved = resolve::resolve_recipe(&loaded, &opts)?;
+    // The Dockerfile installs the same pins a daemonless build unpacks.
+    resolved.lock.system = super::system_pins(&loaded, recipe.as_deref(), from.as_deref())?;
     let (plan, dockerfile) = ContextPlan::with_dockerfile(
         &loaded,
         &resolved.lock,

@@ -59,19 +59,8 @@ pub fn run(args: Args) -> Result<i32> {
     for w in &resolved.lock.warnings {
         eprintln!("warning: {w}");
     }
-    if !loaded.recipe.system.is_empty() {
-        let base = match &args.from {
-            Some(f) => f.parse::<crate::image::Transport>()?,
-            None => crate::image::Transport::of_base(&loaded.recipe.base)?,
-        };
-        let image = base.open()?;
-        let dir = args
-            .recipe
-            .as_deref()
-            .and_then(Path::parent)
-            .unwrap_or(Path::new("."));
-        resolved.lock.system = crate::bake::system::resolve(&image, &loaded, dir)?;
-    }
+    resolved.lock.system =
+        super::system_pins(&loaded, args.recipe.as_deref(), args.from.as_deref())?;
     let closure_dir = match (&args.pylock, &args.output) {
         _ if args.no_closure => None,
         (Some(_), _) => Some(PathBuf::new()),
