@@ -392,3 +392,45 @@ fn render_pins_the_system_packages_or_says_why_it_cannot() {
     assert!(stderr(&out).contains("pass --from"), "{}", stderr(&out));
     assert!(!dir.path().join("D").exists());
 }
+
+#[test]
+fn a_roce_preset_without_libibverbs_is_warned_of_and_with_it_is_not() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let from = format!("oci:{}:bookworm", base.display());
+    for (system, warned) in [("", true), ("system: [ibverbs-providers]\n", false)] {
+        let recipe = write(
+            dir.path(),
+            "roce.yaml",
+            &format!(
+                "name: roce\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+                 presets: [base, roce]\n{system}"
+            ),
+        );
+        let to = format!("oci:{}:v1", dir.path().join(format!("o{warned}")).display());
+        let out = gpubake(&[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ]);
+        assert_exit(&out, 0);
+        let err = stderr(&out);
+        assert_eq!(
+            err.contains("NCCL would run across nodes over sockets"),
+            warned,
+            "{system}: {err}"
+        );
+        if warned {
+            assert!(
+                err.contains("add `system: [libibverbs1, ibverbs-providers]`"),
+                "{err}"
+            );
+        }
+    }
+}

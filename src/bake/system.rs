@@ -71,6 +71,59 @@ pub struct SystemLayer {
     pub not_root: Vec<String>,
 }
 
+/// What NCCL settings of the image need from the OS, as Debian and Ubuntu package it: its IB
+/// transport (InfiniBand and RoCE) dlopens libibverbs.so.1, which finds the NIC's driver
+/// (libmlx5 for ConnectX) among the providers; without them NCCL falls back to sockets.
+const IB_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers"];
+
+/// The warnings for what the image's NCCL settings (`env`, name and value) need from the
+/// OS that neither the base's packages nor the `system:` pins install (`installed`: their
+/// names), naming the packages that provide it.
+pub fn unmet_needs(env: &[(String, String)], installed: &[String]) -> Vec<String> {
+    let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let ib_settings: Vec<&str> = env
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.starts_with("NCCL_IB_") && *n != "NCCL_IB_DISABLE")
+        .collect();
+    let wants_ib = value("NCCL_IB_DISABLE") != Some("1")
+        && (!ib_settings.is_empty()
+            || value("NCCL_NET").is_some_and(|v| v.eq_ignore_ascii_case("IB")));
+    let missing: Vec<&str> = IB_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !installed.iter().any(|i| i == p))
+        .collect();
+    if !wants_ib || missing.is_empty() {
+        return Vec::new();
+    }
+    let why = if ib_settings.is_empty() {
+        "NCCL_NET=IB".to_string()
+    } else {
+        ib_settings.join(", ")
+    };
+    vec![format!(
+        "the image sets {why} for NCCL's IB transport, which loads libibverbs.so.1 and a \
+         provider for the NIC, but neither the base nor `system:` installs {}: NCCL would \
+         run across nodes over sockets; add `system: [{}]`",
+        missing.join(" or "),
+        missing.join(", ")
+    )]
+}
+
+/// The names of the packages dpkg has installed in `base` (none for a base without dpkg).
+pub fn installed_names(base: &Image) -> Result<Vec<String>> {
+    let Some(status) = read_file(base, STATUS)? else {
+        return Ok(Vec::new());
+    };
+    let text = String::from_utf8_lossy(&status);
+    Ok(parse_stanzas(&text)
+        .into_values()
+        .filter(|s| field(s, "Status").is_some_and(|v| v.ends_with(" installed")))
+        .filter_map(|s| field(&s, "Package").map(str::to_string))
+        .collect())
+}
+
 /// What the archive client reads of a base: its apt sources and keyrings, its os-release and
 /// dpkg's status.
 const BASE_FILES: &[&str] = &[
@@ -758,6 +811,40 @@ mod tests {
                       /usr/bin/rsh rsh /usr/bin/ssh 20\nif which adduserx; then :; fi\n\
                       addgroup --system _ssh\n";
         assert_eq!(noted_commands(script), ["addgroup", "update-alternatives"]);
+    }
+
+    #[test]
+    fn ib_settings_need_libibverbs_and_a_provider_unless_ib_is_off() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        let have =
+            |names: &[&str]| -> Vec<String> { names.iter().map(|s| s.to_string()).collect() };
+        let roce = env(&[("NCCL_IB_TC", "106"), ("NCCL_DEBUG", "WARN")]);
+        let warned = unmet_needs(&roce, &have(&["libc6"]));
+        assert_eq!(warned.len(), 1);
+        assert!(
+            warned[0].contains("NCCL_IB_TC")
+                && warned[0].contains("libibverbs1, ibverbs-providers")
+        );
+        // One of the two present: the other is named.
+        let warned = unmet_needs(&roce, &have(&["libibverbs1"]));
+        assert!(
+            warned[0].contains("add `system: [ibverbs-providers]`"),
+            "{warned:?}"
+        );
+        assert!(unmet_needs(&roce, &have(IB_PACKAGES)).is_empty());
+        // IB switched off, or never asked for: nothing is needed.
+        let off = env(&[("NCCL_IB_TC", "106"), ("NCCL_IB_DISABLE", "1")]);
+        assert!(unmet_needs(&off, &[]).is_empty());
+        assert!(unmet_needs(&env(&[("NCCL_SOCKET_IFNAME", "eth0")]), &[]).is_empty());
+        assert!(unmet_needs(&env(&[("NCCL_IB_DISABLE", "0")]), &[]).is_empty());
+        // NCCL_NET=IB asks for it without any NCCL_IB_ setting.
+        assert_eq!(unmet_needs(&env(&[("NCCL_NET", "IB")]), &[]).len(), 1);
+        assert!(unmet_needs(&env(&[("NCCL_NET", "Socket")]), &[]).is_empty());
     }
 
     #[test]
