@@ -13,7 +13,8 @@
 //! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
 //!   [`lint`] checks them against [`nccl`], [`resolve`] turns the recipe into a [`lock::Lock`],
 //!   [`closure`] and [`wheel`] fix and fetch the Python closure, [`sbom`] describes it;
-//! - [`bake`]: a lock into an image, daemonless or through a Dockerfile, and reading it back;
+//! - [`bake`]: a lock into an image (the OS layer of `system:` packages, the Python stack,
+//!   the files), daemonless or through a Dockerfile, and reading it back;
 //! - run: [`runtime`] runs an image under an OCI runtime with CDI devices, [`probe`] checks a
 //!   node and its GPUs;
 //! - [`certify`]: the verdict on an image;
