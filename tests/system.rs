@@ -434,3 +434,28 @@ fn a_roce_preset_without_libibverbs_is_warned_of_and_with_it_is_not() {
         }
     }
 }
+
+#[test]
+fn an_offline_build_with_system_packages_is_refused_before_reaching_the_network() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe(dir.path(), "[numactl]");
+    let out = gpubake(&[
+        "build",
+        &recipe,
+        "--offline",
+        "--from",
+        &format!("oci:{}:bookworm", base.display()),
+        "--to",
+        &format!("oci:{}:v1", dir.path().join("o").display()),
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("r.yaml:6") && err.contains("--offline"),
+        "{err}"
+    );
+    assert!(!dir.path().join("o").exists());
+}

@@ -225,6 +225,16 @@ fn system_packages(
     if recipe.system.is_empty() {
         return Ok(Vec::new());
     }
+    if args.offline {
+        // Pinning reads the archive's signed indexes; a build that promised not to reach
+        // the network says so rather than reach it.
+        return Err(loaded.doc.invalid(
+            &["system"],
+            "--offline: system packages are pinned from their archive's signed index at \
+             build time, which needs the network",
+            Some("build without --offline; the .debs themselves come from the cache".into()),
+        ));
+    }
     let base = match from {
         Some(b) => b.clone(),
         None => Transport::of_base(&recipe.base)?.with_access(&args.registry.access()?),
