@@ -148,21 +148,47 @@ fn each_entry(
     Ok(())
 }
 
+/// What a layer entry at `path` deletes from the layers below, by the image spec's
+/// whiteouts: an opaque directory's contents, or one path and everything under it.
+enum Deletes {
+    /// Everything under this directory (with its trailing `/`), not the directory itself.
+    Contents(String),
+    /// This path and everything under it.
+    Path(String),
+}
+
+fn deletes(path: &str) -> Option<Deletes> {
+    let (dir, name) = path
+        .rsplit_once('/')
+        .map(|(d, n)| (format!("{d}/"), n))
+        .unwrap_or((String::new(), path));
+    if name == ".wh..wh..opq" {
+        Some(Deletes::Contents(dir))
+    } else {
+        name.strip_prefix(".wh.")
+            .map(|gone| Deletes::Path(format!("{dir}{gone}")))
+    }
+}
+
+impl Deletes {
+    /// Whether `q`, a path of a lower layer, is deleted.
+    fn hits(&self, q: &str) -> bool {
+        match self {
+            Deletes::Contents(dir) => q.starts_with(dir.as_str()),
+            Deletes::Path(gone) => q == gone || q.starts_with(&format!("{gone}/")),
+        }
+    }
+}
+
 /// Every path in the image's filesystem after applying each layer's whiteouts, sorted.
 pub fn paths(image: &Image) -> Result<Vec<String>> {
     let mut all = std::collections::BTreeSet::new();
     each_entry(image, |p, _| {
-        let (dir, name) = p
-            .rsplit_once('/')
-            .map(|(d, n)| (format!("{d}/"), n))
-            .unwrap_or((String::new(), p));
-        if name == ".wh..wh..opq" {
-            all.retain(|q: &String| !q.starts_with(&dir) || *q == dir.trim_end_matches('/'));
-        } else if let Some(gone) = name.strip_prefix(".wh.") {
-            let gone = format!("{dir}{gone}");
-            all.retain(|q: &String| *q != gone && !q.starts_with(&format!("{gone}/")));
-        } else {
-            all.insert(p.to_string());
+        match deletes(p) {
+            Some(d) => all.retain(|q: &String| !d.hits(q)),
+            None => {
+                all.insert(p.to_string());
+            }
         }
         Ok(())
     })?;
@@ -174,15 +200,8 @@ pub fn paths(image: &Image) -> Result<Vec<String>> {
 pub fn symlinks(image: &Image) -> Result<std::collections::BTreeMap<String, String>> {
     let mut links = std::collections::BTreeMap::new();
     each_entry(image, |p, entry| {
-        let (dir, name) = p
-            .rsplit_once('/')
-            .map(|(d, n)| (format!("{d}/"), n))
-            .unwrap_or((String::new(), p));
-        if name == ".wh..wh..opq" {
-            links.retain(|q: &String, _| !q.starts_with(&dir));
-        } else if let Some(gone) = name.strip_prefix(".wh.") {
-            let gone = format!("{dir}{gone}");
-            links.retain(|q: &String, _| *q != gone && !q.starts_with(&format!("{gone}/")));
+        if let Some(d) = deletes(p) {
+            links.retain(|q: &String, _| !d.hits(q));
         } else if entry.header().entry_type().is_symlink() {
             let target = entry.link_name()?.unwrap_or_default();
             links.insert(p.to_string(), target.to_string_lossy().into_owned());

@@ -116,12 +116,13 @@ pub fn installed_names(base: &Image) -> Result<Vec<String>> {
     let Some(status) = read_file(base, STATUS)? else {
         return Ok(Vec::new());
     };
-    let text = String::from_utf8_lossy(&status);
-    Ok(parse_stanzas(&text)
-        .into_values()
-        .filter(|s| field(s, "Status").is_some_and(|v| v.ends_with(" installed")))
-        .filter_map(|s| field(&s, "Package").map(str::to_string))
-        .collect())
+    let at = format!("{}: /{STATUS}", base.describe());
+    Ok(
+        crate::debian::status::parse(&String::from_utf8_lossy(&status), &at)?
+            .into_iter()
+            .map(|p| p.name)
+            .collect(),
+    )
 }
 
 /// What the archive client reads of a base: its apt sources and keyrings, its os-release and
@@ -235,10 +236,10 @@ pub fn build(
     packages: &[SystemPackage],
     opts: &super::LayerOptions,
 ) -> Result<(String, BuiltLayer)> {
-    let status = read_file(base, STATUS)?.unwrap_or_default();
+    let status = read_file(base, STATUS)?;
     let mut key = Sha256::new();
     key.update(b"gpubake-system-v1\n");
-    key.update(Sha256::digest(&status));
+    key.update(Sha256::digest(status.as_deref().unwrap_or_default()));
     for p in packages {
         key.update(format!(
             "\n{} {} {} {}",
@@ -269,7 +270,7 @@ pub fn build(
                 })
                 .collect();
             let debs = opts.cache.fetch(&refs, &opts.fetch)?;
-            let layer = system_layer(base, packages, &debs, stage.path())?;
+            let layer = system_layer(base, status.as_deref(), packages, &debs, stage.path())?;
             report(&layer);
             Ok(layer.spec)
         },
@@ -303,15 +304,17 @@ fn created_by(packages: &[SystemPackage]) -> String {
 }
 
 /// The layer that installs `packages` (their .debs already in `debs`, in the same order) on
-/// `base`: every package's files, and dpkg's status with the base's own entries kept.
+/// `base`, whose dpkg status is `status` (None: it has no dpkg): every package's files, and
+/// dpkg's status with the base's own entries kept.
 /// Unpacked files are staged under `stage`, which must outlive the layer's writing.
 pub fn system_layer(
     base: &Image,
+    status: Option<&[u8]>,
     packages: &[SystemPackage],
     debs: &[PathBuf],
     stage: &Path,
 ) -> Result<SystemLayer> {
-    let status = read_file(base, STATUS)?.ok_or_else(|| {
+    let status = status.map(<[u8]>::to_vec).ok_or_else(|| {
         Error::Usage(format!(
             "{}: the base has no /{STATUS}: `system:` installs Debian packages into a base \
              with dpkg (Debian, Ubuntu)",
