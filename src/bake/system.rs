@@ -529,6 +529,21 @@ fn member_path(raw: &Path) -> Option<String> {
     (!rel.is_empty() && rel != ".").then(|| rel.to_string())
 }
 
+/// The member's path, refusing one with a `..` component: dpkg refuses such a .deb, and in a
+/// layer it would name a path outside the image's root.
+fn inside_path(raw: &Path) -> std::io::Result<Option<String>> {
+    if raw
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(std::io::Error::other(format!(
+            "member `{}` climbs out of the root with `..`",
+            raw.display()
+        )));
+    }
+    Ok(member_path(raw))
+}
+
 fn read_control(reader: impl Read) -> std::io::Result<(String, BTreeMap<String, Vec<u8>>)> {
     let mut control = None;
     let mut info = BTreeMap::new();
@@ -538,7 +553,7 @@ fn read_control(reader: impl Read) -> std::io::Result<(String, BTreeMap<String, 
         if !entry.header().entry_type().is_file() {
             continue;
         }
-        let Some(name) = member_path(&entry.path()?) else {
+        let Some(name) = inside_path(&entry.path()?)? else {
             continue;
         };
         let mut bytes = Vec::new();
@@ -563,7 +578,7 @@ fn read_data(reader: impl Read, stage: &Path) -> std::io::Result<(Vec<Entry>, Ve
     for (n, entry) in tar.entries()?.enumerate() {
         let mut entry = entry?;
         let header = entry.header().clone();
-        let Some(path) = member_path(&entry.path()?) else {
+        let Some(path) = inside_path(&entry.path()?)? else {
             continue;
         };
         let mode = header.mode()? & 0o7777;
@@ -859,5 +874,28 @@ mod tests {
         assert_eq!(member_path(Path::new("./usr/")), Some("usr".into()));
         assert_eq!(member_path(Path::new("./")), None);
         assert_eq!(member_path(Path::new(".")), None);
+    }
+
+    #[test]
+    fn a_data_member_that_climbs_out_of_the_root_is_refused() {
+        // A hostile data.tar, written raw: the tar crate's builder refuses `..` itself.
+        let mut header = tar::Header::new_gnu();
+        header.as_gnu_mut().unwrap().name[..13].copy_from_slice(b"./../etc/evil");
+        header.set_size(1);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        let mut bytes = header.as_bytes().to_vec();
+        bytes.extend([b'x'].iter().chain([0u8; 511].iter()));
+        bytes.extend([0u8; 1024]);
+        let stage = tempfile::tempdir().unwrap();
+        let err = read_data(&bytes[..], stage.path()).err().expect("refused");
+        assert!(err.to_string().contains("climbs out of the root"), "{err}");
+        assert!(
+            std::fs::read_dir(stage.path()).unwrap().next().is_none(),
+            "nothing staged"
+        );
+        let err = read_control(&bytes[..]).err().expect("refused");
+        assert!(err.to_string().contains("climbs out of the root"), "{err}");
     }
 }
