@@ -889,13 +889,13 @@ mod tests {
         bytes.extend([b'x'].iter().chain([0u8; 511].iter()));
         bytes.extend([0u8; 1024]);
         let stage = tempfile::tempdir().unwrap();
-        let err = read_data(&bytes[..], stage.path()).err().expect("refused");
+        let err = read_data(&bytes[..], stage.path()).expect_err("refused");
         assert!(err.to_string().contains("climbs out of the root"), "{err}");
         assert!(
             std::fs::read_dir(stage.path()).unwrap().next().is_none(),
             "nothing staged"
         );
-        let err = read_control(&bytes[..]).err().expect("refused");
+        let err = read_control(&bytes[..]).expect_err("refused");
         assert!(err.to_string().contains("climbs out of the root"), "{err}");
     }
 }
