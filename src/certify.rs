@@ -539,7 +539,12 @@ fn layers(opened: &Image, opts: &CertifyOptions, report: &mut Report) {
 /// duplicate copy or a compat libcuda the loader reaches deserves a look.
 fn link_closure(opened: &Image, report: &mut Report) {
     const NAME: &str = "link closure";
-    let links = match crate::image::links::of_image(opened) {
+    let unpacked = match crate::image::links::Unpacked::of(opened) {
+        Ok(u) => u,
+        Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
+    };
+    ib_transport(&unpacked, report);
+    let links = match crate::image::links::analyze(unpacked.root(), &unpacked.env) {
         Ok(l) => l,
         Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
     };
@@ -585,6 +590,41 @@ fn link_closure(opened: &Image, report: &mut Report) {
                 links.elf_files
             ),
         )
+    };
+    report.push("static", NAME, status, detail);
+}
+
+/// Where the image's NCCL settings ask for the IB transport (`nccl::needs`): whether the
+/// image's loader finds the libraries NCCL and libibverbs open by name, as a process started
+/// in it would (the probe in the container opens them for real).
+fn ib_transport(unpacked: &crate::image::links::Unpacked, report: &mut Report) {
+    const NAME: &str = "IB transport libraries";
+    let Some(need) = crate::nccl::needs::of(&unpacked.env) else {
+        return;
+    };
+    let names: Vec<&str> = need.libraries.iter().map(|l| l.soname).collect();
+    let found = match crate::image::links::dlopened(unpacked.root(), &unpacked.env, &names) {
+        Ok(found) => found,
+        Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
+    };
+    let missing = need.missing_packages(|lib| {
+        found
+            .iter()
+            .any(|(name, path)| name == lib.soname && path.is_some())
+    });
+    let seen: Vec<String> = found
+        .iter()
+        .map(|(name, path)| match path {
+            Some(p) => format!("{name} -> {p}"),
+            None => format!("{name} not found"),
+        })
+        .collect();
+    let (status, detail) = match need.warning(&missing) {
+        Some(warning) => (Status::Fail, format!("{}: {warning}", seen.join(", "))),
+        None => (
+            Status::Pass,
+            format!("{} (for {})", seen.join(", "), need.because),
+        ),
     };
     report.push("static", NAME, status, detail);
 }

@@ -18,15 +18,38 @@ fn shipped_recipes() -> Vec<String> {
     out
 }
 
+/// The Dockerfile and the lock of `recipe`, each computed once per test binary. A recipe with
+/// `system:` pins its packages against a base: the Debian bookworm one the image tests share,
+/// since the recipe's own base is on a registry this machine does not reach (the names are
+/// Debian's and Ubuntu's alike).
 fn render(recipe: &str) -> (String, Lock) {
-    let out = gpubake(&["render", recipe]);
+    static DONE: std::sync::Mutex<Vec<(String, String, Lock)>> = std::sync::Mutex::new(Vec::new());
+    if let Some((_, text, lock)) = DONE.lock().unwrap().iter().find(|(r, _, _)| r == recipe) {
+        return (text.clone(), lock.clone());
+    }
+    let mut args = vec![recipe.to_string()];
+    let text = std::fs::read_to_string(root().join(recipe)).unwrap();
+    if text.lines().any(|l| l.starts_with("system:")) {
+        let base =
+            common::debian_base().expect("mmdebstrap and umoci (scripts/test installs them)");
+        args.extend([
+            "--from".to_string(),
+            format!("oci:{}:bookworm", base.display()),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = gpubake(&[&["render"], &args[..]].concat());
     assert_exit(&out, 0);
-    let lock_out = gpubake(&["resolve", recipe]);
+    let lock_out = gpubake(&[&["resolve"], &args[..]].concat());
     assert_exit(&lock_out, 0);
-    (
+    let rendered = (
         stdout(&out),
-        serde_yaml::from_str(&stdout(&lock_out)).unwrap(),
-    )
+        serde_yaml::from_str::<Lock>(&stdout(&lock_out)).unwrap(),
+    );
+    DONE.lock()
+        .unwrap()
+        .push((recipe.to_string(), rendered.0.clone(), rendered.1.clone()));
+    rendered
 }
 
 #[test]

@@ -527,20 +527,9 @@ fn build_platform(
             jobs: 4,
         },
     };
-    // What the NCCL settings need from the OS; the base's packages are read only where a
-    // setting asks for NCCL's IB transport.
-    let settings: Vec<(String, String)> = (resolved.lock.env.0.iter())
-        .map(|(name, var)| (name.clone(), var.value.clone()))
-        .collect();
-    if settings
-        .iter()
-        .any(|(n, _)| n.starts_with("NCCL_IB_") || n == "NCCL_NET")
-    {
-        let mut packages = super::system::installed_names(&base)?;
-        packages.extend(resolved.lock.system.iter().map(|p| p.name.clone()));
-        for warning in super::system::unmet_needs(&settings, &packages) {
-            eprintln!("warning: {warning}");
-        }
+    let env = resolved.lock.image_env();
+    if let Some(warning) = super::system::unmet_need(&base, &env, &resolved.lock.system)? {
+        eprintln!("warning: {warning}");
     }
     if !resolved.lock.system.is_empty() {
         let (created_by, layer) =

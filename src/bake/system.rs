@@ -71,44 +71,41 @@ pub struct SystemLayer {
     pub not_root: Vec<String>,
 }
 
-/// What NCCL settings of the image need from the OS, as Debian and Ubuntu package it: its IB
-/// transport (InfiniBand and RoCE) dlopens libibverbs.so.1, which finds the NIC's driver
-/// (libmlx5 for ConnectX) among the providers; without them NCCL falls back to sockets.
-const IB_PACKAGES: &[&str] = &["libibverbs1", "ibverbs-providers"];
-
-/// The warnings for what the image's NCCL settings (`env`, name and value) need from the
-/// OS that neither the base's packages nor the `system:` pins install (`installed`: their
-/// names), naming the packages that provide it.
-pub fn unmet_needs(env: &[(String, String)], installed: &[String]) -> Vec<String> {
-    let value = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-    let ib_settings: Vec<&str> = env
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .filter(|n| n.starts_with("NCCL_IB_") && *n != "NCCL_IB_DISABLE")
-        .collect();
-    let wants_ib = value("NCCL_IB_DISABLE") != Some("1")
-        && (!ib_settings.is_empty()
-            || value("NCCL_NET").is_some_and(|v| v.eq_ignore_ascii_case("IB")));
-    let missing: Vec<&str> = IB_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| !installed.iter().any(|i| i == p))
-        .collect();
-    if !wants_ib || missing.is_empty() {
-        return Vec::new();
-    }
-    let why = if ib_settings.is_empty() {
-        "NCCL_NET=IB".to_string()
-    } else {
-        ib_settings.join(", ")
+/// The warning for what the image's NCCL settings (`env`, name and value) need from the OS
+/// (`nccl::needs`) that neither the base nor the `system:` pins install: a library counts as
+/// there when dpkg lists its package in the base or a pin installs it, or when the base's
+/// loader cache knows its soname (a base with the libraries from elsewhere, MOFED's say).
+/// The base is read only when a setting needs something.
+pub fn unmet_need(
+    base: &Image,
+    env: &[(String, String)],
+    pins: &[SystemPackage],
+) -> Result<Option<String>> {
+    let Some(need) = crate::nccl::needs::of(env) else {
+        return Ok(None);
     };
-    vec![format!(
-        "the image sets {why} for NCCL's IB transport, which loads libibverbs.so.1 and a \
-         provider for the NIC, but neither the base nor `system:` installs {}: NCCL would \
-         run across nodes over sockets; add `system: [{}]`",
-        missing.join(" or "),
-        missing.join(", ")
-    )]
+    let mut installed = installed_names(base)?;
+    installed.extend(pins.iter().map(|p| p.name.clone()));
+    let cached = cached_sonames(base)?;
+    let missing = need.missing_packages(|lib| {
+        installed.iter().any(|i| i == lib.package) || cached.iter().any(|s| s == lib.soname)
+    });
+    Ok(need.warning(&missing))
+}
+
+/// The sonames the base's /etc/ld.so.cache lists (none without a cache).
+fn cached_sonames(base: &Image) -> Result<Vec<String>> {
+    const CACHE: &str = "etc/ld.so.cache";
+    let Some(bytes) = read_file(base, CACHE)? else {
+        return Ok(Vec::new());
+    };
+    let entries = crate::image::links::parse_cache(&bytes).map_err(|why| {
+        Error::image(
+            format!("{}: /{CACHE}", base.describe()),
+            format!("not a glibc ld.so.cache: {why}"),
+        )
+    })?;
+    Ok(entries.into_iter().map(|(soname, _, _)| soname).collect())
 }
 
 /// The names of the packages dpkg has installed in `base` (none for a base without dpkg).
@@ -829,40 +826,6 @@ mod tests {
                       /usr/bin/rsh rsh /usr/bin/ssh 20\nif which adduserx; then :; fi\n\
                       addgroup --system _ssh\n";
         assert_eq!(noted_commands(script), ["addgroup", "update-alternatives"]);
-    }
-
-    #[test]
-    fn ib_settings_need_libibverbs_and_a_provider_unless_ib_is_off() {
-        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs
-                .iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect()
-        };
-        let have =
-            |names: &[&str]| -> Vec<String> { names.iter().map(|s| s.to_string()).collect() };
-        let roce = env(&[("NCCL_IB_TC", "106"), ("NCCL_DEBUG", "WARN")]);
-        let warned = unmet_needs(&roce, &have(&["libc6"]));
-        assert_eq!(warned.len(), 1);
-        assert!(
-            warned[0].contains("NCCL_IB_TC")
-                && warned[0].contains("libibverbs1, ibverbs-providers")
-        );
-        // One of the two present: the other is named.
-        let warned = unmet_needs(&roce, &have(&["libibverbs1"]));
-        assert!(
-            warned[0].contains("add `system: [ibverbs-providers]`"),
-            "{warned:?}"
-        );
-        assert!(unmet_needs(&roce, &have(IB_PACKAGES)).is_empty());
-        // IB switched off, or never asked for: nothing is needed.
-        let off = env(&[("NCCL_IB_TC", "106"), ("NCCL_IB_DISABLE", "1")]);
-        assert!(unmet_needs(&off, &[]).is_empty());
-        assert!(unmet_needs(&env(&[("NCCL_SOCKET_IFNAME", "eth0")]), &[]).is_empty());
-        assert!(unmet_needs(&env(&[("NCCL_IB_DISABLE", "0")]), &[]).is_empty());
-        // NCCL_NET=IB asks for it without any NCCL_IB_ setting.
-        assert_eq!(unmet_needs(&env(&[("NCCL_NET", "IB")]), &[]).len(), 1);
-        assert!(unmet_needs(&env(&[("NCCL_NET", "Socket")]), &[]).is_empty());
     }
 
     #[test]

@@ -362,27 +362,33 @@ pub fn report_error(err: &Error) -> i32 {
     err.exit_code()
 }
 
-/// The recipe's `system:` packages pinned against a base: `from` (an image reference, as
-/// --from takes it), else the recipe's own base pulled from its registry. None asked, none
-/// read.
+/// The base `resolve` and `render` read: `from` (an image reference, as --from takes it),
+/// else the recipe's own base pulled from its registry.
+pub fn open_base(
+    loaded: &crate::recipe::LoadedRecipe,
+    from: Option<&str>,
+) -> crate::error::Result<crate::image::Image> {
+    match from {
+        Some(f) => f.parse::<crate::image::Transport>()?.open(),
+        None => crate::image::Transport::of_base(&loaded.recipe.base)?
+            .open()
+            .map_err(with_local_copy_hint),
+    }
+}
+
+/// The recipe's `system:` packages pinned against `base`.
 pub fn system_pins(
     loaded: &crate::recipe::LoadedRecipe,
     recipe_path: Option<&std::path::Path>,
-    from: Option<&str>,
+    base: &crate::image::Image,
 ) -> crate::error::Result<Vec<crate::lock::SystemPackage>> {
     if loaded.recipe.system.is_empty() {
         return Ok(Vec::new());
     }
-    let image = match from {
-        Some(f) => f.parse::<crate::image::Transport>()?.open()?,
-        None => crate::image::Transport::of_base(&loaded.recipe.base)?
-            .open()
-            .map_err(with_local_copy_hint)?,
-    };
     let dir = recipe_path
         .and_then(std::path::Path::parent)
         .unwrap_or(std::path::Path::new("."));
-    crate::bake::system::resolve(&image, loaded, dir)
+    crate::bake::system::resolve(base, loaded, dir)
 }
 
 /// An error reading the recipe's own base, with the way around it: most bases are on

@@ -62,7 +62,10 @@ pub fn run(args: Args) -> Result<i32> {
     let (loaded, opts) = super::recipe_options(&files, recipe.as_deref(), driver, preset_dir)?;
     let mut resolved = resolve::resolve_recipe(&loaded, &opts)?;
     // The Dockerfile installs the same pins a daemonless build unpacks.
-    resolved.lock.system = super::system_pins(&loaded, recipe.as_deref(), from.as_deref())?;
+    if !loaded.recipe.system.is_empty() {
+        let base = super::open_base(&loaded, from.as_deref())?;
+        resolved.lock.system = super::system_pins(&loaded, recipe.as_deref(), &base)?;
+    }
     let (plan, dockerfile) = ContextPlan::with_dockerfile(
         &loaded,
         &resolved.lock,

@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     preset_dir: Vec<PathBuf>,
     /// The base the recipe's `system:` packages are pinned against (its dpkg status and
-    /// apt sources), instead of the recipe's `base` pulled from its registry.
+    /// apt sources), instead of the recipe's `base` pulled from its registry; what the NCCL
+    /// settings need from the OS (libibverbs for the IB transport) is checked against it.
     #[arg(long, value_name = "IMAGE")]
     from: Option<String>,
 }
@@ -59,8 +60,18 @@ pub fn run(args: Args) -> Result<i32> {
     for w in &resolved.lock.warnings {
         eprintln!("warning: {w}");
     }
-    resolved.lock.system =
-        super::system_pins(&loaded, args.recipe.as_deref(), args.from.as_deref())?;
+    // The base is read for its `system:` pins, or when --from names it: then what the NCCL
+    // settings need from the OS is checked against it too.
+    let env = resolved.lock.image_env();
+    if !loaded.recipe.system.is_empty() || args.from.is_some() {
+        let base = super::open_base(&loaded, args.from.as_deref())?;
+        resolved.lock.system = super::system_pins(&loaded, args.recipe.as_deref(), &base)?;
+        if let Some(w) = crate::bake::system::unmet_need(&base, &env, &resolved.lock.system)? {
+            eprintln!("warning: {w}");
+        }
+    } else if let Some(need) = crate::nccl::needs::of(&env) {
+        eprintln!("warning: {}", need.warning_unread_base());
+    }
     let closure_dir = match (&args.pylock, &args.output) {
         _ if args.no_closure => None,
         (Some(_), _) => Some(PathBuf::new()),

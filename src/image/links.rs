@@ -1075,11 +1075,63 @@ pub fn of_transport(
 
 /// Unpacks `image` into a temporary root and analyzes it.
 pub fn of_image(image: &crate::image::Image) -> Result<LinkReport> {
-    let env = image.typed_config()?.env_pairs();
-    let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let root = dir.path().join("rootfs");
-    crate::image::unpack::unpack(image, &root)?;
-    analyze(&root, &env)
+    let unpacked = Unpacked::of(image)?;
+    analyze(unpacked.root(), &unpacked.env)
+}
+
+/// An image unpacked into a temporary root (removed when this drops), with its config's
+/// environment: what the loader of a process started in it searches.
+pub struct Unpacked {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    /// The config's `Env`.
+    pub env: Vec<(String, String)>,
+}
+
+impl Unpacked {
+    /// Unpacks `image`.
+    pub fn of(image: &crate::image::Image) -> Result<Self> {
+        let env = image.typed_config()?.env_pairs();
+        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        let root = dir.path().join("rootfs");
+        crate::image::unpack::unpack(image, &root)?;
+        Ok(Unpacked {
+            _dir: dir,
+            root,
+            env,
+        })
+    }
+
+    /// The image's `/`.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// Where `dlopen(name)` from a plain program of the image at `root` (environment `env`) lands
+/// for each of `names`: the path ld.so would map, or None where it finds nothing.
+pub fn dlopened(
+    root: &Path,
+    env: &[(String, String)],
+    names: &[&str],
+) -> Result<Vec<(String, Option<String>)>> {
+    let tree = Root(root);
+    let search = Search::of_tree(&tree, env)?;
+    let mut linker = Linker::new(&tree, &search);
+    Ok(names
+        .iter()
+        .map(|name| {
+            let found = [elf::EM_X86_64, elf::EM_AARCH64]
+                .into_iter()
+                .find_map(|machine| {
+                    let mut process = Process::of_plain_program(machine);
+                    linker
+                        .dlopen(&mut process, PLAIN_PROGRAM, name)
+                        .and_then(|b| b.path)
+                });
+            (name.to_string(), found)
+        })
+        .collect())
 }
 
 #[cfg(test)]

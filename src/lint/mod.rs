@@ -401,6 +401,39 @@ const NAME_RULES: &[&str] = &[
     "no-effect",
 ];
 
+/// A recipe whose NCCL settings need libraries of the OS (`nccl::needs`: libibverbs for the
+/// IB transport) while its `system:` installs nothing. Lint does not read the base, which may
+/// have them; `build` and `resolve --from` check it. The finding points at the setting, or at
+/// the recipe's `presets` when a preset made it.
+fn unmet_os_need(loaded: &LoadedRecipe, env: &crate::preset::MergedEnv) -> Option<Finding> {
+    if !loaded.recipe.system.is_empty() {
+        return None;
+    }
+    let settings: Vec<(String, String)> = (env.0.iter())
+        .map(|(name, var)| (name.clone(), var.value.clone()))
+        .collect();
+    let need = crate::nccl::needs::of(&settings)?;
+    let (var, merged) = env.0.iter().find(|(name, _)| {
+        need.because
+            .split(", ")
+            .any(|b| b.split('=').next() == Some(name))
+    })?;
+    let at = if merged.origin.by == "recipe" {
+        loaded.doc.locate(&["env", var], true)
+    } else {
+        loaded.doc.locate(&["presets"], true)
+    };
+    Some(Finding {
+        severity: Severity::Warning,
+        code: "os-need",
+        at,
+        var: Some(var.clone()),
+        via: None,
+        message: need.warning_unread_base(),
+        help: None,
+    })
+}
+
 /// Places issues at the setting's key or value, dropping the warnings it allows knowingly.
 fn place<'a>(
     issues: Vec<Issue>,
@@ -511,6 +544,7 @@ fn lint_recipe(loaded: &LoadedRecipe, opts: &LintOptions) -> Result<FileReport, 
         }));
     }
     findings.extend(preset_conflicts(loaded, &layers));
+    findings.extend(unmet_os_need(loaded, &env));
     Ok(FileReport {
         file,
         kind: "recipe",

@@ -5,6 +5,7 @@
 //! from here, and nothing here depends on them.
 
 pub mod conf;
+pub mod needs;
 pub mod params;
 pub mod suggest;
 pub mod value;
