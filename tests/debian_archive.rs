@@ -689,6 +689,38 @@ fn a_local_archive_resolves_and_refuses_each_defect() {
     let release = debian::release::fetch(&client, &local.source("good", &local.binary)).unwrap();
     assert_eq!(release.suite.as_deref(), Some("good"));
 
+    // A .deb changed in transit (here: one byte on the mirror) is refused by the fetch the
+    // build uses, naming the file, and nothing of it stays in the cache.
+    let served = local._dir.path().join("www/debian").join(&pins[0].filename);
+    let mut bytes = std::fs::read(&served).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&served, &bytes).unwrap();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = gpubake::wheel::cache::WheelCache::open(cache_dir.path().to_path_buf()).unwrap();
+    let url = format!("{}/{}", pins[0].base, pins[0].filename);
+    let e = cache
+        .fetch(
+            &[gpubake::wheel::cache::WheelRef {
+                name: pins[0].name.clone(),
+                version: pins[0].version.clone(),
+                url: url.clone(),
+                size: Some(pins[0].size),
+                sha256: pins[0].sha256.clone(),
+            }],
+            &gpubake::wheel::cache::FetchOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "{url} does not match the lock: expected sha256 {}",
+            pins[0].sha256
+        )),
+        "{e}"
+    );
+    assert!(cache.file_name(&pins[0].sha256).is_none(), "{e}");
+
     let refused = |suite: &str, keyring: &Path| {
         let e = debian::release::fetch(&client, &local.source(suite, keyring))
             .and_then(|r| debian::packages::fetch(&client, &r, "main", "amd64"))

@@ -393,11 +393,20 @@ fn render_pins_the_system_packages_or_says_why_it_cannot() {
     assert!(!dir.path().join("D").exists());
 }
 
+/// The roce preset's settings need libibverbs and a provider. Without them in `system:`,
+/// lint (which reads no base), `resolve --from` and build warn, and the probe in the image,
+/// opening the libraries as NCCL does, fails naming the loader's words; with ibverbs-providers
+/// (which brings libibverbs1) nothing warns and both libraries load in the container.
 #[test]
-fn a_roce_preset_without_libibverbs_is_warned_of_and_with_it_is_not() {
+fn a_roce_preset_without_libibverbs_is_warned_of_and_the_probe_in_the_image_fails() {
     let Some(base) = common::debian_base() else {
         return;
     };
+    if !common::have("docker", "version") {
+        assert!(std::env::var_os("CI").is_none(), "CI has a Docker Engine");
+        eprintln!("skipped: no Docker Engine");
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let from = format!("oci:{}:bookworm", base.display());
     for (system, warned) in [("", true), ("system: [ibverbs-providers]\n", false)] {
@@ -409,7 +418,16 @@ fn a_roce_preset_without_libibverbs_is_warned_of_and_with_it_is_not() {
                  presets: [base, roce]\n{system}"
             ),
         );
-        let to = format!("oci:{}:v1", dir.path().join(format!("o{warned}")).display());
+        let sockets = "NCCL would run across nodes over TCP sockets";
+        let out = gpubake(&["lint", "--json", &recipe]);
+        let lint = stdout(&out);
+        assert_eq!(lint.contains("\"os-need\""), warned, "{system}: {lint}");
+        let out = gpubake(&["resolve", &recipe, "--no-closure", "--from", &from]);
+        assert_exit(&out, 0);
+        assert_eq!(stderr(&out).contains(sockets), warned, "{}", stderr(&out));
+
+        let tag = format!("gpubake-roce-test:{}-{warned}", std::process::id());
+        let to = format!("docker-daemon:{tag}");
         let out = gpubake(&[
             "build",
             "--without-python",
@@ -421,17 +439,76 @@ fn a_roce_preset_without_libibverbs_is_warned_of_and_with_it_is_not() {
         ]);
         assert_exit(&out, 0);
         let err = stderr(&out);
-        assert_eq!(
-            err.contains("NCCL would run across nodes over sockets"),
-            warned,
-            "{system}: {err}"
-        );
+        assert_eq!(err.contains(sockets), warned, "{system}: {err}");
         if warned {
             assert!(
                 err.contains("add `system: [libibverbs1, ibverbs-providers]`"),
                 "{err}"
             );
         }
+        // certify's static checks ask the image's loader for the same names.
+        let out = gpubake(&["certify", &to, "--gpus", "none"]);
+        let text = stdout(&out);
+        let line = text
+            .lines()
+            .find(|l| l.contains("IB transport libraries"))
+            .unwrap_or_else(|| panic!("{text}"));
+        if warned {
+            assert_exit(&out, 1);
+            assert!(
+                line.starts_with("  FAIL") && line.contains("libibverbs.so.1 not found"),
+                "{line}"
+            );
+        } else {
+            assert_exit(&out, 0);
+            assert!(
+                line.starts_with("  PASS")
+                    && line.contains("x86_64-linux-gnu/libibverbs.so.1,")
+                    && line.contains("x86_64-linux-gnu/libmlx5.so.1 (for NCCL_NET=IB"),
+                "{line}"
+            );
+        }
+        let run = Command::new("docker")
+            .args(["run", "--rm", &tag, "gpubake", "probe", "--json"])
+            .output()
+            .unwrap();
+        let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+        let report: serde_json::Value = serde_json::from_slice(&run.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stderr)));
+        let check = |name: &str| {
+            report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap_or_else(|| panic!("no {name} check: {report}"))
+                .clone()
+        };
+        for lib in ["libibverbs.so.1", "libmlx5.so.1"] {
+            let c = check(lib);
+            let detail = c["detail"].as_str().unwrap();
+            assert!(
+                detail.contains("(the image sets NCCL_NET=IB, NCCL_IB_"),
+                "{detail}"
+            );
+            if warned {
+                assert_eq!(c["status"], "FAIL", "{c}");
+                assert!(
+                    detail.contains(&format!("{lib}: cannot open shared object file")),
+                    "{detail}"
+                );
+            } else {
+                assert_eq!(c["status"], "PASS", "{c}");
+                // The file ld.so mapped, as the kernel names it (links resolved).
+                assert!(
+                    detail.contains("loads /usr/lib/x86_64-linux-gnu/lib"),
+                    "{detail}"
+                );
+            }
+        }
+        // Without a GPU the probe's verdict is the environment's either way (exit 3); its
+        // check of the libraries is what differs.
+        assert_eq!(run.status.code(), Some(3), "{report}");
     }
 }
 

@@ -229,6 +229,50 @@ pub fn transport_verdict(
     (Status::Pass, detail.join("; "))
 }
 
+/// What NCCL's log says of its IB transport, for an image or node that needs it: FAIL when
+/// NCCL could not open libibverbs (it then runs across nodes over TCP sockets), PASS when it
+/// opened it (naming the devices it found, or that this node has none), WARN when the log
+/// says nothing of it.
+pub fn ib_verdict(log: &NcclLog) -> (Status, String) {
+    let said = |part: &str| log.ib.iter().find(|l| l.contains(part));
+    if let Some(line) = log
+        .ib
+        .iter()
+        .find(|l| l.contains("libibverbs") && l.to_ascii_lowercase().contains("fail"))
+    {
+        return (
+            Status::Fail,
+            format!(
+                "NCCL could not open libibverbs (\"{line}\"): across nodes it would run over TCP \
+                 sockets; the image needs `system: [libibverbs1, ibverbs-providers]`"
+            ),
+        );
+    }
+    if let Some(line) = said("NET/IB : Using [0]") {
+        return (Status::Pass, format!("NCCL opened libibverbs: \"{line}\""));
+    }
+    if let Some(line) = said("No device found") {
+        return (
+            Status::Pass,
+            format!(
+                "NCCL opened libibverbs and found no RDMA device on this node (\"{line}\"), \
+                 so it used sockets here"
+            ),
+        );
+    }
+    if log.ib.is_empty() {
+        return (
+            Status::Warn,
+            "NCCL's log says nothing of its IB transport, so whether it loads is unknown"
+                .to_string(),
+        );
+    }
+    (
+        Status::Warn,
+        format!("NCCL's IB transport: \"{}\"", log.ib.join("\"; \"")),
+    )
+}
+
 /// The algorithm and protocol NCCL picked per collective and size, for the reader.
 pub fn algorithm_summary(choices: &[Choice]) -> (Status, String) {
     if choices.is_empty() {
@@ -302,6 +346,8 @@ pub struct Launch {
     pub torch: Option<Version>,
     /// Ranks on the node, one per GPU.
     pub ranks: usize,
+    /// The image has numactl on its PATH.
+    pub numactl: bool,
 }
 
 /// Where one GPU sits and how to launch its rank there. WARN "topology hidden" when NVML or
@@ -386,7 +432,8 @@ pub fn affinity_verdict(
 }
 
 /// The launch that binds local rank `local_rank` near its GPU: torchrun's own NUMA binding
-/// where the image's PyTorch has it and the GPU's node is known, else numactl per rank.
+/// where the image's PyTorch has it and the GPU's node is known, else numactl per rank; in an
+/// image without numactl, taskset (util-linux) for the CPUs, saying what numactl would add.
 pub fn launch_line(launch: &Launch, local_rank: usize, node: Option<u32>, cpus: &str) -> String {
     let since: Version = TORCHRUN_NUMA_BINDING_SINCE
         .parse()
@@ -396,6 +443,15 @@ pub fn launch_line(launch: &Launch, local_rank: usize, node: Option<u32>, cpus: 
             "torchrun --nproc-per-node {} --numa-binding node train.py",
             launch.ranks
         ),
+        _ if !launch.numactl => {
+            let memory = node
+                .map(|k| format!(" and memory to NUMA node {k}"))
+                .unwrap_or_default();
+            format!(
+                "taskset -c {cpus} python train.py (local rank {local_rank}); the image has no \
+                 numactl, which would bind the CPUs{memory}: add `system: [numactl]`"
+            )
+        }
         (Some(k), _) => format!(
             "numactl --cpunodebind={k} --membind={k} python train.py (local rank {local_rank})"
         ),
@@ -413,11 +469,13 @@ pub fn affinity_checks(
     nccl: Option<&NcclLog>,
     machine: &Machine,
     torch: Option<&Version>,
+    numactl: bool,
     report: &mut Report,
 ) {
     let launch = Launch {
         torch: torch.cloned(),
         ranks: in_rank_order.len(),
+        numactl,
     };
     for (local_rank, index) in in_rank_order.iter().enumerate() {
         let Some(gpu) = gpus.iter().find(|g| g.index == *index) else {
@@ -441,6 +499,41 @@ mod tests {
     const CUMEM: &str = include_str!("../../tests/fixtures/nccl-logs/p2p-cumem-2.28.log");
     const SHM: &str = include_str!("../../tests/fixtures/nccl-logs/shm-hidden-affinity-2.28.log");
     const SOCKET: &str = include_str!("../../tests/fixtures/nccl-logs/net-socket-2.28.log");
+
+    #[test]
+    fn the_ib_transport_is_read_from_what_nccl_said_of_it() {
+        // Recorded on the H200 machines, which have libibverbs and no RDMA device.
+        let log = NcclLog::parse(include_str!(
+            "../../tests/fixtures/nccl-logs/h200x2-comm-init-all-2.28.9.log"
+        ));
+        assert_eq!(
+            log.ib,
+            [
+                "NET/IB : No device found.",
+                "NET/IB : Using [RO]; OOB eth0:192.0.2.2<0>",
+                "Failed to initialize NET plugin IB"
+            ]
+        );
+        let (status, detail) = ib_verdict(&log);
+        assert_eq!(status, Status::Pass, "{detail}");
+        assert!(
+            detail.contains("found no RDMA device on this node"),
+            "{detail}"
+        );
+        // A log that never mentions the transport proves nothing.
+        let (status, detail) = ib_verdict(&NcclLog::default());
+        assert_eq!(status, Status::Warn, "{detail}");
+        // Devices found: named as NCCL named them.
+        let found = NcclLog::parse(
+            "n1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>\n",
+        );
+        let (status, detail) = ib_verdict(&found);
+        assert_eq!(status, Status::Pass);
+        assert!(
+            detail.contains("[0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE"),
+            "{detail}"
+        );
+    }
 
     fn table() -> &'static ParamTable {
         ParamTable::embedded()
@@ -639,6 +732,7 @@ mod tests {
         let old_torch = Launch {
             torch: Some("2.8.0".parse().unwrap()),
             ranks: 8,
+            numactl: true,
         };
         let g = gpu(5, Some("56-111,168-223"), Some(1));
         let (status, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &old_torch);
@@ -652,6 +746,7 @@ mod tests {
         let new_torch = Launch {
             torch: Some("2.9.1".parse().unwrap()),
             ranks: 8,
+            numactl: true,
         };
         let (_, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &new_torch);
         assert!(
@@ -670,10 +765,42 @@ mod tests {
     }
 
     #[test]
+    fn without_numactl_the_launch_line_binds_cpus_with_taskset_and_says_what_is_missing() {
+        let g = gpu(5, Some("56-111,168-223"), Some(1));
+        for torch in [None, Some("2.8.0".parse().unwrap())] {
+            let launch = Launch {
+                torch,
+                ranks: 8,
+                numactl: false,
+            };
+            let (status, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &launch);
+            assert_eq!(status, Status::Pass);
+            assert!(
+                detail.contains("taskset -c 56-111,168-223 python train.py (local rank 5)")
+                    && detail.contains("and memory to NUMA node 1: add `system: [numactl]`")
+                    && !detail.contains("numactl --"),
+                "{detail}"
+            );
+        }
+        // torchrun binds by itself: numactl is not needed.
+        let launch = Launch {
+            torch: Some("2.9.1".parse().unwrap()),
+            ranks: 8,
+            numactl: false,
+        };
+        let (_, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &launch);
+        assert!(
+            detail.contains("--numa-binding node") && !detail.contains("taskset"),
+            "{detail}"
+        );
+    }
+
+    #[test]
     fn a_hidden_topology_is_said_not_guessed() {
         let launch = Launch {
             torch: None,
             ranks: 2,
+            numactl: true,
         };
         let hidden = |g: &GpuAffinity, nccl: Option<&Affinity>| {
             let (status, detail) = affinity_verdict(g, 0, nccl, &TWO_SOCKETS, &launch);
@@ -720,7 +847,7 @@ mod tests {
             gpu(1, Some("56-111"), Some(1)),
         ];
         let mut report = Report::default();
-        affinity_checks(&gpus, &[1, 0], None, &TWO_SOCKETS, None, &mut report);
+        affinity_checks(&gpus, &[1, 0], None, &TWO_SOCKETS, None, true, &mut report);
         assert_eq!(report.checks.len(), 2);
         assert_eq!(report.checks[0].name, "GPU 1 CPU affinity");
         assert!(report.checks[0].detail.contains("local rank 0"));

@@ -105,6 +105,22 @@ impl Discovery {
         self.root.join(path.trim_start_matches('/'))
     }
 
+    /// Whether the program `name` is on the process's PATH (the Debian default where PATH is
+    /// unset), as a shell would find it.
+    pub fn on_path(&self, name: &str) -> bool {
+        let path = std::env::var("PATH")
+            .ok()
+            .filter(|_| self.root == Path::new("/"))
+            .unwrap_or_else(|| {
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+            });
+        path.split(':').filter(|d| !d.is_empty()).any(|d| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(self.at(d).join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    }
+
     /// The first `name` on the loader's search path, resolved.
     pub fn find_lib(&self, name: &str) -> Option<FoundLib> {
         self.find_all(name).into_iter().next()

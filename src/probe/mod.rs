@@ -19,6 +19,7 @@ pub mod policy;
 pub mod report;
 pub mod require;
 pub mod schedule;
+pub mod transport;
 pub mod worker;
 pub mod world;
 
@@ -484,6 +485,7 @@ fn gpu_phases(
         logged.as_ref(),
         &machine(disc),
         lock.map(|l| &l.torch.version),
+        disc.on_path("numactl"),
         report,
     );
 }
@@ -621,6 +623,10 @@ fn nccl_effective(
         crate::nccl::params::ParamTable::embedded(),
         report,
     );
+    if crate::nccl::needs::of_node(&preset, &transport::rdma_devices(disc)).is_some() {
+        let (status, detail) = effective::ib_verdict(&log);
+        report.push(PHASE, "IB transport", status, detail);
+    }
     report.fact(
         "nccl_effective",
         json!({"variables": preset, "expects_nvlink": expects_nvlink, "log": log}),
@@ -849,7 +855,8 @@ fn environment(disc: &Discovery, report: &mut Report) {
     );
 }
 
-/// The image's lock against the driver, `NVIDIA_REQUIRE_*`, and the NCCL PyTorch would load.
+/// The image's lock against the driver, `NVIDIA_REQUIRE_*`, the NCCL PyTorch would load, and
+/// the libraries its IB transport would.
 /// Returns the lock, which later phases read too.
 fn compatibility(
     disc: &Discovery,
@@ -901,6 +908,7 @@ fn compatibility(
         require_checks(facts, report);
     }
     nccl_check(disc, lock.as_ref(), report);
+    transport::check(disc, report);
     lock
 }
 

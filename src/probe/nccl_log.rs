@@ -31,6 +31,12 @@ pub struct NcclLog {
     pub warnings: Vec<String>,
     /// The network plugin NCCL chose, `Socket` or `IB` (`Using network IB`, src/net.cc).
     pub network: Option<String>,
+    /// What NCCL said of its IB transport, verbatim and in order: whether it could open
+    /// libibverbs (`Failed to open libibverbs.so[.1]`, src/misc/ibvsymbols.cc), the devices it
+    /// found (`NET/IB : No device found.`, `NET/IB : Using [0]mlx5_0:1/RoCE ...`,
+    /// src/transport/net_ib) and whether the plugin came up (`Failed to initialize NET plugin
+    /// IB`, src/plugin/net.cc).
+    pub ib: Vec<String>,
     /// The graphs NCCL's topology search settled on (logged under GRAPH).
     pub graphs: Vec<Graph>,
 }
@@ -199,6 +205,8 @@ impl NcclLog {
             self.add_link(channel, from, to, via);
         } else if let Some(network) = message.strip_prefix("Using network ") {
             self.network = Some(network.trim().to_string());
+        } else if is_about_ib(message) {
+            push_new(&mut self.ib, message.trim().to_string());
         } else if let Some(graph) = graph(message) {
             push_new(&mut self.graphs, graph);
         } else if let Some(counts) = channel_counts(message) {
@@ -556,6 +564,14 @@ pub fn parse_ranges(text: &str) -> Option<Vec<u32>> {
     numbers.sort_unstable();
     numbers.dedup();
     Some(numbers)
+}
+
+/// Whether a message is NCCL's about its IB transport: the `NET/IB` lines, the attempt to
+/// open libibverbs, and the IB plugin's start.
+fn is_about_ib(message: &str) -> bool {
+    message.starts_with("NET/IB ")
+        || message.contains("libibverbs")
+        || message.ends_with("NET plugin IB")
 }
 
 #[cfg(test)]
