@@ -8,6 +8,8 @@
 #   without  NCCL_IB_* settings, no system packages
 #   with     the same settings, system: [rdma-core, ibverbs-providers, numactl, openssh-client]
 #   roce     the roce preset (NCCL_NET=IB) with the same system packages
+# Their locks pin PyTorch 2.11's stack (NCCL 2.28.9), which the machine's torch environment
+# mounts into them (benches/h200-certify.sh).
 # usage: benches/h200-system-images.sh BINARY OUTDIR
 set -euo pipefail
 bin=$(realpath "$1")
@@ -35,8 +37,9 @@ recipe() {
   cat >"$work/$1.yaml" <<YAML
 name: ib-preflight-$1
 base: debian:bookworm
-python: "3.11"
-pytorch: "2.9"
+python: "3.12"
+pytorch: "2.11"
+cuda: "13.0"
 presets: $2
 env:
   NCCL_IB_TIMEOUT: "22"

@@ -535,6 +535,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_ib_lines_recorded_with_and_without_libibverbs_give_their_verdicts() {
+        // What NCCL 2.28.9 said in preflight images under crun on the one-GPU H200 machine
+        // (benches/results/system-h200-2026-12-02): without the packages, with them, and
+        // with them under the roce preset.
+        let recorded: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/nccl-logs/ib-h200-2026-12-02.json"
+        ))
+        .unwrap();
+        let verdict = |name: &str| {
+            let log = NcclLog {
+                ib: serde_json::from_value(recorded[name]["ib"].clone()).unwrap(),
+                ..NcclLog::default()
+            };
+            ib_verdict(&log)
+        };
+        let (status, detail) = verdict("without");
+        assert_eq!(status, Status::Fail, "{detail}");
+        assert!(
+            detail.contains("\"Failed to open libibverbs.so[.1]\""),
+            "{detail}"
+        );
+        for name in ["with", "roce"] {
+            let (status, detail) = verdict(name);
+            assert_eq!(status, Status::Pass, "{name}: {detail}");
+            assert!(detail.contains("found no RDMA device"), "{detail}");
+        }
+    }
+
     fn table() -> &'static ParamTable {
         ParamTable::embedded()
     }

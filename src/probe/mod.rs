@@ -475,6 +475,9 @@ fn gpu_phases(
         &image_presets,
         report,
     );
+    if logged.is_none() && !opts.quick && !disc.nccl_candidates().is_empty() {
+        ib_transport_run(disc, &addresses[0], &env, budget, report);
+    }
     // Local rank r drives CUDA device r, and CUDA counts GPUs in PCI order here.
     let mut by_address: Vec<&GpuUnderTest> = gpus.iter().collect();
     by_address.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
@@ -552,24 +555,7 @@ fn nccl_effective(
     };
     let preset = image_preset(disc);
     let probe_sets = |k: &str| effective::SET_BY_PROBE.contains(&k);
-    let mut run_env: Vec<(String, String)> = env
-        .iter()
-        .chain(preset.iter())
-        .filter(|(k, _)| !probe_sets(k))
-        .cloned()
-        .collect();
-    run_env.extend([
-        ("NCCL_DEBUG".to_string(), "INFO".to_string()),
-        ("NCCL_DEBUG_SUBSYS".to_string(), NCCL_LOG_SUBSYS.to_string()),
-        // NCCL expands %h to the host name and %p to the process id (src/debug.cc,
-        // ncclDebugInit): one file per process, all of them read back.
-        (
-            "NCCL_DEBUG_FILE".to_string(),
-            logs.path().join("nccl.%h.%p.log").display().to_string(),
-        ),
-        // Multicast stays off whatever the image says.
-        ("NCCL_NVLS_ENABLE".to_string(), "0".to_string()),
-    ]);
+    let run_env = logged_env(env, &preset, NCCL_LOG_SUBSYS, logs.path());
     let mut args = selection.to_vec();
     args.extend([
         "nccl".into(),
@@ -632,6 +618,92 @@ fn nccl_effective(
         json!({"variables": preset, "expects_nvlink": expects_nvlink, "log": log}),
     );
     Some(log)
+}
+
+/// The worker's environment for a logged NCCL run: `env`, the image's `preset` (less what the
+/// probe sets itself), NCCL's INFO log of `subsys` into files under `logs`, and multicast off.
+fn logged_env(
+    env: &[(String, String)],
+    preset: &[(String, String)],
+    subsys: &str,
+    logs: &std::path::Path,
+) -> Vec<(String, String)> {
+    let mut run_env: Vec<(String, String)> = env
+        .iter()
+        .chain(preset.iter())
+        .filter(|(k, _)| !effective::SET_BY_PROBE.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    run_env.extend([
+        ("NCCL_DEBUG".to_string(), "INFO".to_string()),
+        ("NCCL_DEBUG_SUBSYS".to_string(), subsys.to_string()),
+        // NCCL expands %h to the host name and %p to the process id (src/debug.cc,
+        // ncclDebugInit): one file per process, all of them read back.
+        (
+            "NCCL_DEBUG_FILE".to_string(),
+            logs.join("nccl.%h.%p.log").display().to_string(),
+        ),
+        // Multicast stays off whatever the image says.
+        ("NCCL_NVLS_ENABLE".to_string(), "0".to_string()),
+    ]);
+    run_env
+}
+
+/// Where the effective run did not happen (one GPU), one rank of NCCL on the GPU at
+/// `address`, for what NCCL says of its IB transport when the image or the node needs it: a
+/// communicator of one rank still starts NCCL's network plugins, IB first (recorded on the
+/// one-GPU H200 machine). With `NCCL_NET=IB` on a node without an RDMA device NCCL refuses to
+/// start, which the check says beside what NCCL logged.
+fn ib_transport_run(
+    disc: &Discovery,
+    address: &str,
+    env: &[(String, String)],
+    budget: Duration,
+    report: &mut Report,
+) {
+    const PHASE: &str = effective::PHASE;
+    let preset = image_preset(disc);
+    if crate::nccl::needs::of_node(&preset, &transport::rdma_devices(disc)).is_none() {
+        return;
+    }
+    let logs = match scratch_dir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            let why = format!("cannot make a directory for NCCL's log: {e}");
+            return report.push(PHASE, "IB transport", Status::Fail, why);
+        }
+    };
+    let run_env = logged_env(env, &preset, "INIT", logs.path());
+    let args: Vec<String> = [
+        "--pci-bus-ids",
+        address,
+        "nccl",
+        "--sizes",
+        "1024",
+        "--iters",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let outcome = run_worker(&args, &run_env, budget);
+    let log = NcclLog::parse(&read_logs(logs.path()));
+    let (mut status, mut detail) = effective::ib_verdict(&log);
+    if let Err(e) = &outcome {
+        if status == Status::Pass {
+            status = Status::Warn;
+        }
+        detail.push_str(&format!(
+            "; NCCL did not start with the image's settings here: {e}"
+        ));
+        if !log.warnings.is_empty() {
+            detail.push_str(&format!(" (NCCL warned: {})", log.warnings.join(" | ")));
+        }
+    }
+    report.push(PHASE, "IB transport", status, format!("one rank: {detail}"));
+    report.fact(
+        "nccl_ib",
+        json!({"ib": log.ib, "warnings": log.warnings, "network": log.network, "ran": outcome.is_ok()}),
+    );
 }
 
 /// Every log file NCCL wrote in `dir`, in name order, as one text.
