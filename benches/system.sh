@@ -5,6 +5,8 @@
 #   gpubake: `build --without-python` of the recipe with and without `system:`, .deb cache
 #            empty (cold) and full (warm, layer cache off); the difference is the system
 #            layer's resolve (InRelease, Packages, solve), download, unpack and compression.
+#            Then the resolve alone (`resolve --from`) and a warm build from its lock
+#            (`build --lock`), which splits the difference into its two halves.
 #   mmdebstrap: `--variant=minbase` of bookworm with and without `--include` of the same
 #            packages (apt downloads, dpkg unpacks and configures, into a tarball); the
 #            difference is what the packages cost it. Its own apt cache starts empty each time.
@@ -44,6 +46,15 @@ g_cold=$(best build "$work/with.yaml")
 before=''
 g_warm=$(best build "$work/with.yaml")
 layer=$(grep -o 'system .*' "$work/last.log" | awk '{print $3, $4}')
+# The resolve alone (InRelease verified, Packages fetched and checked, the solve), and a warm
+# build from its lock, which resolves nothing: fetch from the cache, unpack, compress, write.
+resolve() { "$bin" resolve "$1" --no-closure --from "oci:$work/base:bookworm" -o "$work/$2.lock"; }
+r_none=$(best resolve "$work/none.yaml" none)
+r_with=$(best resolve "$work/with.yaml" with)
+locked() { rm -rf "$work/out"; "$bin" build --without-python "$1" --no-cache --lock "$work/$2.lock" \
+  --from "oci:$work/base:bookworm" --to "oci:$work/out:v1"; }
+l_none=$(best locked "$work/none.yaml" none)
+l_with=$(best locked "$work/with.yaml" with)
 
 debstrap() { rm -f "$work/root.tar"; mmdebstrap --quiet --variant=minbase \
   --include=python3,ca-certificates${1:+,$1} bookworm "$work/root.tar"; }
@@ -56,4 +67,6 @@ echo "system packages: $packages ($pkgs with their closure); layer $layer; best 
 printf '| | without | with | the packages cost |\n|---|---:|---:|---:|\n'
 printf '| gpubake build, .debs downloaded (cold) | %s | %s | %.2f |\n' "$g_none" "$g_cold" "$(echo "$g_cold - $g_none" | bc)"
 printf '| gpubake build, .debs cached (warm) | %s | %s | %.2f |\n' "$g_none" "$g_warm" "$(echo "$g_warm - $g_none" | bc)"
+printf '| gpubake resolve --from (InRelease, Packages, solve) | %s | %s | %.2f |\n' "$r_none" "$r_with" "$(echo "$r_with - $r_none" | bc)"
+printf '| gpubake build --lock, .debs cached (unpack, compress, write) | %s | %s | %.2f |\n' "$l_none" "$l_with" "$(echo "$l_with - $l_none" | bc)"
 printf '| mmdebstrap --variant=minbase (apt, dpkg) | %s | %s | %.2f |\n' "$m_none" "$m_with" "$(echo "$m_with - $m_none" | bc)"

@@ -88,6 +88,10 @@ pub struct Lock {
     /// Left out when the recipe asks for none, so other locks keep their bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub system: Vec<SystemPackage>,
+    /// The recipe's `system:` asks those pins were resolved for (`name` or `name=version`),
+    /// so that a build taking its pins from this lock knows they are the recipe's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_asked: Vec<String>,
     /// What nvidia-container-toolkit reads from the image.
     pub nvidia: NvidiaEnv,
     /// The merged environment, sorted by name, with provenance.
@@ -274,6 +278,16 @@ impl Lock {
             "# gpubake lock for recipe `{}` ({}); written by `gpubake resolve`, do not edit.\n{body}",
             self.recipe.name, self.recipe.file
         )
+    }
+
+    /// Records the OS packages `pins` resolved for the recipe's `system:` `asked`.
+    pub fn set_system(&mut self, asked: &[String], pins: Vec<SystemPackage>) {
+        self.system_asked = if pins.is_empty() {
+            Vec::new()
+        } else {
+            asked.to_vec()
+        };
+        self.system = pins;
     }
 
     /// Every environment variable the image sets: the merged presets and the NVIDIA ones.

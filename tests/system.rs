@@ -512,27 +512,116 @@ fn a_roce_preset_without_libibverbs_is_warned_of_and_the_probe_in_the_image_fail
     }
 }
 
+/// `--offline` takes the OS packages' pins from a lock (`--lock`) and their .debs from the
+/// cache: the image is the online build's, an empty cache fails naming the .deb, and a lock
+/// resolved for other asks, or none at all, is refused at its field before any network.
 #[test]
-fn an_offline_build_with_system_packages_is_refused_before_reaching_the_network() {
+fn an_offline_build_installs_the_locks_pins_from_the_cache_and_refuses_without_them() {
     let Some(base) = common::debian_base() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    let from = format!("oci:{}:bookworm", base.display());
     let recipe = recipe(dir.path(), "[numactl]");
+    let lock = dir.path().join("gpubake.lock").display().to_string();
+    let out = gpubake(&[
+        "resolve",
+        &recipe,
+        "--no-closure",
+        "--from",
+        &from,
+        "-o",
+        &lock,
+    ]);
+    assert_exit(&out, 0);
+    let build = |cache: &str, extra: &[&str], to: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args([
+                "build",
+                "--without-python",
+                &recipe,
+                "--from",
+                &from,
+                "--lock",
+                &lock,
+            ])
+            .args(extra)
+            .args(["--to", &format!("oci:{}:v1", dir.path().join(to).display())])
+            .env("GPUBAKE_CACHE_DIR", dir.path().join(cache))
+            .output()
+            .unwrap()
+    };
+    let manifest = |o: &std::process::Output| {
+        stdout(o)
+            .lines()
+            .find(|l| l.trim_start().starts_with("manifest"))
+            .map(str::to_string)
+    };
+    let online = build("cache", &[], "online");
+    assert_exit(&online, 0);
+    let offline = build("cache", &["--offline", "--no-cache"], "offline");
+    assert_exit(&offline, 0);
+    assert_eq!(
+        manifest(&online),
+        manifest(&offline),
+        "{}",
+        stderr(&offline)
+    );
+    // An empty cache: the first .deb is missing, and nothing was fetched.
+    let empty = build("empty", &["--offline"], "empty");
+    assert_exit(&empty, 3);
+    let err = stderr(&empty);
+    assert!(
+        err.contains(".debs are not in the cache") && err.contains("numactl_"),
+        "{err}"
+    );
+    assert!(!dir.path().join("empty").exists());
+
+    // The recipe now asks for more than the lock pins.
+    let recipe = super_recipe(dir.path());
     let out = gpubake(&[
         "build",
+        "--without-python",
+        &recipe,
+        "--offline",
+        "--lock",
+        &lock,
+        "--from",
+        &from,
+        "--to",
+        &format!("oci:{}:v1", dir.path().join("stale").display()),
+    ]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("gpubake.lock")
+            && err.contains("system_asked")
+            && err.contains(
+                "`system: [numactl]`, and the recipe asks for `system: [numactl, openssh-client]`"
+            ),
+        "{err}"
+    );
+    // No lock at all: refused at the recipe's field, saying what to pass.
+    let out = gpubake(&[
+        "build",
+        "--without-python",
         &recipe,
         "--offline",
         "--from",
-        &format!("oci:{}:bookworm", base.display()),
+        &from,
         "--to",
         &format!("oci:{}:v1", dir.path().join("o").display()),
     ]);
     assert_exit(&out, 2);
     let err = stderr(&out);
     assert!(
-        err.contains("r.yaml:6") && err.contains("--offline"),
+        err.contains("r.yaml:6") && err.contains("pass --lock"),
         "{err}"
     );
-    assert!(!dir.path().join("o").exists());
+    assert!(!dir.path().join("o").exists() && !dir.path().join("stale").exists());
+}
+
+/// The test recipe asking for one more package than [numactl].
+fn super_recipe(dir: &Path) -> String {
+    recipe(dir, "[numactl, openssh-client]")
 }

@@ -34,15 +34,21 @@ pub struct Args {
     /// Install this closure (PEP 751) instead of pylock.NAME.toml beside the recipe.
     #[arg(long, value_name = "FILE")]
     pylock: Option<PathBuf>,
-    /// Build from the pylock and the wheel cache alone: no resolution, no download.
+    /// Build from the pylock and the wheel cache alone: no resolution, no download (a
+    /// recipe with `system:` also needs --lock for its packages' pins).
     #[arg(long)]
     offline: bool,
+    /// Take the `system:` packages' pins from this lock (what `resolve -o` or --lock-out
+    /// wrote for the same recipe) instead of resolving them from the archive: an OS layer
+    /// that reproduces the lock's, and what an --offline build installs.
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
     /// Also write the lock the image holds here (atomically), with the closure it
     /// installs beside it as pylock.NAME.toml, as `resolve -o` writes them.
     #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
     lock_out: Option<PathBuf>,
     /// Leave the Python stack out: a node preflight image with the probe and presets only.
-    #[arg(long, conflicts_with_all = ["pylock", "offline"])]
+    #[arg(long, conflicts_with = "pylock")]
     without_python: bool,
     /// The most layers the Python stack may take (one per large wheel, then groups; at
     /// least 4: the venv, the small nvidia wheels, the rest, the extras).
@@ -134,7 +140,8 @@ pub fn run(mut args: Args) -> Result<i32> {
     if !args.skip_checks {
         crate::lint::gate(&loaded, &options)?;
     }
-    resolved.lock.system = system_packages(&args, &loaded, from.as_ref(), &resolved)?;
+    let pins = system_packages(&args, &loaded, from.as_ref(), &resolved)?;
+    resolved.lock.set_system(&loaded.recipe.system, pins);
     if args.engine_build {
         return engine_build(&args, &loaded, resolved.lock, &to, from.as_ref());
     }
@@ -225,14 +232,21 @@ fn system_packages(
     if recipe.system.is_empty() {
         return Ok(Vec::new());
     }
+    if let Some(path) = &args.lock {
+        return pins_of_lock(path, &recipe.system);
+    }
     if args.offline {
         // Pinning reads the archive's signed indexes; a build that promised not to reach
         // the network says so rather than reach it.
         return Err(loaded.doc.invalid(
             &["system"],
-            "--offline: system packages are pinned from their archive's signed index at \
-             build time, which needs the network",
-            Some("build without --offline; the .debs themselves come from the cache".into()),
+            "--offline: system packages are pinned from their archive's signed index, which \
+             needs the network",
+            Some(
+                "pass --lock with a lock `resolve -o` wrote for this recipe: its pins, and the \
+                 .debs from the cache"
+                    .into(),
+            ),
         ));
     }
     let base = match from {
@@ -265,6 +279,26 @@ fn system_packages(
         .and_then(std::path::Path::parent)
         .unwrap_or(std::path::Path::new("."));
     crate::bake::system::resolve(&image, loaded, dir)
+}
+
+/// The `system:` pins of the lock at `path`, which must have been resolved for the same
+/// `asked` (the recipe's `system:`).
+fn pins_of_lock(path: &Path, asked: &[String]) -> Result<Vec<crate::lock::SystemPackage>> {
+    let doc = crate::document::Document::read(path)?;
+    let lock: crate::lock::Lock = doc.parse("lock", |_| None)?;
+    if lock.system_asked != asked {
+        return Err(doc.invalid(
+            &["system_asked"],
+            format!(
+                "the lock's pins were resolved for `system: [{}]`, and the recipe asks for \
+                 `system: [{}]`",
+                lock.system_asked.join(", "),
+                asked.join(", ")
+            ),
+            Some("resolve -o again for this recipe".into()),
+        ));
+    }
+    Ok(lock.system)
 }
 
 /// The base the build reads: --from, or without it the recipe's base pulled from its

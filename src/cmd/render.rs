@@ -64,7 +64,8 @@ pub fn run(args: Args) -> Result<i32> {
     // The Dockerfile installs the same pins a daemonless build unpacks.
     if !loaded.recipe.system.is_empty() {
         let base = super::open_base(&loaded, from.as_deref())?;
-        resolved.lock.system = super::system_pins(&loaded, recipe.as_deref(), &base)?;
+        let pins = super::system_pins(&loaded, recipe.as_deref(), &base)?;
+        resolved.lock.set_system(&loaded.recipe.system, pins);
     }
     let (plan, dockerfile) = ContextPlan::with_dockerfile(
         &loaded,

@@ -65,7 +65,8 @@ pub fn run(args: Args) -> Result<i32> {
     let env = resolved.lock.image_env();
     if !loaded.recipe.system.is_empty() || args.from.is_some() {
         let base = super::open_base(&loaded, args.from.as_deref())?;
-        resolved.lock.system = super::system_pins(&loaded, args.recipe.as_deref(), &base)?;
+        let pins = super::system_pins(&loaded, args.recipe.as_deref(), &base)?;
+        resolved.lock.set_system(&loaded.recipe.system, pins);
         if let Some(w) = crate::bake::system::unmet_need(&base, &env, &resolved.lock.system)? {
             eprintln!("warning: {w}");
         }

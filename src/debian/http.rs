@@ -30,7 +30,11 @@ impl Client {
     /// outgrows its limit is not one an archive serves.
     pub fn get(&self, url: &str, limit: u64) -> Result<Vec<u8>> {
         let mut response = self.agent.get(url).call().map_err(|e| {
-            Error::Environment(format!("cannot reach the package archive at {url}: {e}"))
+            Error::Environment(format!(
+                "cannot reach the package archive at {url}: {e}; where the archive is out of \
+                 reach, `build --offline --lock LOCK` installs the pins an earlier `resolve -o` \
+                 wrote, from the .debs in the cache"
+            ))
         })?;
         let status = response.status().as_u16();
         if status != 200 {

@@ -641,6 +641,7 @@ fn build_lock(
         labels,
         warnings,
         system: Vec::new(),
+        system_asked: Vec::new(),
         wheels: Vec::new(),
     }
 }

@@ -699,8 +699,14 @@ fn first_failure(failed: Vec<(&WheelRef, Error)>) -> Error {
 }
 
 fn offline_error(root: &Path, missing: &[(&WheelRef, Option<String>)]) -> Error {
+    // The cache holds the OS packages' .debs too.
+    let noun = if missing.iter().all(|(w, _)| w.file_name().ends_with(".deb")) {
+        ".deb"
+    } else {
+        "wheel"
+    };
     let mut text = format!(
-        "--offline: {} wheel{} not in the cache at {}:",
+        "--offline: {} {noun}{} not in the cache at {}:",
         missing.len(),
         if missing.len() == 1 { " is" } else { "s are" },
         root.display()
