@@ -9,7 +9,7 @@ use super::stack;
 use crate::error::{Error, Result};
 use crate::image::digest::Digest;
 use crate::image::layer::{
-    BuiltLayer, Compression, Entry, LayerSpec, Source, build_layer, tree_entries,
+    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, Source, build_layer, tree_entries,
 };
 use crate::image::layout::{Layout, digest_of};
 use crate::image::model::{ConfigView, Image, IndexImage, Platform, strings};
@@ -18,7 +18,7 @@ use crate::lock::LOCK_PATH_IN_IMAGE;
 use crate::lock::{BASE_NAME, PROBE_PATH_IN_IMAGE};
 use crate::recipe::LoadedRecipe;
 use crate::resolve::Resolved;
-use crate::wheel::cache::{FetchOptions, WheelCache};
+use crate::wheel::cache::{FetchOptions, FetchTimes, WheelCache};
 use oci_spec::image::{Descriptor, ImageManifestBuilder, MediaType};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -63,6 +63,29 @@ pub struct LayerLine {
     pub size: u64,
     /// Taken from the cache or the base rather than written now.
     pub reused: bool,
+    /// Where the time went, for a layer written now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing: Option<LayerTiming>,
+}
+
+/// Where a build's time went, phase by phase (each layer's own is in its [`LayerLine`]).
+#[derive(Debug, Default, Serialize)]
+pub struct BuildTimings {
+    /// Seconds before the first layer: resolving the recipe and its closure, checking the
+    /// base (the command measures it; zero for a library caller that did not).
+    pub resolve_s: f64,
+    /// Seconds reading the base and importing its blobs.
+    pub base_s: f64,
+    /// The wheels' download and verification.
+    pub fetch: FetchTimes,
+    /// Seconds writing the layers (the OS layer's, the stack's, the recipe's), fetching
+    /// included.
+    pub layers_s: f64,
+    /// Seconds putting the image where it goes: a layout's tag, the archive, the engine's
+    /// load, the registry's push.
+    pub transfer_s: f64,
+    /// Seconds of the whole build, from the command's start when it measured one.
+    pub total_s: f64,
 }
 
 /// What a build produced.
@@ -81,6 +104,8 @@ pub struct BuildReport {
     /// Each platform's manifest, when the recipe names its platforms.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub platforms: Vec<PlatformLine>,
+    /// Where the time went.
+    pub timings: BuildTimings,
 }
 
 /// The timestamp reproducible builds use: `SOURCE_DATE_EPOCH` when set, else 0.
@@ -138,6 +163,7 @@ pub fn build_for(
     opts: &BuildOptions,
     platforms: &PlatformOptions,
 ) -> Result<BuildReport> {
+    let started = std::time::Instant::now();
     let base_ref = match &opts.from {
         Some(t) => t.clone(),
         // The recipe's `base:` is an image reference (`nvidia/cuda:12.8.1-…`), pulled from its
@@ -217,7 +243,8 @@ pub fn build_for(
         )?);
     }
     let name = format!("{}:latest", loaded.recipe.name);
-    let report = if multi {
+    let transfer = std::time::Instant::now();
+    let mut report = if multi {
         let images = built
             .iter()
             .map(|b| {
@@ -235,6 +262,7 @@ pub fn build_for(
             config: digest_of(&first.config)?,
             layers: first.lines(),
             platforms: built.iter().map(PlatformBuilt::line).collect(),
+            timings: BuildTimings::default(),
         }
     } else {
         let one = &built[0];
@@ -253,7 +281,18 @@ pub fn build_for(
             } else {
                 Vec::new()
             },
+            timings: BuildTimings::default(),
         }
+    };
+    report.timings = BuildTimings {
+        resolve_s: 0.0,
+        base_s: built.iter().map(|b| b.base_s).sum(),
+        fetch: built
+            .iter()
+            .fold(FetchTimes::default(), |all, b| all + b.fetch.clone()),
+        layers_s: built.iter().map(|b| b.layers_s).sum(),
+        transfer_s: transfer.elapsed().as_secs_f64(),
+        total_s: started.elapsed().as_secs_f64(),
     };
     if let Some(done) = new_layout.take() {
         done.keep();
@@ -452,6 +491,9 @@ struct PlatformBuilt {
     base_layers: Vec<Descriptor>,
     built: Vec<(String, String, BuiltLayer)>,
     origin: Option<crate::image::model::Origin>,
+    base_s: f64,
+    layers_s: f64,
+    fetch: FetchTimes,
 }
 
 impl PlatformBuilt {
@@ -464,6 +506,7 @@ impl PlatformBuilt {
                 digest: d.digest().to_string(),
                 size: d.size(),
                 reused: true,
+                timing: None,
             })
             .collect();
         lines.extend(self.built.iter().map(|(name, _, l)| LayerLine {
@@ -471,6 +514,7 @@ impl PlatformBuilt {
             digest: l.descriptor.digest().to_string(),
             size: l.descriptor.size(),
             reused: l.reused,
+            timing: l.timing.clone(),
         }));
         lines
     }
@@ -497,6 +541,7 @@ fn build_platform(
     name_platform: bool,
 ) -> Result<PlatformBuilt> {
     let dest = &opts.to;
+    let base_started = std::time::Instant::now();
     let (base, mut config, python) =
         base_for(base_ref, platform, &resolved.lock, closure.is_some())?;
     if name_platform {
@@ -512,7 +557,9 @@ fn build_platform(
         }
     }
     import(&base, store, base_ref)?;
+    let base_s = base_started.elapsed().as_secs_f64();
 
+    let layers_started = std::time::Instant::now();
     let specs = layer_specs(loaded, resolved, probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     let mut extra_env = Vec::new();
@@ -562,6 +609,7 @@ fn build_platform(
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 
+    let layers_s = layers_started.elapsed().as_secs_f64();
     let created = crate::units::rfc3339(opts.epoch);
     edit_config(&mut config, resolved, &extra_env, &built, &created);
     let (key, value) = stack::stack_label(closure.is_some());
@@ -606,6 +654,9 @@ fn build_platform(
         base_layers: base.manifest().layers().clone(),
         built,
         origin: base.origin().cloned(),
+        base_s,
+        layers_s,
+        fetch: cache.times(),
     })
 }
 

@@ -75,6 +75,11 @@ pub struct Args {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// Also print where the time went: resolution, the base, the wheels' download and
+    /// verification, and for each layer written its install, compression, hashing and
+    /// writing, then the transfer to the destination (`--json` always reports them).
+    #[arg(long)]
+    timings: bool,
     /// Also write the image's SBOM here (atomically), after the image: the base by its
     /// digest, every wheel with its sha256 and URL, the lock's pins. For a docker://
     /// image it is also attached there as a referrer. Not with --engine-build, whose
@@ -100,6 +105,7 @@ pub struct Args {
 /// Reads the base, resolves and lints the recipe, builds the image and writes what was asked
 /// for beside it (the lock, the SBOM).
 pub fn run(mut args: Args) -> Result<i32> {
+    let began = std::time::Instant::now();
     let loaded = args.files.load(args.recipe.as_deref())?;
     // An SBOM or lock path that could never be written is refused before the build,
     // not after.
@@ -183,7 +189,10 @@ pub fn run(mut args: Args) -> Result<i32> {
             Vec::new()
         },
     };
-    let report = crate::bake::build_for(&loaded, &resolved, &opts, &platforms)?;
+    let resolve_s = began.elapsed().as_secs_f64();
+    let mut report = crate::bake::build_for(&loaded, &resolved, &opts, &platforms)?;
+    report.timings.resolve_s = resolve_s;
+    report.timings.total_s = began.elapsed().as_secs_f64();
     if let Some(path) = &args.lock_out {
         crate::closure::write_lock(&resolved.lock, &closures, path)?;
     }
@@ -193,7 +202,58 @@ pub fn run(mut args: Args) -> Result<i32> {
         write_sbom(path, args.sbom_format, (&resolved, &wheels), &opts, &report)?;
     }
     print_report(&report, start, args.json);
+    if args.timings && !args.json {
+        print_timings(&report);
+    }
     Ok(0)
+}
+
+/// `--timings`: one line per phase, then one per layer written, in CPU seconds per stage
+/// (the stages of a layer run at once, so its wall time is not their sum).
+fn print_timings(report: &BuildReport) {
+    use crate::units::human_size;
+    let t = &report.timings;
+    let f = &t.fetch;
+    println!("timings (seconds)");
+    println!("  resolve    {:>8.2}", t.resolve_s);
+    println!("  base       {:>8.2}", t.base_s);
+    println!(
+        "  wheels     {:>8.2}  downloaded {} in {} files, verified {} cached in {} files ({:.2} s hashing)",
+        f.wall_s,
+        human_size(f.downloaded_bytes),
+        f.downloaded_files,
+        human_size(f.verified_bytes),
+        f.verified_files,
+        f.verify_s
+    );
+    println!("  layers     {:>8.2}", t.layers_s);
+    println!("  transfer   {:>8.2}", t.transfer_s);
+    println!("  total      {:>8.2}", t.total_s);
+    let written: Vec<_> = report
+        .layers
+        .iter()
+        .filter_map(|l| l.timing.as_ref().map(|t| (l, t)))
+        .collect();
+    if written.is_empty() {
+        return;
+    }
+    println!(
+        "  {:<24} {:>10} {:>10} {:>7} {:>8} {:>8} {:>6} {:>6}",
+        "layer written", "tar", "blob", "wall", "install", "compress", "hash", "write"
+    );
+    for (l, t) in written {
+        println!(
+            "  {:<24} {:>10} {:>10} {:>7.2} {:>8.2} {:>8.2} {:>6.2} {:>6.2}",
+            l.name,
+            human_size(t.tar_bytes),
+            human_size(l.size),
+            t.wall_s,
+            t.install_s,
+            t.compress_s,
+            t.hash_s,
+            t.write_s
+        );
+    }
 }
 
 /// Each platform's closure: read from its own file or resolved into the cache (none for an

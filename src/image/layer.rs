@@ -112,6 +112,29 @@ pub struct BuiltLayer {
     /// Found in the cache, not written.
     #[serde(skip)]
     pub reused: bool,
+    /// Where the time went, for a layer written now.
+    #[serde(skip)]
+    pub timing: Option<LayerTiming>,
+}
+
+/// Where the time of writing one layer went. The stages run at once on threads of their
+/// own, so each is the CPU time its threads used: the wall time is about the largest of
+/// them when one stage holds the others up, and less than their sum when they overlap.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LayerTiming {
+    /// Seconds from the first entry to the committed blob.
+    pub wall_s: f64,
+    /// CPU seconds making the tar stream: reading and inflating wheel members, checking
+    /// them against RECORD, tar framing.
+    pub install_s: f64,
+    /// CPU seconds compressing.
+    pub compress_s: f64,
+    /// CPU seconds hashing the uncompressed stream (the diff ID).
+    pub hash_s: f64,
+    /// CPU seconds hashing the compressed stream (the digest) and writing it out.
+    pub write_s: f64,
+    /// Bytes of the uncompressed tar stream.
+    pub tar_bytes: u64,
 }
 
 /// Builds `spec` into `layout`, or finds it in the cache unless `use_cache` is false.
@@ -342,9 +365,20 @@ struct Encoder {
     kind: Kind,
     pool: Pool,
     to_hasher: Option<mpsc::SyncSender<Block>>,
-    hasher: Option<thread::JoinHandle<Digest>>,
+    hasher: Option<thread::JoinHandle<(Digest, f64)>>,
     to_writer: Option<mpsc::SyncSender<Chunk>>,
-    writer: Option<thread::JoinHandle<io::Result<()>>>,
+    writer: Option<thread::JoinHandle<(io::Result<()>, f64)>>,
+    /// CPU seconds the gzip workers have used, added as each one ends.
+    gzip_cpu: Arc<Mutex<f64>>,
+}
+
+/// What the encoder's threads did once it finished.
+struct Finished {
+    diff_id: Digest,
+    hash_s: f64,
+    write_s: f64,
+    /// The gzip workers' CPU seconds; None for zstd, whose threads are its own.
+    gzip_s: Option<f64>,
 }
 
 impl Encoder {
@@ -359,13 +393,20 @@ impl Encoder {
         let (to_hasher, blocks) = mpsc::sync_channel(QUEUE);
         let hasher = thread::Builder::new().name("layer-hash".into()).spawn({
             let pool = pool.clone();
-            move || hash_all(blocks, &pool)
+            move || {
+                let diff_id = hash_all(blocks, &pool);
+                (diff_id, crate::units::thread_cpu_seconds())
+            }
         })?;
         let (to_writer, chunks) = mpsc::sync_channel(QUEUE);
         let writer = thread::Builder::new().name("layer-writer".into()).spawn({
             let pool = pool.clone();
-            move || drain(chunks, out, &pool)
+            move || {
+                let written = drain(chunks, out, &pool);
+                (written, crate::units::thread_cpu_seconds())
+            }
         })?;
+        let gzip_cpu = Arc::new(Mutex::new(0.0));
         let kind = match compression {
             Compression::Gzip => {
                 let (jobs, queue) = mpsc::sync_channel::<Job>(threads);
@@ -373,9 +414,15 @@ impl Encoder {
                 let workers = (0..threads)
                     .map(|i| {
                         let (queue, pool) = (queue.clone(), pool.clone());
+                        let cpu = gzip_cpu.clone();
                         thread::Builder::new()
                             .name(format!("gzip-{i}"))
-                            .spawn(move || gzip_worker(&queue, &pool, compression.level() as i32))
+                            .spawn(move || {
+                                gzip_worker(&queue, &pool, compression.level() as i32);
+                                if let Ok(mut total) = cpu.lock() {
+                                    *total += crate::units::thread_cpu_seconds();
+                                }
+                            })
                     })
                     .collect::<io::Result<_>>()?;
                 Kind::Gzip {
@@ -405,6 +452,7 @@ impl Encoder {
             hasher: Some(hasher),
             to_writer: Some(to_writer),
             writer: Some(writer),
+            gzip_cpu,
         })
     }
 
@@ -455,14 +503,16 @@ impl Encoder {
     /// The error that stopped the writer thread, which has hung up.
     fn writer_error(&mut self) -> io::Error {
         match self.writer.take().map(thread::JoinHandle::join) {
-            Some(Ok(Err(e))) => e,
+            Some(Ok((Err(e), _))) => e,
             Some(Err(panic)) => std::panic::resume_unwind(panic),
             _ => io::Error::other("the layer writer stopped"),
         }
     }
 
-    /// Ends the stream, waits for every thread and flushes the file; returns the diff ID.
-    fn finish(mut self) -> io::Result<Digest> {
+    /// Ends the stream, waits for every thread and flushes the file; returns the diff ID
+    /// and what each thread cost.
+    fn finish(mut self) -> io::Result<Finished> {
+        let gzip = matches!(self.kind, Kind::Gzip { .. });
         if !self.block.is_empty() || !self.sent {
             self.send_block()?;
         }
@@ -491,17 +541,24 @@ impl Encoder {
             }
         }
         drop(self.to_writer.take());
-        match self.writer.take().map(thread::JoinHandle::join) {
-            Some(Ok(result)) => result?,
+        let write_s = match self.writer.take().map(thread::JoinHandle::join) {
+            Some(Ok((result, cpu))) => result.map(|()| cpu)?,
             Some(Err(panic)) => std::panic::resume_unwind(panic),
             None => return Err(io::Error::other("the layer writer stopped")),
-        }
+        };
         drop(self.to_hasher.take());
-        match self.hasher.take().map(thread::JoinHandle::join) {
-            Some(Ok(diff_id)) => Ok(diff_id),
+        let (diff_id, hash_s) = match self.hasher.take().map(thread::JoinHandle::join) {
+            Some(Ok(hashed)) => hashed,
             Some(Err(panic)) => std::panic::resume_unwind(panic),
-            None => Err(io::Error::other("the layer hasher stopped")),
-        }
+            None => return Err(io::Error::other("the layer hasher stopped")),
+        };
+        let gzip_s = gzip.then(|| self.gzip_cpu.lock().map(|t| *t).unwrap_or(0.0));
+        Ok(Finished {
+            diff_id,
+            hash_s,
+            write_s,
+            gzip_s,
+        })
     }
 }
 
@@ -969,6 +1026,8 @@ fn write_layer_on(
     epoch: u64,
     threads: usize,
 ) -> Result<BuiltLayer> {
+    let started = std::time::Instant::now();
+    let cpu_before = crate::units::process_cpu_seconds();
     let mut blob = layout.blob_writer()?;
     let blobs = layout.root().join("blobs");
     let io_err = |e: io::Error| Error::io(&blobs, e);
@@ -978,15 +1037,31 @@ fn write_layer_on(
         inner: encoder,
         bar: bar.clone(),
     });
+    let install_before = crate::units::thread_cpu_seconds();
     append_entries(&mut tar, &spec.entries, epoch, &blobs)?;
     let encoder = tar.into_inner().map_err(io_err)?.inner;
+    let install_s = crate::units::thread_cpu_seconds() - install_before;
     bar.finish_and_clear();
-    let diff_id = encoder.finish().map_err(io_err)?;
+    let tar_bytes = bar.position();
+    let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
+    // zstd's workers are its own threads: they are what the process used beyond the rest.
+    let compress_s = done.gzip_s.unwrap_or_else(|| {
+        let all = crate::units::process_cpu_seconds() - cpu_before;
+        (all - install_s - done.hash_s - done.write_s).max(0.0)
+    });
     Ok(BuiltLayer {
         descriptor: descriptor(compression.media_type(), &digest, size),
-        diff_id,
+        diff_id: done.diff_id,
         reused: false,
+        timing: Some(LayerTiming {
+            wall_s: started.elapsed().as_secs_f64(),
+            install_s,
+            compress_s,
+            hash_s: done.hash_s,
+            write_s: done.write_s,
+            tar_bytes,
+        }),
     })
 }
 
@@ -1200,6 +1275,14 @@ mod tests {
                 tar == expected,
                 "{compression:?}: the blob holds the layer's tar"
             );
+            // The timing counts the tar stream it wrote, and every stage did some work.
+            let t = one.timing.clone().expect("a layer written now is timed");
+            assert_eq!(t.tar_bytes, tar.len() as u64, "{compression:?}");
+            assert!(
+                t.compress_s > 0.0 && t.hash_s > 0.0,
+                "{compression:?}: {t:?}"
+            );
+            assert!(t.wall_s > 0.0 && t.write_s > 0.0, "{compression:?}: {t:?}");
             // Random bytes cannot shrink; text does, so the blob is well under the tar.
             let incompressible = BLOCK + 3 * PIECE + PIECE / 2 + BLOCK / 2;
             assert!(packed.len() > incompressible, "{compression:?}");

@@ -20,8 +20,8 @@ use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes read from the network (and from cached files) per step.
@@ -109,6 +109,50 @@ impl Default for Network {
 pub struct WheelCache {
     root: PathBuf,
     network: Network,
+    tally: Arc<Tally>,
+}
+
+/// What the fetches through one [`WheelCache`] did, for `build --timings`.
+#[derive(Debug, Default)]
+struct Tally {
+    fetch_ns: AtomicU64,
+    downloaded_files: AtomicU64,
+    downloaded_bytes: AtomicU64,
+    verified_files: AtomicU64,
+    verified_bytes: AtomicU64,
+    verify_ns: AtomicU64,
+}
+
+/// What the fetches through one cache did, so far.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct FetchTimes {
+    /// Seconds the fetches took, from the first check to the last wheel in place.
+    pub wall_s: f64,
+    /// Wheels downloaded, each hashed as it arrived.
+    pub downloaded_files: u64,
+    /// Their bytes.
+    pub downloaded_bytes: u64,
+    /// Cached wheels hashed again before use.
+    pub verified_files: u64,
+    /// Their bytes.
+    pub verified_bytes: u64,
+    /// Seconds hashing cached wheels, summed over the threads that did it.
+    pub verify_s: f64,
+}
+
+impl std::ops::Add for FetchTimes {
+    type Output = FetchTimes;
+
+    fn add(self, o: FetchTimes) -> FetchTimes {
+        FetchTimes {
+            wall_s: self.wall_s + o.wall_s,
+            downloaded_files: self.downloaded_files + o.downloaded_files,
+            downloaded_bytes: self.downloaded_bytes + o.downloaded_bytes,
+            verified_files: self.verified_files + o.verified_files,
+            verified_bytes: self.verified_bytes + o.verified_bytes,
+            verify_s: self.verify_s + o.verify_s,
+        }
+    }
 }
 
 impl WheelCache {
@@ -124,7 +168,22 @@ impl WheelCache {
         Ok(WheelCache {
             root,
             network: Network::default(),
+            tally: Arc::default(),
         })
+    }
+
+    /// What the fetches through this cache have done so far.
+    pub fn times(&self) -> FetchTimes {
+        let t = &self.tally;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FetchTimes {
+            wall_s: get(&t.fetch_ns) as f64 / 1e9,
+            downloaded_files: get(&t.downloaded_files),
+            downloaded_bytes: get(&t.downloaded_bytes),
+            verified_files: get(&t.verified_files),
+            verified_bytes: get(&t.verified_bytes),
+            verify_s: get(&t.verify_ns) as f64 / 1e9,
+        }
     }
 
     /// The same cache with other network limits (tests use short ones).
@@ -166,6 +225,14 @@ impl WheelCache {
         if wheels.is_empty() {
             return Ok(Vec::new());
         }
+        let started = Instant::now();
+        let fetched = self.fetch_all(wheels, opts);
+        let ns = started.elapsed().as_nanos() as u64;
+        self.tally.fetch_ns.fetch_add(ns, Ordering::Relaxed);
+        fetched
+    }
+
+    fn fetch_all(&self, wheels: &[WheelRef], opts: &FetchOptions) -> Result<Vec<PathBuf>> {
         let target = if io::stderr().is_terminal() {
             ProgressDrawTarget::stderr()
         } else {
@@ -363,7 +430,16 @@ impl Run<'_> {
         }
         let _lock = self.lock(wheel, &sha)?;
         let mut corrupt = None;
-        match hash_file(&target) {
+        let hashing = Instant::now();
+        let hashed = hash_file(&target);
+        if let Ok((_, len)) = &hashed {
+            let t = &self.cache.tally;
+            t.verified_files.fetch_add(1, Ordering::Relaxed);
+            t.verified_bytes.fetch_add(*len, Ordering::Relaxed);
+            let ns = hashing.elapsed().as_nanos() as u64;
+            t.verify_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        match hashed {
             Ok((actual, _)) if actual == sha => return Ok(Outcome::Ready(target)),
             Ok((actual, len)) => {
                 fs::remove_file(&target).map_err(|e| Error::io(&target, e))?;
@@ -454,6 +530,9 @@ impl Run<'_> {
                     let size_ok = wheel.size.is_none_or(|size| size == len);
                     if sha256 == sha && size_ok && !overran {
                         self.place(wheel, sha, &part, target)?;
+                        let t = &self.cache.tally;
+                        t.downloaded_files.fetch_add(1, Ordering::Relaxed);
+                        t.downloaded_bytes.fetch_add(len, Ordering::Relaxed);
                         return Ok(Outcome::Ready(target.to_path_buf()));
                     }
                     remove_if_there(&part)?;
@@ -836,6 +915,7 @@ mod tests {
         let cache = WheelCache {
             root: PathBuf::from("/cache"),
             network: Network::default(),
+            tally: Arc::default(),
         };
         let sha = format!("AB{}", "0".repeat(62));
         let path = cache.path(&sha);
