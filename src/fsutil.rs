@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -98,6 +99,56 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::io(tmp.path(), e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// How [`share_file`] placed a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shared {
+    /// A hard link: the same inode, no bytes written.
+    Linked,
+    /// A reflink (FICLONE): an inode of its own sharing the blocks, no bytes written.
+    Cloned,
+    /// A copy, where no link or clone reaches across the two directories' filesystems.
+    Copied,
+}
+
+/// Puts the content of `src` at `dst`, atomically (through a temporary name beside it), with
+/// as little writing as the filesystem allows: a hard link, else a reflink, else a copy.
+/// For files never changed in place, such as content-addressed blobs.
+pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<Shared> {
+    let dir = dst.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".tmp-share-{}-{}",
+        std::process::id(),
+        dst.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let placed = place(src, &tmp).and_then(|how| std::fs::rename(&tmp, dst).map(|()| how));
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed
+}
+
+fn place(src: &Path, tmp: &Path) -> std::io::Result<Shared> {
+    if std::fs::hard_link(src, tmp).is_ok() {
+        return Ok(Shared::Linked);
+    }
+    let from = File::open(src)?;
+    let to = File::create(tmp)?;
+    to.set_permissions(from.metadata()?.permissions())?;
+    // SAFETY: both descriptors are open for the call; FICLONE only reads them.
+    let cloned = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE as _, from.as_raw_fd()) } == 0;
+    let how = if cloned {
+        Shared::Cloned
+    } else {
+        std::io::copy(&mut &from, &mut &to)?;
+        Shared::Copied
+    };
+    to.sync_all()?;
+    Ok(how)
 }
 
 /// Gives `file`, a temporary file about to be renamed over `target`, the mode it should end

@@ -220,7 +220,11 @@ pub fn build_for(
         _ => None,
     };
     let store = match &dest {
-        Transport::Oci { dir, .. } => Layout::create(dir)?,
+        // A layout takes the layers the cache holds by link, and leaves its own there.
+        Transport::Oci { dir, .. } => {
+            let cache = Layout::create(&opts.cache_dir.join("layout"))?;
+            Layout::create(dir)?.sharing(cache.root())
+        }
         Transport::DockerDaemon(_) | Transport::DockerArchive { .. } | Transport::Registry(_) => {
             Layout::create(&opts.cache_dir.join("layout"))?
         }

@@ -298,10 +298,14 @@ pub fn build(
         }
         hex::encode(h.finalize())
     };
-    let lists_dir = store.root().join(".gpubake/stack");
+    let list_name = |key: &str| format!("stack/{key}.json");
     let read_list = |key: &str| -> Option<FileList> {
-        let bytes = std::fs::read(lists_dir.join(format!("{key}.json"))).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let (bytes, from_cache) = store.read_record(&list_name(key))?;
+        let list = serde_json::from_slice(&bytes).ok()?;
+        if from_cache {
+            store.write_record(&list_name(key), &bytes, true).ok()?;
+        }
+        Some(list)
     };
 
     let mut out = Vec::new();
@@ -385,10 +389,10 @@ pub fn build(
                     opts.layers.use_cache,
                     || Ok(spec),
                 )?;
-                std::fs::create_dir_all(&lists_dir).map_err(|e| Error::io(&lists_dir, e))?;
-                crate::fsutil::write_atomic(
-                    &lists_dir.join(format!("{key}.json")),
+                store.write_record(
+                    &list_name(key),
                     &serde_json::to_vec(&files).expect("file lists serialize"),
+                    false,
                 )?;
                 (built, files)
             }

@@ -163,51 +163,52 @@ pub fn build_keyed(
     use_cache: bool,
     make: impl FnOnce() -> Result<LayerSpec>,
 ) -> Result<BuiltLayer> {
-    let cache_file = record_path(layout, key, compression, epoch);
-    if use_cache && let Some(hit) = cached(layout, &cache_file) {
+    let record = record_name(key, compression, epoch);
+    if use_cache && let Some(hit) = cached(layout, &record) {
         return Ok(hit);
     }
     let built = write_layer(layout, &make()?, compression, epoch)?;
-    let cache_dir = cache_file.parent().expect("records live in a directory");
-    std::fs::create_dir_all(cache_dir).map_err(|e| Error::io(cache_dir, e))?;
-    let record = serde_json::to_vec(&built).expect("layers serialize");
-    crate::fsutil::write_atomic(&cache_file, &record)?;
+    let bytes = serde_json::to_vec(&built).expect("layers serialize");
+    layout.write_record(&record, &bytes, false)?;
+    let digest = super::layout::digest_of(&built.descriptor)?;
+    layout.share_blob(&digest, built.descriptor.size());
     Ok(built)
 }
 
-/// The layer cached under `key`, if its blob is still in the layout.
+/// The layer cached under `key`, if its blob is still in the layout (or in its cache).
 pub fn lookup(
     layout: &Layout,
     key: &str,
     compression: Compression,
     epoch: u64,
 ) -> Option<BuiltLayer> {
-    cached(layout, &record_path(layout, key, compression, epoch))
+    cached(layout, &record_name(key, compression, epoch))
 }
 
 /// Names the encoder's output format: a record written by another encoder would hand back a
 /// blob with other bytes for the same content, and the digest would depend on the cache.
 const ENCODER: &str = "libdeflate-1 blocks of 1 MiB, stored random pieces; zstd-3 mt";
 
-fn record_path(layout: &Layout, key: &str, compression: Compression, epoch: u64) -> PathBuf {
+/// The record of a layer, under the layout's `.gpubake/`.
+fn record_name(key: &str, compression: Compression, epoch: u64) -> String {
     let full = hex::encode(Sha256::digest(format!(
         "{key}\n{compression:?} {epoch}\n{ENCODER}"
     )));
-    layout
-        .root()
-        .join(".gpubake/layers")
-        .join(format!("{full}.json"))
+    format!("layers/{full}.json")
 }
 
-/// A cache record whose blob is still in the layout.
-fn cached(layout: &Layout, record: &Path) -> Option<BuiltLayer> {
-    let mut hit = std::fs::read(record)
+/// A cache record whose blob is in the layout, or in its cache and now linked here.
+fn cached(layout: &Layout, record: &str) -> Option<BuiltLayer> {
+    let (bytes, from_cache) = layout.read_record(record)?;
+    let mut hit = serde_json::from_slice::<BuiltLayer>(&bytes)
         .ok()
-        .and_then(|b| serde_json::from_slice::<BuiltLayer>(&b).ok())
         .filter(|l| {
             super::layout::digest_of(&l.descriptor)
-                .is_ok_and(|d| layout.has_blob(&d, l.descriptor.size()))
+                .is_ok_and(|d| layout.adopt_blob(&d, l.descriptor.size()))
         })?;
+    if from_cache {
+        layout.write_record(record, &bytes, true).ok()?;
+    }
     hit.reused = true;
     Some(hit)
 }

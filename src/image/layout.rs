@@ -33,6 +33,9 @@ pub struct Layout {
     /// What messages call it when it is not the user's own layout (a staging directory that
     /// holds an archive's members or a registry's downloads): the image it was read from.
     name: Option<String>,
+    /// The layer cache it takes layers from and gives its new ones to (gpubake's cache
+    /// layout), for a layout a build writes.
+    shared: Option<PathBuf>,
 }
 
 /// Holds the layout's lock file until dropped.
@@ -54,6 +57,7 @@ impl Layout {
         Ok(Layout {
             root: root.to_path_buf(),
             name: None,
+            shared: None,
         })
     }
 
@@ -80,6 +84,73 @@ impl Layout {
     /// The layout's directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The same layout, sharing gpubake's records (`.gpubake/…`) and the blobs they name
+    /// with the layout at `cache`: a record found there brings its blob along by hard link
+    /// (else reflink, else copy), and what is recorded here is recorded there too. Blobs are
+    /// never changed in place, so two layouts may hold one file.
+    pub fn sharing(self, cache: &Path) -> Self {
+        Layout {
+            shared: (cache != self.root).then(|| cache.to_path_buf()),
+            ..self
+        }
+    }
+
+    /// A record of gpubake's own under `.gpubake/` (`layers/KEY.json`): this layout's, else
+    /// its cache's; true with the bytes when they came from the cache.
+    pub fn read_record(&self, name: &str) -> Option<(Vec<u8>, bool)> {
+        if let Ok(bytes) = std::fs::read(self.root.join(".gpubake").join(name)) {
+            return Some((bytes, false));
+        }
+        let cache = self.shared.as_ref()?;
+        std::fs::read(cache.join(".gpubake").join(name))
+            .ok()
+            .map(|b| (b, true))
+    }
+
+    /// Writes a record under `.gpubake/`, here and, unless `here_only`, in the cache (where
+    /// a failure only loses the cache's copy).
+    pub fn write_record(&self, name: &str, bytes: &[u8], here_only: bool) -> Result<()> {
+        let write = |root: &Path| {
+            let path = root.join(".gpubake").join(name);
+            let dir = path.parent().expect("records live in a directory");
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            crate::fsutil::write_atomic(&path, bytes)
+        };
+        write(&self.root)?;
+        if let Some(cache) = self.shared.as_ref().filter(|_| !here_only) {
+            let _ = write(cache);
+        }
+        Ok(())
+    }
+
+    /// Whether the blob is here, taking it from the cache first when only the cache has it.
+    pub fn adopt_blob(&self, digest: &Digest, size: u64) -> bool {
+        if self.has_blob(digest, size) {
+            return true;
+        }
+        let Some(cache) = &self.shared else {
+            return false;
+        };
+        let from = cache.join("blobs/sha256").join(digest.hex());
+        std::fs::metadata(&from).is_ok_and(|m| m.len() == size)
+            && crate::fsutil::share_file(&from, &self.blob_path(digest)).is_ok()
+    }
+
+    /// Gives a blob of this layout to the cache, unless the cache has it (a failure only
+    /// loses the cache's copy).
+    pub fn share_blob(&self, digest: &Digest, size: u64) {
+        let Some(cache) = &self.shared else {
+            return;
+        };
+        let to = cache.join("blobs/sha256").join(digest.hex());
+        if std::fs::metadata(&to).is_ok_and(|m| m.len() == size) {
+            return;
+        }
+        if std::fs::create_dir_all(cache.join("blobs/sha256")).is_ok() {
+            let _ = crate::fsutil::share_file(&self.blob_path(digest), &to);
+        }
     }
 
     /// Takes the layout's exclusive lock, waiting for another build to finish first.
