@@ -100,6 +100,63 @@ fn training_job(memlock: bool) -> (HostConfig, String) {
     )
 }
 
+/// The chain ID of each prefix of `diff_ids`, as the engine names a layer with all below
+/// it: the first layer's is its diff ID, each next one the sha256 of the one below, a
+/// space and its own diff ID.
+pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
+    use sha2::Digest as _;
+    let mut chains: Vec<String> = Vec::with_capacity(diff_ids.len());
+    for diff in diff_ids {
+        let next = match chains.last() {
+            None => diff.clone(),
+            Some(below) => format!(
+                "sha256:{}",
+                hex::encode(sha2::Sha256::digest(format!("{below} {diff}")))
+            ),
+        };
+        chains.push(next);
+    }
+    chains
+}
+
+/// Bytes sent to the engine per message.
+const CHUNK: usize = 1 << 20;
+
+/// Hands what is written to the engine's request body in chunks; a closed channel (the
+/// engine gave up) is a broken pipe.
+pub struct ChannelWriter {
+    buf: Vec<u8>,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        self.tx
+            .blocking_send(Ok(bytes::Bytes::from(chunk)))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let take = (CHUNK - self.buf.len()).min(data.len());
+        self.buf.extend_from_slice(&data[..take]);
+        if self.buf.len() == CHUNK {
+            self.send()?;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            self.send()
+        }
+    }
+}
+
 /// A connected engine.
 pub struct Engine {
     docker: Docker,
@@ -157,6 +214,88 @@ impl Engine {
                 step.map_err(|e| Error::Environment(format!("the engine refused the image: {e}")))?;
             }
             Ok(())
+        })
+    }
+
+    /// Starts loading a `docker save` archive that the caller writes into the returned
+    /// writer, streamed to the engine as it is made: no file between the two. The engine
+    /// gets the archive once the writer is flushed and dropped; the handle ends with the
+    /// engine's answer, naming what it refused (an archive cut short loads nothing).
+    pub fn start_load(self) -> Result<(ChannelWriter, std::thread::JoinHandle<Result<()>>)> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
+        let load = std::thread::Builder::new()
+            .name("engine-load".into())
+            .spawn(move || {
+                let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+                self.rt.block_on(async {
+                    let mut progress = self.docker.import_image_stream(
+                        bollard::query_parameters::ImportImageOptionsBuilder::default()
+                            .quiet(true)
+                            .build(),
+                        body,
+                        None,
+                    );
+                    while let Some(step) = progress.next().await {
+                        step.map_err(|e| {
+                            Error::Environment(format!("the engine refused the image: {e}"))
+                        })?;
+                    }
+                    Ok(())
+                })
+            })
+            .map_err(|e| Error::Environment(format!("starting the engine's load: {e}")))?;
+        Ok((
+            ChannelWriter {
+                buf: Vec::with_capacity(CHUNK),
+                tx,
+            },
+            load,
+        ))
+    }
+
+    /// Whether a `docker load` may leave out the layers the engine has: an engine that keeps
+    /// images in its own graph-driver store (docker before the containerd image store) looks
+    /// each layer up by chain ID and opens the file of a missing one only (recorded with
+    /// Docker 20.10.24 in tests/engine_stream.rs). The containerd image store imports every
+    /// blob the archive names.
+    pub fn loads_by_chain_id(&self) -> bool {
+        let Ok(info) = self.rt.block_on(self.docker.info()) else {
+            return false;
+        };
+        let containerd = info
+            .driver_status
+            .iter()
+            .flatten()
+            .any(|pair| pair.iter().any(|v| v.contains("io.containerd.snapshotter")));
+        !containerd
+    }
+
+    /// The chain IDs of every layer stack the engine holds: each image's layers, every
+    /// prefix of them.
+    pub fn layer_chains(&self) -> Result<std::collections::HashSet<String>> {
+        let listing = |e: bollard::errors::Error| {
+            Error::Environment(format!("listing the engine's images: {e}"))
+        };
+        self.rt.block_on(async {
+            let images = self
+                .docker
+                .list_images(Some(
+                    bollard::query_parameters::ListImagesOptionsBuilder::default()
+                        .all(true)
+                        .build(),
+                ))
+                .await
+                .map_err(listing)?;
+            let mut chains = std::collections::HashSet::new();
+            for image in images {
+                // An image removed since the listing holds nothing to reuse.
+                let Ok(inspect) = self.docker.inspect_image(&image.id).await else {
+                    continue;
+                };
+                let layers = inspect.root_fs.and_then(|r| r.layers).unwrap_or_default();
+                chains.extend(chain_ids(&layers));
+            }
+            Ok(chains)
         })
     }
 
@@ -490,4 +629,31 @@ fn files_tar(files: &[(&str, Vec<u8>)]) -> Result<Option<Vec<u8>>> {
     tar.into_inner()
         .map(Some)
         .map_err(|e| Error::io("files for the container", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Docker 20.10.24's layer store after loading a gpubake image: the directory of each
+    /// layer in /var/lib/docker/image/fuse-overlayfs/layerdb/sha256/ is named by its chain
+    /// ID and holds its `diff` and its `parent` (the chain ID below).
+    #[test]
+    fn chain_ids_are_the_engines_layer_names() {
+        let diffs = [
+            "sha256:f69ce001d7c5528ca1260a2fdc930c1b7ac84a24f4d7388c6d3a745ebbe92de5",
+            "sha256:7f1ae6ebfffc8b7de2e8aade4e3b704ac0a804f5488975533f15c79ede34a265",
+            "sha256:d63673799ab09f3371cf2d91bd15edfbbf83f41981bf928ae4606f0384870784",
+        ]
+        .map(String::from);
+        assert_eq!(
+            chain_ids(&diffs),
+            [
+                diffs[0].clone(),
+                "sha256:003d26897d99dd7f9a2b4dd1d4964746201429351c0307bd4f5747e043c5ad2b".into(),
+                "sha256:8c6879a2ab39ef6a6370e18efd93259d788075bde2957813dc4341973cc251f8".into(),
+            ]
+        );
+        assert!(chain_ids(&[]).is_empty());
+    }
 }

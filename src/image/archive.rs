@@ -9,7 +9,7 @@ use super::tarstream::Padded;
 use crate::error::{Error, Result};
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, ImageManifestBuilder, MediaType};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Component, Path, PathBuf};
@@ -245,7 +245,6 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 /// Writes `image` to a docker archive at `path`, atomically, recording `reference` as its tag
 /// (none without one, as skopeo writes an archive: `docker load` loads it untagged).
 pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> {
-    let (layout, desc, manifest) = (image.store(), image.descriptor(), image.manifest());
     let target = crate::fsutil::output_target(path)?;
     let path = target.as_path();
     let dir = match path.parent() {
@@ -265,8 +264,31 @@ pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> 
         .as_file()
         .try_clone()
         .map_err(|e| Error::io(tmp.path(), e))?;
-    let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, file));
     let io_err = |e: std::io::Error| Error::io(path, e);
+    let out = BufWriter::with_capacity(1 << 20, file);
+    let mut out = write_to(image, out, reference, &HashSet::new(), &io_err)?;
+    out.flush().map_err(io_err)?;
+    drop(out);
+    crate::fsutil::match_mode(tmp.as_file(), path).map_err(io_err)?;
+    tmp.as_file().sync_all().map_err(io_err)?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
+/// Writes `image` as a docker archive into `out`, leaving out the files of the layers in
+/// `left_out` (which manifest.json still lists, for an engine that has them). The blobs are
+/// verified as they are read; `io_err` says what a failed write means. The OCI index the
+/// archive carries for other readers is written only when nothing is left out, so that it
+/// never names a blob the archive lacks.
+pub fn write_to<W: Write>(
+    image: &Image,
+    out: W,
+    reference: Option<&str>,
+    left_out: &HashSet<Digest>,
+    io_err: &dyn Fn(std::io::Error) -> Error,
+) -> Result<W> {
+    let (layout, desc, manifest) = (image.store(), image.descriptor(), image.manifest());
+    let mut tar = tar::Builder::new(out);
 
     let blob_name = |d: &Digest| format!("blobs/sha256/{}", d.hex());
     let mut blobs: Vec<(Digest, u64)> =
@@ -275,9 +297,9 @@ pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> 
         blobs.push((digest_of(l)?, l.size()));
     }
     blobs.push((digest_of(desc)?, desc.size()));
-    let mut written = std::collections::HashSet::new();
+    let mut written = HashSet::new();
     for (digest, size) in &blobs {
-        if !written.insert(digest.clone()) {
+        if left_out.contains(digest) || !written.insert(digest.clone()) {
             continue;
         }
         let mut h = member_header(*size);
@@ -315,27 +337,21 @@ pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> 
         .media_type(MediaType::ImageIndex)
         .manifests(vec![tagged])
         .build()
-        .map_err(|e| Error::image(path.display(), e.to_string()))?;
-    let small: [(&str, Vec<u8>); 3] = [
-        ("index.json", canonical_json(&index)),
-        (
-            "manifest.json",
-            serde_json::to_vec(&docker).expect("manifests serialize"),
-        ),
-        ("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
-    ];
+        .map_err(|e| Error::image("docker archive", e.to_string()))?;
+    let mut small: Vec<(&str, Vec<u8>)> = vec![(
+        "manifest.json",
+        serde_json::to_vec(&docker).expect("manifests serialize"),
+    )];
+    if left_out.is_empty() {
+        small.insert(0, ("index.json", canonical_json(&index)));
+        small.push(("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()));
+    }
     for (name, bytes) in small {
         let mut h = member_header(bytes.len() as u64);
         tar.append_data(&mut h, name, bytes.as_slice())
             .map_err(io_err)?;
     }
-    let mut out = tar.into_inner().map_err(io_err)?;
-    out.flush().map_err(io_err)?;
-    drop(out);
-    crate::fsutil::match_mode(tmp.as_file(), path).map_err(io_err)?;
-    tmp.as_file().sync_all().map_err(io_err)?;
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-    Ok(())
+    tar.into_inner().map_err(io_err)
 }
 
 fn member_header(size: u64) -> tar::Header {

@@ -472,14 +472,63 @@ impl Transport {
                     format!("{reference}:latest")
                 };
                 let engine = crate::engine::Engine::connect()?;
-                let scratch = staging_dir()?;
-                let tar = scratch.path().join("load.tar");
-                archive::write(image, &tar, Some(&reference))?;
-                engine.load(&tar)
+                let left_out = layers_in_engine(&engine, image)?;
+                let (out, load) = engine.start_load()?;
+                let stopped = |e: std::io::Error| {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        Error::Environment("the engine stopped reading the image".into())
+                    } else {
+                        Error::io("the image's stream to the engine", e)
+                    }
+                };
+                let written = archive::write_to(image, out, Some(&reference), &left_out, &stopped)
+                    .and_then(|mut out| std::io::Write::flush(&mut out).map_err(stopped));
+                let loaded = match load.join() {
+                    Ok(loaded) => loaded,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                };
+                // The engine hanging up stops the writing: its own words say why.
+                match (written, loaded) {
+                    (_, Err(e)) => Err(e),
+                    (Err(e), Ok(())) => Err(e),
+                    (Ok(()), Ok(())) => Ok(()),
+                }
             }
             Transport::Registry(remote) => registry::push(image, &remote).map(|_| ()),
         }
     }
+}
+
+/// The layers of `image` that need not be sent to `engine`: those whose chain ID (the
+/// layer with every layer below it) the engine holds, where its load looks layers up that
+/// way. A blob that is two layers of the image is left out only when both are there.
+fn layers_in_engine(
+    engine: &crate::engine::Engine,
+    image: &Image,
+) -> Result<std::collections::HashSet<Digest>> {
+    let mut left_out = std::collections::HashSet::new();
+    if !engine.loads_by_chain_id() {
+        return Ok(left_out);
+    }
+    let config = image.typed_config()?;
+    let chains = crate::engine::chain_ids(config.diff_ids());
+    let present = engine.layer_chains()?;
+    let layers = image.manifest().layers();
+    let digests = layers
+        .iter()
+        .map(super::layout::digest_of)
+        .collect::<Result<Vec<_>>>()?;
+    for (digest, _) in digests.iter().zip(&chains) {
+        let everywhere = digests
+            .iter()
+            .zip(&chains)
+            .filter(|(d, _)| *d == digest)
+            .all(|(_, chain)| present.contains(chain));
+        if everywhere {
+            left_out.insert(digest.clone());
+        }
+    }
+    Ok(left_out)
 }
 
 /// Checks every image of an index, as [`Image::check`] does.
