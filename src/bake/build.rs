@@ -9,10 +9,11 @@ use super::stack;
 use crate::error::{Error, Result};
 use crate::image::digest::Digest;
 use crate::image::layer::{
-    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, Source, build_layer, tree_entries,
+    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, Source, build_layer_to, tree_entries,
 };
 use crate::image::layout::{Layout, digest_of};
 use crate::image::model::{ConfigView, Image, IndexImage, Platform, strings};
+use crate::image::stream::EngineStream;
 use crate::image::transport::Transport;
 use crate::lock::LOCK_PATH_IN_IMAGE;
 use crate::lock::{BASE_NAME, PROBE_PATH_IN_IMAGE};
@@ -104,8 +105,30 @@ pub struct BuildReport {
     /// Each platform's manifest, when the recipe names its platforms.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub platforms: Vec<PlatformLine>,
+    /// What went to the engine, for a build into one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineLayers>,
     /// Where the time went.
     pub timings: BuildTimings,
+}
+
+/// The layers a build into an engine sent, and those it left out because the engine held
+/// them (with every layer below).
+#[derive(Debug, Serialize)]
+pub struct EngineLayers {
+    /// Layers streamed to the engine.
+    pub sent: usize,
+    /// Layers named but not sent.
+    pub left_out: usize,
+}
+
+/// The `NAME:TAG` an engine destination loads, `latest` when it names no tag.
+fn engine_reference(dest: &Transport) -> String {
+    match dest {
+        Transport::DockerDaemon(r) if r.contains(':') => r.clone(),
+        Transport::DockerDaemon(r) => format!("{r}:latest"),
+        other => other.to_string(),
+    }
 }
 
 /// The timestamp reproducible builds use: `SOURCE_DATE_EPOCH` when set, else 0.
@@ -234,21 +257,38 @@ pub fn build_for(
     // The config names its platform when the recipe chose platforms; a recipe without
     // `platforms:` keeps the base's config as it was, so its digest stays what it was.
     let name_platform = multi || platforms.only.is_some() || !loaded.recipe.platforms.is_empty();
+    // The engine reads the image while it is built: each layer it lacks is streamed to it as
+    // it is made, uncompressed; the config goes last.
+    let engine = match &dest {
+        Transport::DockerDaemon(_) => Some(EngineStream::start(crate::engine::Engine::connect()?)?),
+        _ => None,
+    };
     let mut built = Vec::new();
     for ((target, probe), closure) in targets.iter().zip(&probes).zip(&closures) {
-        built.push(build_platform(
+        let one = build_platform(
             loaded,
             resolved,
             opts,
-            (&base_ref, &store),
+            (&base_ref, &store, engine.as_ref()),
             target,
             (probe, *closure),
             name_platform,
-        )?);
+        );
+        match one {
+            Ok(one) => built.push(one),
+            Err(e) => {
+                return Err(match engine {
+                    Some(engine) => engine.abandon(e),
+                    None => e,
+                });
+            }
+        }
     }
     let name = format!("{}:latest", loaded.recipe.name);
     let transfer = std::time::Instant::now();
-    let mut report = if multi {
+    let mut engine_layers = None;
+    let mut index_digest = None;
+    if multi {
         let images = built
             .iter()
             .map(|b| {
@@ -258,15 +298,14 @@ pub fn build_for(
             .collect::<Result<Vec<_>>>()?;
         let index = IndexImage::write(&store, images)?;
         dest.write_index(&index)?;
-        let first = &built[0];
-        BuildReport {
-            image: dest.to_string(),
-            manifest: index.digest().clone(),
-            base: first.base.clone(),
-            config: digest_of(&first.config)?,
-            layers: first.lines(),
-            platforms: built.iter().map(PlatformBuilt::line).collect(),
-            timings: BuildTimings::default(),
+        index_digest = Some(index.digest().clone());
+    } else if let Some(engine) = engine {
+        let one = &built[0];
+        let (left_out, sent) = engine.counts();
+        engine_layers = Some(EngineLayers { sent, left_out });
+        match store.read_blob(&digest_of(&one.config)?, Some(one.config.size())) {
+            Ok(config) => engine.finish(&config, &engine_reference(&dest))?,
+            Err(e) => return Err(engine.abandon(e)),
         }
     } else {
         let one = &built[0];
@@ -274,29 +313,33 @@ pub fn build_for(
         let image = Image::in_layout(store.clone(), &one.manifest, &one.platform, None)?
             .with_origin(one.origin.clone());
         dest.write(&image, Some(&name))?;
-        BuildReport {
-            image: dest.to_string(),
-            manifest: digest_of(&one.manifest)?,
-            base: one.base.clone(),
-            config: digest_of(&one.config)?,
-            layers: one.lines(),
-            platforms: if name_platform {
-                vec![one.line()]
-            } else {
-                Vec::new()
-            },
-            timings: BuildTimings::default(),
-        }
-    };
-    report.timings = BuildTimings {
-        resolve_s: 0.0,
-        base_s: built.iter().map(|b| b.base_s).sum(),
-        fetch: built
-            .iter()
-            .fold(FetchTimes::default(), |all, b| all + b.fetch.clone()),
-        layers_s: built.iter().map(|b| b.layers_s).sum(),
-        transfer_s: transfer.elapsed().as_secs_f64(),
-        total_s: started.elapsed().as_secs_f64(),
+    }
+    let first = &built[0];
+    let report = BuildReport {
+        image: dest.to_string(),
+        manifest: match index_digest {
+            Some(d) => d,
+            None => digest_of(&first.manifest)?,
+        },
+        base: first.base.clone(),
+        config: digest_of(&first.config)?,
+        layers: first.lines(),
+        platforms: if multi || name_platform {
+            built.iter().map(PlatformBuilt::line).collect()
+        } else {
+            Vec::new()
+        },
+        engine: engine_layers,
+        timings: BuildTimings {
+            resolve_s: 0.0,
+            base_s: built.iter().map(|b| b.base_s).sum(),
+            fetch: built
+                .iter()
+                .fold(FetchTimes::default(), |all, b| all + b.fetch.clone()),
+            layers_s: built.iter().map(|b| b.layers_s).sum(),
+            transfer_s: transfer.elapsed().as_secs_f64(),
+            total_s: started.elapsed().as_secs_f64(),
+        },
     };
     if let Some(done) = new_layout.take() {
         done.keep();
@@ -539,7 +582,7 @@ fn build_platform(
     loaded: &LoadedRecipe,
     resolved: &Resolved,
     opts: &BuildOptions,
-    (base_ref, store): (&Transport, &Layout),
+    (base_ref, store, engine): (&Transport, &Layout, Option<&EngineStream>),
     platform: &Platform,
     (probe, closure): (&Path, Option<&crate::closure::Closure>),
     name_platform: bool,
@@ -561,6 +604,16 @@ fn build_platform(
         }
     }
     import(&base, store, base_ref)?;
+    if let Some(engine) = engine {
+        let diff_ids = base_diff_ids(&config, base.manifest().layers().len())
+            .map_err(|m| Error::image(base_ref, m))?;
+        for (layer, diff_id) in base.manifest().layers().iter().zip(diff_ids) {
+            let diff_id: Digest = diff_id
+                .parse()
+                .map_err(|e| Error::image(base_ref, format!("diff ID {diff_id}: {e}")))?;
+            engine.blob(store, layer, &diff_id)?;
+        }
+    }
     let base_s = base_started.elapsed().as_secs_f64();
 
     let layers_started = std::time::Instant::now();
@@ -577,6 +630,7 @@ fn build_platform(
             offline: opts.offline,
             jobs: 4,
         },
+        engine,
     };
     let env = resolved.lock.image_env();
     if let Some(warning) = super::system::unmet_need(&base, &env, &resolved.lock.system)? {
@@ -609,7 +663,14 @@ fn build_platform(
         extra_env = stack::image_env(base_path.as_deref());
     }
     for spec in &specs {
-        let layer = build_layer(store, spec, opts.compression, opts.epoch, !opts.no_cache)?;
+        let layer = build_layer_to(
+            store,
+            spec,
+            opts.compression,
+            opts.epoch,
+            !opts.no_cache,
+            engine,
+        )?;
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 

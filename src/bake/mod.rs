@@ -24,6 +24,9 @@ pub struct LayerOptions<'a> {
     pub cache: &'a crate::wheel::cache::WheelCache,
     /// How they may be fetched (`--offline`: from the cache only).
     pub fetch: crate::wheel::cache::FetchOptions,
+    /// The engine the layers stream to, when it is the destination: they go there instead
+    /// of into the store, uncompressed (see [`crate::image::stream`]).
+    pub engine: Option<&'a crate::image::stream::EngineStream>,
 }
 
 pub use build::{BuildOptions, BuildReport, PlatformOptions, build, build_for};

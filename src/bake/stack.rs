@@ -14,7 +14,7 @@
 
 use crate::closure::{Closure, normalize};
 use crate::error::{Error, Result};
-use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed};
+use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed_to};
 use crate::image::layout::Layout;
 use crate::lock::VENV;
 use crate::wheel::cache::{FetchOptions, WheelCache, WheelRef};
@@ -320,16 +320,18 @@ pub fn build(
     out.push(StackLayer {
         name: venv.name.clone(),
         created_by: venv.created_by.clone(),
-        layer: crate::image::layer::build_layer(
+        layer: crate::image::layer::build_layer_to(
             store,
             &venv,
             opts.layers.compression,
             opts.layers.epoch,
             opts.layers.use_cache,
+            opts.layers.engine,
         )?,
     });
 
-    // Which layers must be written: those whose record or file list is missing.
+    // Which layers must be written: those whose record or file list is missing. For an
+    // engine, a layer it turns out to lack is written after all, its wheels fetched then.
     let keys: Vec<String> = layers.iter().map(key_of).collect();
     let cached: Vec<Option<BuiltLayer>> = keys
         .iter()
@@ -337,7 +339,15 @@ pub fn build(
             if !opts.layers.use_cache || read_list(k).is_none() {
                 return None;
             }
-            crate::image::layer::lookup(store, k, opts.layers.compression, opts.layers.epoch)
+            match opts.layers.engine {
+                Some(_) => crate::image::layer::streamed(store, k, opts.layers.epoch),
+                None => crate::image::layer::lookup(
+                    store,
+                    k,
+                    opts.layers.compression,
+                    opts.layers.epoch,
+                ),
+            }
         })
         .collect();
     let missing: Vec<WheelRef> = layers
@@ -372,30 +382,45 @@ pub fn build(
                 format!("{} wheels: {}", names.len(), names.join(", "))
             }
         );
-        let (built, files) = match hit {
-            Some(built) => (built, read_list(key).unwrap_or_default()),
-            None => {
-                let (entries, files) = install_all(&layer.wheels, &fetched, &scheme)?;
-                let spec = LayerSpec {
+        let installed = std::cell::RefCell::new(None);
+        let built = build_keyed_to(
+            store,
+            key,
+            opts.layers.compression,
+            opts.layers.epoch,
+            opts.layers.use_cache && hit.is_some(),
+            opts.layers.engine,
+            || {
+                let late: Vec<WheelRef> = layer
+                    .wheels
+                    .iter()
+                    .filter(|w| !fetched.contains_key(&w.sha256))
+                    .cloned()
+                    .collect();
+                let mut paths = fetched.clone();
+                if !late.is_empty() {
+                    let got = opts.layers.cache.fetch(&late, &opts.layers.fetch)?;
+                    paths.extend(late.iter().map(|w| w.sha256.clone()).zip(got));
+                }
+                let (entries, files) = install_all(&layer.wheels, &paths, &scheme)?;
+                *installed.borrow_mut() = Some(files);
+                Ok(LayerSpec {
                     name: layer.name.clone(),
                     created_by: created_by.clone(),
                     entries,
-                };
-                let built = build_keyed(
-                    store,
-                    key,
-                    opts.layers.compression,
-                    opts.layers.epoch,
-                    opts.layers.use_cache,
-                    || Ok(spec),
-                )?;
+                })
+            },
+        )?;
+        let files = match installed.into_inner() {
+            Some(files) => {
                 store.write_record(
                     &list_name(key),
                     &serde_json::to_vec(&files).expect("file lists serialize"),
                     false,
                 )?;
-                (built, files)
+                files
             }
+            None => read_list(key).unwrap_or_default(),
         };
         for (path, (owner, sha)) in files.0 {
             claim(&mut owners, path, owner, sha)?;

@@ -6,7 +6,7 @@
 
 use crate::bake::fs::{read_file, symlinks};
 use crate::error::{Error, Result};
-use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed};
+use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed_to};
 use crate::image::layout::Layout;
 use crate::image::model::Image;
 use crate::lock::SystemPackage;
@@ -249,12 +249,13 @@ pub fn build(
     // directory goes when this returns (or on interrupt).
     let stage = crate::interrupt::scratch_dir(None, ".gpubake-system-")
         .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let layer = build_keyed(
+    let layer = build_keyed_to(
         store,
         &key,
         opts.compression,
         opts.epoch,
         opts.use_cache,
+        opts.engine,
         || {
             let refs: Vec<WheelRef> = packages
                 .iter()

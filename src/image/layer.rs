@@ -8,6 +8,7 @@
 
 use super::digest::{Digest, HashingWriter};
 use super::layout::{Layout, descriptor};
+use super::stream::EngineStream;
 use crate::error::{Error, Result};
 use oci_spec::image::{Descriptor, MediaType};
 use serde::{Deserialize, Serialize};
@@ -145,8 +146,20 @@ pub fn build_layer(
     epoch: u64,
     use_cache: bool,
 ) -> Result<BuiltLayer> {
+    build_layer_to(layout, spec, compression, epoch, use_cache, None)
+}
+
+/// [`build_layer`], or with `engine` streamed to it instead (see [`build_keyed_to`]).
+pub fn build_layer_to(
+    layout: &Layout,
+    spec: &LayerSpec,
+    compression: Compression,
+    epoch: u64,
+    use_cache: bool,
+    engine: Option<&EngineStream>,
+) -> Result<BuiltLayer> {
     let key = cache_key(spec)?;
-    build_keyed(layout, &key, compression, epoch, use_cache, || {
+    build_keyed_to(layout, &key, compression, epoch, use_cache, engine, || {
         Ok(spec.clone())
     })
 }
@@ -163,16 +176,123 @@ pub fn build_keyed(
     use_cache: bool,
     make: impl FnOnce() -> Result<LayerSpec>,
 ) -> Result<BuiltLayer> {
-    let record = record_name(key, compression, epoch);
-    if use_cache && let Some(hit) = cached(layout, &record) {
+    build_keyed_to(layout, key, compression, epoch, use_cache, None, make)
+}
+
+/// [`build_keyed`]; with `engine`, the layer goes to the engine instead, as the next layer
+/// of the image it loads: left out where the engine holds it (its diff ID known from an
+/// earlier build's record), else made and streamed there as a plain tar, hashed on the
+/// way, never compressed and never stored. Its descriptor is then the tar's own (digest
+/// and diff ID one).
+pub fn build_keyed_to(
+    layout: &Layout,
+    key: &str,
+    compression: Compression,
+    epoch: u64,
+    use_cache: bool,
+    engine: Option<&EngineStream>,
+    make: impl FnOnce() -> Result<LayerSpec>,
+) -> Result<BuiltLayer> {
+    let Some(engine) = engine else {
+        let record = record_name(key, compression, epoch);
+        if use_cache && let Some(hit) = cached(layout, &record) {
+            return Ok(hit);
+        }
+        let built = write_layer(layout, &make()?, compression, epoch)?;
+        let bytes = serde_json::to_vec(&built).expect("layers serialize");
+        layout.write_record(&record, &bytes, false)?;
+        let digest = super::layout::digest_of(&built.descriptor)?;
+        layout.share_blob(&digest, built.descriptor.size());
+        return Ok(built);
+    };
+    let record = streamed_record_name(key, epoch);
+    if use_cache
+        && let Some(mut hit) = streamed(layout, key, epoch)
+        && engine.skip_if_present(&hit.diff_id)
+    {
+        hit.reused = true;
         return Ok(hit);
     }
-    let built = write_layer(layout, &make()?, compression, epoch)?;
+    let built = stream_layer(engine, &make()?, epoch, &layout.root().join("blobs"))?;
     let bytes = serde_json::to_vec(&built).expect("layers serialize");
     layout.write_record(&record, &bytes, false)?;
-    let digest = super::layout::digest_of(&built.descriptor)?;
-    layout.share_blob(&digest, built.descriptor.size());
     Ok(built)
+}
+
+/// What an earlier build streamed to an engine under `key`: its diff ID and size.
+pub fn streamed(layout: &Layout, key: &str, epoch: u64) -> Option<BuiltLayer> {
+    let (bytes, from_cache) = layout.read_record(&streamed_record_name(key, epoch))?;
+    let hit = serde_json::from_slice::<BuiltLayer>(&bytes).ok()?;
+    if from_cache {
+        layout
+            .write_record(&streamed_record_name(key, epoch), &bytes, true)
+            .ok()?;
+    }
+    Some(hit)
+}
+
+fn streamed_record_name(key: &str, epoch: u64) -> String {
+    let full = hex::encode(Sha256::digest(format!("{key}\ntar {epoch}")));
+    format!("streamed/{full}.json")
+}
+
+/// Streams `spec` to `engine` as its next layer, a plain tar of the size [`tar_size`] says.
+fn stream_layer(
+    engine: &EngineStream,
+    spec: &LayerSpec,
+    epoch: u64,
+    at: &Path,
+) -> Result<BuiltLayer> {
+    let started = std::time::Instant::now();
+    let cpu_before = crate::units::thread_cpu_seconds();
+    let size = tar_size(&spec.entries)?;
+    let diff_id = engine.layer(size, |out| {
+        let (hashed, tally) = HashingWriter::new(out);
+        write_tar(&spec.entries, epoch, hashed, at)?;
+        Ok(tally.finish().0)
+    })?;
+    Ok(BuiltLayer {
+        descriptor: descriptor(MediaType::ImageLayer, &diff_id, size),
+        diff_id,
+        reused: false,
+        timing: Some(LayerTiming {
+            wall_s: started.elapsed().as_secs_f64(),
+            install_s: crate::units::thread_cpu_seconds() - cpu_before,
+            tar_bytes: size,
+            ..LayerTiming::default()
+        }),
+    })
+}
+
+/// The exact length of the tar stream [`write_tar`] writes for `entries`, known before any
+/// member is read: the tar writer's own headers (long names and link targets take extension
+/// blocks) for each entry with no data, each entry's data padded to 512 bytes, and the two
+/// zero blocks that end the archive.
+pub fn tar_size(entries: &[Entry]) -> Result<u64> {
+    let at = Path::new("the layer's tar headers");
+    let io_err = |e: io::Error| Error::io(at, e);
+    let mut tar = tar::Builder::new(CountingSink(0));
+    let mut data = 0u64;
+    for entry in complete(entries) {
+        let len = match &entry.source {
+            Source::Bytes(bytes) => bytes.len() as u64,
+            Source::File(path) => std::fs::metadata(path)
+                .map_err(|e| Error::io(path, e))?
+                .len(),
+            Source::Zip(member) => member.size,
+            Source::Symlink(_) | Source::Dir => 0,
+        };
+        data += len.div_ceil(512) * 512;
+        let mut h = header(&entry, 0, 0);
+        match &entry.source {
+            Source::Symlink(target) => tar.append_link(&mut h, &entry.path, target),
+            Source::Dir => tar.append_data(&mut h, format!("{}/", entry.path), io::empty()),
+            _ => tar.append_data(&mut h, &entry.path, io::empty()),
+        }
+        .map_err(io_err)?;
+    }
+    let counted = tar.into_inner().map_err(io_err)?;
+    Ok(counted.0 + data)
 }
 
 /// The layer cached under `key`, if its blob is still in the layout (or in its cache).
@@ -872,6 +992,20 @@ fn header(entry: &Entry, size: u64, epoch: u64) -> tar::Header {
     h
 }
 
+/// Counts what is written to it, and drops it.
+struct CountingSink(u64);
+
+impl Write for CountingSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Counts bytes into a progress bar on their way to the compressor.
 struct Progress<W> {
     inner: W,
@@ -1289,6 +1423,62 @@ mod tests {
             assert!(packed.len() > incompressible, "{compression:?}");
             assert!(packed.len() < incompressible + BLOCK / 2, "{compression:?}");
         }
+    }
+
+    /// Every kind of entry, with names and link targets on both sides of the 100 bytes a
+    /// plain header holds, and sizes on both sides of a 512-byte block.
+    #[test]
+    fn tar_size_is_the_written_length_for_every_kind_of_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let on_disk = dir.path().join("on-disk.bin");
+        std::fs::write(&on_disk, random(1025, 9)).unwrap();
+        let long = |n: usize| "d/".to_string() + &"n".repeat(n);
+        let mut entries = Vec::new();
+        for (i, name) in [
+            long(97),
+            long(98),
+            long(99),
+            long(150),
+            long(300),
+            "é/ü".into(),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for (j, len) in [0usize, 1, 511, 512, 513].into_iter().enumerate() {
+                entries.push(Entry {
+                    path: format!("{name}{i}{j}"),
+                    mode: 0o644,
+                    source: Source::Bytes(random(len, (i * 5 + j) as u64)),
+                });
+            }
+            entries.push(Entry {
+                path: format!("{name}{i}/dir"),
+                mode: 0o755,
+                source: Source::Dir,
+            });
+            for (j, target) in [long(10), long(99), long(100), long(200)]
+                .into_iter()
+                .enumerate()
+            {
+                entries.push(Entry {
+                    path: format!("{name}{i}/link{j}"),
+                    mode: 0o777,
+                    source: Source::Symlink(target),
+                });
+            }
+        }
+        entries.push(Entry {
+            path: long(120) + "/file",
+            mode: 0o755,
+            source: Source::File(on_disk),
+        });
+        let written = write_tar(&entries, 1_700_000_000, Vec::new(), dir.path()).unwrap();
+        assert_eq!(tar_size(&entries).unwrap(), written.len() as u64);
+        assert_eq!(
+            tar_size(&[]).unwrap(),
+            write_tar(&[], 0, Vec::new(), dir.path()).unwrap().len() as u64
+        );
     }
 
     #[test]
