@@ -356,19 +356,113 @@ pub fn build(
         .filter(|(_, c)| c.is_none())
         .flat_map(|(l, _)| l.wheels.iter().cloned())
         .collect();
-    let fetched: HashMap<String, PathBuf> = if missing.is_empty() {
-        HashMap::new()
-    } else {
-        let paths = opts.layers.cache.fetch(&missing, &opts.layers.fetch)?;
-        missing
-            .iter()
-            .map(|w| w.sha256.clone())
-            .zip(paths)
-            .collect()
-    };
+    // The wheels download (largest first, as the layers are ordered) while the layers whose
+    // wheels are in are installed: each layer waits only for its own.
+    let arrivals = Arrivals::default();
+    std::thread::scope(|scope| {
+        let fetching = scope.spawn(|| {
+            let fetched = opts
+                .layers
+                .cache
+                .fetch_each(&missing, &opts.layers.fetch, &|i, path| {
+                    arrivals.arrive(&missing[i].sha256, path)
+                });
+            arrivals.end();
+            fetched
+        });
+        let built = build_layers(
+            store,
+            (&layers, &keys, cached),
+            &arrivals,
+            (&scheme, opts, &read_list, &list_name),
+            &mut out,
+        );
+        let fetched = match fetching.join() {
+            Ok(fetched) => fetched,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        // A layer that waited in vain waited for a wheel the fetch failed on: its error.
+        match (built, fetched) {
+            (Err(_), Err(e)) if arrivals.starved() => Err(e),
+            (Ok(()), Err(e)) => Err(e),
+            (Err(e), _) => Err(e),
+            (Ok(()), Ok(_)) => Ok(()),
+        }
+    })?;
+    Ok(out)
+}
 
+/// The wheels fetched so far, by sha256, for the layers that wait on them.
+#[derive(Default)]
+struct Arrivals {
+    state: std::sync::Mutex<(HashMap<String, PathBuf>, bool)>,
+    changed: std::sync::Condvar,
+    starved: std::sync::atomic::AtomicBool,
+}
+
+impl Arrivals {
+    /// Whether a layer gave up on a wheel that never came.
+    fn starved(&self) -> bool {
+        self.starved.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn arrive(&self, sha256: &str, path: &std::path::Path) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0.insert(sha256.to_string(), path.to_path_buf());
+        self.changed.notify_all();
+    }
+
+    /// The fetch is over, whether every wheel came or not.
+    fn end(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until every one of `wheels` that is being fetched is in; None when the fetch
+    /// ended without one of them. Wheels not being fetched are not waited for.
+    fn wait(&self, wheels: &[WheelRef], fetching: &[WheelRef]) -> Option<HashMap<String, PathBuf>> {
+        let wanted: Vec<&WheelRef> = wheels
+            .iter()
+            .filter(|w| fetching.iter().any(|f| f.sha256 == w.sha256))
+            .collect();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if wanted.iter().all(|w| s.0.contains_key(&w.sha256)) {
+                return Some(s.0.clone());
+            }
+            if s.1 {
+                self.starved
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+type ListFns<'a> = (
+    &'a Scheme,
+    &'a StackOptions<'a>,
+    &'a dyn Fn(&str) -> Option<FileList>,
+    &'a dyn Fn(&str) -> String,
+);
+
+/// Writes (or finds) each wheel layer in order, each once its wheels have arrived.
+fn build_layers(
+    store: &Layout,
+    (layers, keys, cached): (&[WheelLayer], &[String], Vec<Option<BuiltLayer>>),
+    arrivals: &Arrivals,
+    (scheme, opts, read_list, list_name): ListFns<'_>,
+    out: &mut Vec<StackLayer>,
+) -> Result<()> {
+    let missing: Vec<WheelRef> = layers
+        .iter()
+        .zip(&cached)
+        .filter(|(_, c)| c.is_none())
+        .flat_map(|(l, _)| l.wheels.iter().cloned())
+        .collect();
     let mut owners: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
-    for ((layer, key), hit) in layers.iter().zip(&keys).zip(cached) {
+    for ((layer, key), hit) in layers.iter().zip(keys).zip(cached) {
         let names: Vec<String> = layer
             .wheels
             .iter()
@@ -391,18 +485,20 @@ pub fn build(
             opts.layers.use_cache && hit.is_some(),
             opts.layers.engine,
             || {
+                let mut paths = arrivals.wait(&layer.wheels, &missing).ok_or_else(|| {
+                    Error::Environment("the wheels' fetch ended without this layer's".into())
+                })?;
                 let late: Vec<WheelRef> = layer
                     .wheels
                     .iter()
-                    .filter(|w| !fetched.contains_key(&w.sha256))
+                    .filter(|w| !paths.contains_key(&w.sha256))
                     .cloned()
                     .collect();
-                let mut paths = fetched.clone();
                 if !late.is_empty() {
                     let got = opts.layers.cache.fetch(&late, &opts.layers.fetch)?;
                     paths.extend(late.iter().map(|w| w.sha256.clone()).zip(got));
                 }
-                let (entries, files) = install_all(&layer.wheels, &paths, &scheme)?;
+                let (entries, files) = install_all(&layer.wheels, &paths, scheme)?;
                 *installed.borrow_mut() = Some(files);
                 Ok(LayerSpec {
                     name: layer.name.clone(),
@@ -431,7 +527,7 @@ pub fn build(
             layer: built,
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Plans the installation of `wheels` (each found in `fetched` by sha256) under `scheme`:

@@ -219,6 +219,17 @@ impl WheelCache {
     /// time into a `.part` file that a later call resumes with an HTTP Range request, and
     /// renamed into place only after the sha256 (and size) of the whole file matched.
     pub fn fetch(&self, wheels: &[WheelRef], opts: &FetchOptions) -> Result<Vec<PathBuf>> {
+        self.fetch_each(wheels, opts, &|_, _| {})
+    }
+
+    /// [`WheelCache::fetch`], calling `ready` with each wheel's index and path as soon as it
+    /// is verified in place, so that its user can start while the rest arrive.
+    pub fn fetch_each(
+        &self,
+        wheels: &[WheelRef],
+        opts: &FetchOptions,
+        ready: &(dyn Fn(usize, &Path) + Sync),
+    ) -> Result<Vec<PathBuf>> {
         for wheel in wheels {
             check_sha256(wheel)?;
         }
@@ -226,13 +237,18 @@ impl WheelCache {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let fetched = self.fetch_all(wheels, opts);
+        let fetched = self.fetch_all(wheels, opts, ready);
         let ns = started.elapsed().as_nanos() as u64;
         self.tally.fetch_ns.fetch_add(ns, Ordering::Relaxed);
         fetched
     }
 
-    fn fetch_all(&self, wheels: &[WheelRef], opts: &FetchOptions) -> Result<Vec<PathBuf>> {
+    fn fetch_all(
+        &self,
+        wheels: &[WheelRef],
+        opts: &FetchOptions,
+        ready: &(dyn Fn(usize, &Path) + Sync),
+    ) -> Result<Vec<PathBuf>> {
         let target = if io::stderr().is_terminal() {
             ProgressDrawTarget::stderr()
         } else {
@@ -259,6 +275,9 @@ impl WheelCache {
                             break;
                         }
                         let outcome = run.ensure(wheel);
+                        if let Ok(Outcome::Ready(path)) = &outcome {
+                            ready(i, path);
+                        }
                         if outcome.is_err() {
                             // One failure fails the fetch: stop the rest early, leaving their
                             // `.part` files for the next call to resume.
