@@ -196,39 +196,37 @@ impl Engine {
 
     /// Loads a `docker save` archive, streaming it from disk.
     pub fn load(&self, archive: &Path) -> Result<()> {
-        let docker = self.docker.clone();
-        let path = archive.to_path_buf();
-        self.rt.block_on(async move {
-            let file = tokio::fs::File::open(&path)
-                .await
-                .map_err(|e| Error::io(&path, e))?;
-            let body = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
-            let mut progress = docker.import_image_stream(
-                bollard::query_parameters::ImportImageOptionsBuilder::default()
-                    .quiet(true)
-                    .build(),
-                body,
-                None,
-            );
-            while let Some(step) = progress.next().await {
-                step.map_err(|e| Error::Environment(format!("the engine refused the image: {e}")))?;
-            }
-            Ok(())
-        })
+        let mut file = std::fs::File::open(archive).map_err(|e| Error::io(archive, e))?;
+        let (mut out, load) = self.start_load()?;
+        let sent = std::io::copy(&mut file, &mut out).and_then(|_| std::io::Write::flush(&mut out));
+        drop(out);
+        let loaded = match load.join() {
+            Ok(loaded) => loaded,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        // The engine hanging up stops the copy: its own words say why.
+        loaded.and(sent.map_err(|e| Error::io(archive, e)))
     }
 
     /// Starts loading a `docker save` archive that the caller writes into the returned
     /// writer, streamed to the engine as it is made: no file between the two. The engine
     /// gets the archive once the writer is flushed and dropped; the handle ends with the
     /// engine's answer, naming what it refused (an archive cut short loads nothing).
-    pub fn start_load(self) -> Result<(ChannelWriter, std::thread::JoinHandle<Result<()>>)> {
+    pub fn start_load(&self) -> Result<(ChannelWriter, std::thread::JoinHandle<Result<()>>)> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
+        let docker = self.docker.clone();
+        // The load runs on a thread of its own, with a runtime of its own, while the caller
+        // writes.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Environment(format!("starting the engine's load: {e}")))?;
         let load = std::thread::Builder::new()
             .name("engine-load".into())
             .spawn(move || {
                 let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-                self.rt.block_on(async {
-                    let mut progress = self.docker.import_image_stream(
+                rt.block_on(async {
+                    let mut progress = docker.import_image_stream(
                         bollard::query_parameters::ImportImageOptionsBuilder::default()
                             .quiet(true)
                             .build(),

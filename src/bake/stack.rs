@@ -370,13 +370,16 @@ pub fn build(
             arrivals.end();
             fetched
         });
-        let built = build_layers(
-            store,
-            (&layers, &keys, cached),
-            &arrivals,
-            (&scheme, opts, &read_list, &list_name),
-            &mut out,
-        );
+        let planned = Planned {
+            layers: &layers,
+            keys: &keys,
+            cached,
+            missing: &missing,
+            scheme: &scheme,
+            read_list: &read_list,
+            list_name: &list_name,
+        };
+        let built = build_layers(store, planned, &arrivals, opts, &mut out);
         let fetched = match fetching.join() {
             Ok(fetched) => fetched,
             Err(panic) => std::panic::resume_unwind(panic),
@@ -440,27 +443,36 @@ impl Arrivals {
     }
 }
 
-type ListFns<'a> = (
-    &'a Scheme,
-    &'a StackOptions<'a>,
-    &'a dyn Fn(&str) -> Option<FileList>,
-    &'a dyn Fn(&str) -> String,
-);
+/// The wheel layers to write, with what the cache and the fetch know of them.
+struct Planned<'a> {
+    layers: &'a [WheelLayer],
+    keys: &'a [String],
+    /// Each layer as the cache holds it, when it does.
+    cached: Vec<Option<BuiltLayer>>,
+    /// The wheels being fetched.
+    missing: &'a [WheelRef],
+    scheme: &'a Scheme,
+    read_list: &'a dyn Fn(&str) -> Option<FileList>,
+    list_name: &'a dyn Fn(&str) -> String,
+}
 
 /// Writes (or finds) each wheel layer in order, each once its wheels have arrived.
 fn build_layers(
     store: &Layout,
-    (layers, keys, cached): (&[WheelLayer], &[String], Vec<Option<BuiltLayer>>),
+    planned: Planned<'_>,
     arrivals: &Arrivals,
-    (scheme, opts, read_list, list_name): ListFns<'_>,
+    opts: &StackOptions<'_>,
     out: &mut Vec<StackLayer>,
 ) -> Result<()> {
-    let missing: Vec<WheelRef> = layers
-        .iter()
-        .zip(&cached)
-        .filter(|(_, c)| c.is_none())
-        .flat_map(|(l, _)| l.wheels.iter().cloned())
-        .collect();
+    let Planned {
+        layers,
+        keys,
+        cached,
+        missing,
+        scheme,
+        read_list,
+        list_name,
+    } = planned;
     let mut owners: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
     for ((layer, key), hit) in layers.iter().zip(keys).zip(cached) {
         let names: Vec<String> = layer
@@ -485,7 +497,7 @@ fn build_layers(
             opts.layers.use_cache && hit.is_some(),
             opts.layers.engine,
             || {
-                let mut paths = arrivals.wait(&layer.wheels, &missing).ok_or_else(|| {
+                let mut paths = arrivals.wait(&layer.wheels, missing).ok_or_else(|| {
                     Error::Environment("the wheels' fetch ended without this layer's".into())
                 })?;
                 let late: Vec<WheelRef> = layer

@@ -354,7 +354,8 @@ pub fn write_to<W: Write>(
     tar.into_inner().map_err(io_err)
 }
 
-fn member_header(size: u64) -> tar::Header {
+/// The header of a regular member of `size` bytes, owned by root, mode 0644, time 0.
+pub(super) fn member_header(size: u64) -> tar::Header {
     let mut h = tar::Header::new_gnu();
     h.set_size(size);
     h.set_mode(0o644);

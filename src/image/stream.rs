@@ -10,6 +10,7 @@
 //! layers; only the manifest (which the engine does not keep) differs, in its layers'
 //! media type and digests.
 
+use super::archive::member_header;
 use super::digest::Digest;
 use super::layout::{Layout, digest_of};
 use crate::engine::{ChannelWriter, Engine};
@@ -206,17 +207,6 @@ fn next_chain(below: Option<&str>, diff_id: &Digest) -> String {
 /// A write to the engine failed: it stopped reading (its own error follows from the load).
 fn broken(e: io::Error) -> Error {
     Error::Environment(format!("the engine stopped reading the image: {e}"))
-}
-
-fn member_header(size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_size(size);
-    h.set_mode(0o644);
-    h.set_mtime(0);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_entry_type(tar::EntryType::Regular);
-    h
 }
 
 /// Counts what passes, so that a member's length can be held to its header's.
