@@ -114,7 +114,9 @@ pub enum Shared {
 
 /// Puts the content of `src` at `dst`, atomically (through a temporary name beside it), with
 /// as little writing as the filesystem allows: a hard link, else a reflink, else a copy.
-/// For files never changed in place, such as content-addressed blobs.
+/// For files never changed in place, such as content-addressed blobs. A new file gets the
+/// mode the umask gives (as [`match_mode`]): where `src` has another, it is not linked (one
+/// inode has one mode) but cloned or copied.
 pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<Shared> {
     let dir = dst.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
@@ -133,12 +135,14 @@ pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<Shared> {
 }
 
 fn place(src: &Path, tmp: &Path) -> std::io::Result<Shared> {
-    if std::fs::hard_link(src, tmp).is_ok() {
+    let mode = 0o666 & !umask();
+    let from = File::open(src)?;
+    let same_mode = from.metadata()?.permissions().mode() & 0o7777 == mode;
+    if same_mode && std::fs::hard_link(src, tmp).is_ok() {
         return Ok(Shared::Linked);
     }
-    let from = File::open(src)?;
     let to = File::create(tmp)?;
-    to.set_permissions(from.metadata()?.permissions())?;
+    to.set_permissions(std::fs::Permissions::from_mode(mode))?;
     // SAFETY: both descriptors are open for the call; FICLONE only reads them.
     let cloned = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE as _, from.as_raw_fd()) } == 0;
     let how = if cloned {

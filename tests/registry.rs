@@ -1934,6 +1934,8 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     let mut bytes = std::fs::read(&blob).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
+    // A new file: the blob's hard links elsewhere keep their bytes.
+    std::fs::remove_file(&blob).unwrap();
     std::fs::write(&blob, bytes).unwrap();
     let remote = gpubake::image::registry::Remote {
         reference: format!("{}/team/refused:1", reg.addr),

@@ -286,34 +286,7 @@ pub fn build_for(
     }
     let name = format!("{}:latest", loaded.recipe.name);
     let transfer = std::time::Instant::now();
-    let mut engine_layers = None;
-    let mut index_digest = None;
-    if multi {
-        let images = built
-            .iter()
-            .map(|b| {
-                Image::in_layout(store.clone(), &b.manifest, &b.platform, None)
-                    .map(|i| i.with_origin(b.origin.clone()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let index = IndexImage::write(&store, images)?;
-        dest.write_index(&index)?;
-        index_digest = Some(index.digest().clone());
-    } else if let Some(engine) = engine {
-        let one = &built[0];
-        let (left_out, sent) = engine.counts();
-        engine_layers = Some(EngineLayers { sent, left_out });
-        match store.read_blob(&digest_of(&one.config)?, Some(one.config.size())) {
-            Ok(config) => engine.finish(&config, &engine_reference(&dest))?,
-            Err(e) => return Err(engine.abandon(e)),
-        }
-    } else {
-        let one = &built[0];
-        // The base's blobs stay where it came from: a push to the same registry mounts them.
-        let image = Image::in_layout(store.clone(), &one.manifest, &one.platform, None)?
-            .with_origin(one.origin.clone());
-        dest.write(&image, Some(&name))?;
-    }
+    let (index_digest, engine_layers) = deliver(&store, &dest, &built, engine, &name)?;
     let first = &built[0];
     let report = BuildReport {
         image: dest.to_string(),
@@ -345,6 +318,44 @@ pub fn build_for(
         done.keep();
     }
     Ok(report)
+}
+
+/// Puts what `built` made where it goes: an index of several platforms, the config that ends
+/// the engine's stream, or the image written to its destination. Returns the index's digest
+/// and what went to the engine, when either applies.
+fn deliver(
+    store: &Layout,
+    dest: &Transport,
+    built: &[PlatformBuilt],
+    engine: Option<EngineStream>,
+    name: &str,
+) -> Result<(Option<Digest>, Option<EngineLayers>)> {
+    if built.len() > 1 {
+        let images = built
+            .iter()
+            .map(|b| {
+                Image::in_layout(store.clone(), &b.manifest, &b.platform, None)
+                    .map(|i| i.with_origin(b.origin.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let index = IndexImage::write(store, images)?;
+        dest.write_index(&index)?;
+        return Ok((Some(index.digest().clone()), None));
+    }
+    let one = &built[0];
+    if let Some(engine) = engine {
+        let (left_out, sent) = engine.counts();
+        match store.read_blob(&digest_of(&one.config)?, Some(one.config.size())) {
+            Ok(config) => engine.finish(&config, &engine_reference(dest))?,
+            Err(e) => return Err(engine.abandon(e)),
+        }
+        return Ok((None, Some(EngineLayers { sent, left_out })));
+    }
+    // The base's blobs stay where it came from: a push to the same registry mounts them.
+    let image = Image::in_layout(store.clone(), &one.manifest, &one.platform, None)?
+        .with_origin(one.origin.clone());
+    dest.write(&image, Some(name))?;
+    Ok((None, None))
 }
 
 /// The closure `platform` installs: its own from `platforms.closures`, else for a build of one

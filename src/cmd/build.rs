@@ -201,10 +201,7 @@ pub fn run(mut args: Args) -> Result<i32> {
         let wheels = crate::sbom::wheels_once(closures.iter().flat_map(|(_, c)| &c.wheels));
         write_sbom(path, args.sbom_format, (&resolved, &wheels), &opts, &report)?;
     }
-    print_report(&report, start, args.json);
-    if args.timings && !args.json {
-        print_timings(&report);
-    }
+    print_report(&report, start, args.json, args.timings);
     Ok(0)
 }
 
@@ -409,11 +406,19 @@ fn write_sbom(
 }
 
 /// What was built, as JSON or text.
-fn print_report(report: &BuildReport, start: std::time::Instant, json: bool) {
+fn print_report(report: &BuildReport, start: std::time::Instant, json: bool, timings: bool) {
     if json {
         super::print_json(report);
         return;
     }
+    print_layers(report, start);
+    if timings {
+        print_timings(report);
+    }
+}
+
+/// The human report: the image, its manifest and its layers.
+fn print_layers(report: &BuildReport, start: std::time::Instant) {
     println!(
         "built {} in {:.2} s",
         report.image,

@@ -126,6 +126,9 @@ impl Layout {
     }
 
     /// Whether the blob is here, taking it from the cache first when only the cache has it.
+    /// The cache's file is read through before it is linked: a file changed in place there
+    /// (a hard link shares its inode with every layout that took it) is removed rather than
+    /// handed on, and the layer is written again.
     pub fn adopt_blob(&self, digest: &Digest, size: u64) -> bool {
         if self.has_blob(digest, size) {
             return true;
@@ -133,9 +136,22 @@ impl Layout {
         let Some(cache) = &self.shared else {
             return false;
         };
-        let from = cache.join("blobs/sha256").join(digest.hex());
-        std::fs::metadata(&from).is_ok_and(|m| m.len() == size)
-            && crate::fsutil::share_file(&from, &self.blob_path(digest)).is_ok()
+        let cache = Layout {
+            root: cache.clone(),
+            name: None,
+            shared: None,
+        };
+        if !cache.has_blob(digest, size) {
+            return false;
+        }
+        let sound = cache
+            .open_blob(digest, Some(size))
+            .is_ok_and(|mut r| std::io::copy(&mut r, &mut std::io::sink()).is_ok());
+        if !sound {
+            let _ = std::fs::remove_file(cache.blob_path(digest));
+            return false;
+        }
+        crate::fsutil::share_file(&cache.blob_path(digest), &self.blob_path(digest)).is_ok()
     }
 
     /// Gives a blob of this layout to the cache, unless the cache has it (a failure only

@@ -314,10 +314,12 @@ pub fn archive_members(archive: &Path) -> (String, Vec<String>) {
     )
 }
 
-/// Flips one bit of the byte at `offset` of `path`.
+/// Flips one bit of the byte at `offset` of `path`, in a new file under that name: a blob's
+/// other hard links (the cache's, another layout's) keep their bytes.
 pub fn flip_byte(path: &Path, offset: u64) {
     let mut bytes = std::fs::read(path).unwrap();
     bytes[offset as usize] ^= 0x40;
+    std::fs::remove_file(path).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
 
