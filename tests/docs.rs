@@ -796,6 +796,19 @@ impl Workspace {
 
     /// Runs a command line with bash in the workspace, standard error merged into standard
     /// output as a terminal shows them; returns the exit code and the lines.
+    /// The workspace's gpubake cache: the tests' shared wheels, and a layer cache of its own,
+    /// as a reader's first build on a fresh machine has none.
+    fn cache(&self) -> PathBuf {
+        let cache = self.path().join(".cache");
+        if !cache.exists() {
+            std::fs::create_dir_all(&cache).unwrap();
+            let wheels = wheel_cache().join("wheels");
+            std::fs::create_dir_all(&wheels).unwrap();
+            std::os::unix::fs::symlink(&wheels, cache.join("wheels")).unwrap();
+        }
+        cache
+    }
+
     fn sh(&self, line: &str) -> (i32, Vec<String>) {
         let path = format!(
             "{}:{}",
@@ -809,7 +822,7 @@ impl Workspace {
             .env("PATH", path)
             .env_remove("GPUBAKE_PRESET_PATH")
             .env_remove("SOURCE_DATE_EPOCH")
-            .env("GPUBAKE_CACHE_DIR", wheel_cache())
+            .env("GPUBAKE_CACHE_DIR", self.cache())
             .output()
             .expect("bash runs");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -993,9 +1006,10 @@ fn the_image_examples_run_as_documented() {
          driver: \">=580\"\npresets: [base, nvlink]\n",
     )
     .unwrap();
+    // In a cache of its own: the README's first build finds no layer cached.
     let (code, lines) = ws.sh(
-        "gpubake build h200-preflight.yaml --without-python --from oci:./base:bookworm \
-         --to oci:.device/image:h200",
+        "GPUBAKE_CACHE_DIR=$PWD/.setup-cache gpubake build h200-preflight.yaml --without-python \
+         --from oci:./base:bookworm --to oci:.device/image:h200",
     );
     assert_eq!(code, 0, "{}", lines.join("\n"));
 
