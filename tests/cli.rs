@@ -774,3 +774,48 @@ fn messages_name_what_the_user_wrote() {
         stdout(&out)
     );
 }
+
+/// `build --lock` reads the file as a lock, and one that is empty, not YAML or not a lock
+/// is refused at its file, line and field before anything is written.
+#[test]
+fn a_lock_that_is_empty_malformed_or_not_a_lock_is_refused_naming_it() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: t\nbase: debian:bookworm\npytorch: \"2.9\"\nsystem: [numactl]\n",
+    );
+    let from = common::from_base();
+    for (name, text, said) in [
+        ("empty.lock", "", "empty.lock: the file is empty"),
+        ("bad.lock", "not: [valid\n", "bad.lock:1:1:"),
+        (
+            "other.lock",
+            "{\"a\": 1}\n",
+            "other.lock:1:2: field `a`: unknown field",
+        ),
+    ] {
+        let lock = common::write(dir.path(), name, text);
+        let out = common::gpubake_in(
+            dir.path(),
+            &[
+                "build",
+                "--without-python",
+                &recipe,
+                "--from",
+                &from,
+                "--to",
+                "oci:./o:1",
+                "--lock",
+                &lock,
+            ],
+        );
+        common::assert_exit(&out, 2);
+        let err = common::stderr(&out);
+        assert!(err.contains(said), "{name}: {err}");
+        assert!(!dir.path().join("o").exists(), "{name}: nothing written");
+    }
+}
