@@ -101,22 +101,26 @@ fn training_job(memlock: bool) -> (HostConfig, String) {
 }
 
 /// The chain ID of each prefix of `diff_ids`, as the engine names a layer with all below
-/// it: the first layer's is its diff ID, each next one the sha256 of the one below, a
-/// space and its own diff ID.
+/// it: the first layer's is its diff ID, each next one [`next_chain_id`] of the one below.
 pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
-    use sha2::Digest as _;
     let mut chains: Vec<String> = Vec::with_capacity(diff_ids.len());
     for diff in diff_ids {
-        let next = match chains.last() {
-            None => diff.clone(),
-            Some(below) => format!(
-                "sha256:{}",
-                hex::encode(sha2::Sha256::digest(format!("{below} {diff}")))
-            ),
-        };
-        chains.push(next);
+        chains.push(next_chain_id(chains.last().map(String::as_str), diff));
     }
     chains
+}
+
+/// The chain ID of the layer `diff_id` on the layers whose chain ID is `below`: the sha256
+/// of `below`, a space and `diff_id`; the diff ID itself for a bottom layer.
+pub fn next_chain_id(below: Option<&str>, diff_id: &str) -> String {
+    use sha2::Digest as _;
+    match below {
+        None => diff_id.to_string(),
+        Some(below) => format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(format!("{below} {diff_id}")))
+        ),
+    }
 }
 
 /// Bytes sent to the engine per message.
@@ -197,15 +201,29 @@ impl Engine {
     /// Loads a `docker save` archive, streaming it from disk.
     pub fn load(&self, archive: &Path) -> Result<()> {
         let mut file = std::fs::File::open(archive).map_err(|e| Error::io(archive, e))?;
+        self.load_with(|out| {
+            std::io::copy(&mut file, out)
+                .map(drop)
+                .map_err(|e| Error::io(archive, e))
+        })
+    }
+
+    /// Loads the `docker save` archive that `write` writes, streamed to the engine as it is
+    /// made ([`Engine::start_load`]). Where the engine stopped reading, its own words are the
+    /// error; otherwise `write`'s.
+    pub fn load_with(&self, write: impl FnOnce(&mut ChannelWriter) -> Result<()>) -> Result<()> {
         let (mut out, load) = self.start_load()?;
-        let sent = std::io::copy(&mut file, &mut out).and_then(|_| std::io::Write::flush(&mut out));
+        let written = write(&mut out).and_then(|()| {
+            std::io::Write::flush(&mut out).map_err(|e| {
+                Error::Environment(format!("the engine stopped reading the image: {e}"))
+            })
+        });
         drop(out);
         let loaded = match load.join() {
             Ok(loaded) => loaded,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        // The engine hanging up stops the copy: its own words say why.
-        loaded.and(sent.map_err(|e| Error::io(archive, e)))
+        loaded.and(written)
     }
 
     /// Starts loading a `docker save` archive that the caller writes into the returned

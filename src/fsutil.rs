@@ -101,23 +101,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// How [`share_file`] placed a file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shared {
-    /// A hard link: the same inode, no bytes written.
-    Linked,
-    /// A reflink (FICLONE): an inode of its own sharing the blocks, no bytes written.
-    Cloned,
-    /// A copy, where no link or clone reaches across the two directories' filesystems.
-    Copied,
-}
-
 /// Puts the content of `src` at `dst`, atomically (through a temporary name beside it), with
 /// as little writing as the filesystem allows: a hard link, else a reflink, else a copy.
 /// For files never changed in place, such as content-addressed blobs. A new file gets the
 /// mode the umask gives (as [`match_mode`]): where `src` has another, it is not linked (one
 /// inode has one mode) but cloned or copied.
-pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<Shared> {
+pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<()> {
     let dir = dst.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".tmp-share-{}-{}",
@@ -127,32 +116,28 @@ pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<Shared> {
             .unwrap_or_default()
     ));
     let _ = std::fs::remove_file(&tmp);
-    let placed = place(src, &tmp).and_then(|how| std::fs::rename(&tmp, dst).map(|()| how));
+    let placed = place(src, &tmp).and_then(|()| std::fs::rename(&tmp, dst));
     if placed.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     placed
 }
 
-fn place(src: &Path, tmp: &Path) -> std::io::Result<Shared> {
+fn place(src: &Path, tmp: &Path) -> std::io::Result<()> {
     let mode = 0o666 & !umask();
     let from = File::open(src)?;
     let same_mode = from.metadata()?.permissions().mode() & 0o7777 == mode;
     if same_mode && std::fs::hard_link(src, tmp).is_ok() {
-        return Ok(Shared::Linked);
+        return Ok(());
     }
     let to = File::create(tmp)?;
     to.set_permissions(std::fs::Permissions::from_mode(mode))?;
     // SAFETY: both descriptors are open for the call; FICLONE only reads them.
     let cloned = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE as _, from.as_raw_fd()) } == 0;
-    let how = if cloned {
-        Shared::Cloned
-    } else {
+    if !cloned {
         std::io::copy(&mut &from, &mut &to)?;
-        Shared::Copied
-    };
-    to.sync_all()?;
-    Ok(how)
+    }
+    to.sync_all()
 }
 
 /// Gives `file`, a temporary file about to be renamed over `target`, the mode it should end

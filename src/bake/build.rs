@@ -231,9 +231,10 @@ pub fn build_for(
         crate::fsutil::output_target(path)?;
     }
     // Fail before any work when an engine is the destination and none answers.
-    if let Transport::DockerDaemon(_) = &dest {
-        crate::engine::Engine::connect()?;
-    }
+    let engine = match &dest {
+        Transport::DockerDaemon(_) => Some(crate::engine::Engine::connect()?),
+        _ => None,
+    };
     // Destinations other than a layout build in the cache's own layout, so their layers are
     // cached between builds as a layout destination's are.
     // A layout this build creates is its own until the index is written: a build that fails
@@ -246,7 +247,7 @@ pub fn build_for(
         // A layout takes the layers the cache holds by link, and leaves its own there.
         Transport::Oci { dir, .. } => {
             let cache = Layout::create(&opts.cache_dir.join("layout"))?;
-            Layout::create(dir)?.sharing(cache.root())
+            Layout::create(dir)?.sharing(&cache)
         }
         Transport::DockerDaemon(_) | Transport::DockerArchive { .. } | Transport::Registry(_) => {
             Layout::create(&opts.cache_dir.join("layout"))?
@@ -259,10 +260,7 @@ pub fn build_for(
     let name_platform = multi || platforms.only.is_some() || !loaded.recipe.platforms.is_empty();
     // The engine reads the image while it is built: each layer it lacks is streamed to it as
     // it is made, uncompressed; the config goes last.
-    let engine = match &dest {
-        Transport::DockerDaemon(_) => Some(EngineStream::start(crate::engine::Engine::connect()?)?),
-        _ => None,
-    };
+    let engine = engine.map(EngineStream::start).transpose()?;
     let mut built = Vec::new();
     for ((target, probe), closure) in targets.iter().zip(&probes).zip(&closures) {
         let one = build_platform(

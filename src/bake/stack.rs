@@ -300,12 +300,7 @@ pub fn build(
     };
     let list_name = |key: &str| format!("stack/{key}.json");
     let read_list = |key: &str| -> Option<FileList> {
-        let (bytes, from_cache) = store.read_record(&list_name(key))?;
-        let list = serde_json::from_slice(&bytes).ok()?;
-        if from_cache {
-            store.write_record(&list_name(key), &bytes, true).ok()?;
-        }
-        Some(list)
+        serde_json::from_slice(&store.read_record(&list_name(key))?).ok()
     };
 
     let mut out = Vec::new();

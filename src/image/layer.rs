@@ -221,14 +221,8 @@ pub fn build_keyed_to(
 
 /// What an earlier build streamed to an engine under `key`: its diff ID and size.
 pub fn streamed(layout: &Layout, key: &str, epoch: u64) -> Option<BuiltLayer> {
-    let (bytes, from_cache) = layout.read_record(&streamed_record_name(key, epoch))?;
-    let hit = serde_json::from_slice::<BuiltLayer>(&bytes).ok()?;
-    if from_cache {
-        layout
-            .write_record(&streamed_record_name(key, epoch), &bytes, true)
-            .ok()?;
-    }
-    Some(hit)
+    let bytes = layout.read_record(&streamed_record_name(key, epoch))?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 fn streamed_record_name(key: &str, epoch: u64) -> String {
@@ -319,16 +313,13 @@ fn record_name(key: &str, compression: Compression, epoch: u64) -> String {
 
 /// A cache record whose blob is in the layout, or in its cache and now linked here.
 fn cached(layout: &Layout, record: &str) -> Option<BuiltLayer> {
-    let (bytes, from_cache) = layout.read_record(record)?;
+    let bytes = layout.read_record(record)?;
     let mut hit = serde_json::from_slice::<BuiltLayer>(&bytes)
         .ok()
         .filter(|l| {
             super::layout::digest_of(&l.descriptor)
                 .is_ok_and(|d| layout.adopt_blob(&d, l.descriptor.size()))
         })?;
-    if from_cache {
-        layout.write_record(record, &bytes, true).ok()?;
-    }
     hit.reused = true;
     Some(hit)
 }

@@ -35,7 +35,7 @@ pub struct Layout {
     name: Option<String>,
     /// The layer cache it takes layers from and gives its new ones to (gpubake's cache
     /// layout), for a layout a build writes.
-    shared: Option<PathBuf>,
+    shared: Option<Box<Layout>>,
 }
 
 /// Holds the layout's lock file until dropped.
@@ -90,23 +90,21 @@ impl Layout {
     /// with the layout at `cache`: a record found there brings its blob along by hard link
     /// (else reflink, else copy), and what is recorded here is recorded there too. Blobs are
     /// never changed in place, so two layouts may hold one file.
-    pub fn sharing(self, cache: &Path) -> Self {
-        Layout {
-            shared: (cache != self.root).then(|| cache.to_path_buf()),
-            ..self
-        }
+    pub fn sharing(self, cache: &Layout) -> Self {
+        let shared = (cache.root != self.root).then(|| Box::new(cache.clone()));
+        Layout { shared, ..self }
     }
 
     /// A record of gpubake's own under `.gpubake/` (`layers/KEY.json`): this layout's, else
-    /// its cache's; true with the bytes when they came from the cache.
-    pub fn read_record(&self, name: &str) -> Option<(Vec<u8>, bool)> {
+    /// its cache's, which is then kept here too.
+    pub fn read_record(&self, name: &str) -> Option<Vec<u8>> {
         if let Ok(bytes) = std::fs::read(self.root.join(".gpubake").join(name)) {
-            return Some((bytes, false));
+            return Some(bytes);
         }
         let cache = self.shared.as_ref()?;
-        std::fs::read(cache.join(".gpubake").join(name))
-            .ok()
-            .map(|b| (b, true))
+        let bytes = std::fs::read(cache.root.join(".gpubake").join(name)).ok()?;
+        self.write_record(name, &bytes, true).ok()?;
+        Some(bytes)
     }
 
     /// Writes a record under `.gpubake/`, here and, unless `here_only`, in the cache (where
@@ -120,7 +118,7 @@ impl Layout {
         };
         write(&self.root)?;
         if let Some(cache) = self.shared.as_ref().filter(|_| !here_only) {
-            let _ = write(cache);
+            let _ = write(&cache.root);
         }
         Ok(())
     }
@@ -135,11 +133,6 @@ impl Layout {
         }
         let Some(cache) = &self.shared else {
             return false;
-        };
-        let cache = Layout {
-            root: cache.clone(),
-            name: None,
-            shared: None,
         };
         if !cache.has_blob(digest, size) {
             return false;
@@ -160,12 +153,11 @@ impl Layout {
         let Some(cache) = &self.shared else {
             return;
         };
-        let to = cache.join("blobs/sha256").join(digest.hex());
-        if std::fs::metadata(&to).is_ok_and(|m| m.len() == size) {
+        if cache.has_blob(digest, size) {
             return;
         }
-        if std::fs::create_dir_all(cache.join("blobs/sha256")).is_ok() {
-            let _ = crate::fsutil::share_file(&self.blob_path(digest), &to);
+        if std::fs::create_dir_all(cache.root.join("blobs/sha256")).is_ok() {
+            let _ = crate::fsutil::share_file(&self.blob_path(digest), &cache.blob_path(digest));
         }
     }
 

@@ -76,7 +76,7 @@ impl EngineStream {
     /// so it is named and not sent, and true is returned.
     pub fn skip_if_present(&self, diff_id: &Digest) -> bool {
         let mut s = self.state();
-        let chain = next_chain(s.chain.as_deref(), diff_id);
+        let chain = crate::engine::next_chain_id(s.chain.as_deref(), &diff_id.to_string());
         if !self.present.contains(&chain) {
             return false;
         }
@@ -137,7 +137,10 @@ impl EngineStream {
             .write_all(&[0u8; 512][..pad as usize])
             .map_err(broken)?;
         s.members.push(name);
-        s.chain = Some(next_chain(s.chain.as_deref(), &diff_id));
+        s.chain = Some(crate::engine::next_chain_id(
+            s.chain.as_deref(),
+            &diff_id.to_string(),
+        ));
         s.sent += 1;
         Ok(diff_id)
     }
@@ -190,17 +193,6 @@ fn join(load: Option<JoinHandle<Result<()>>>) -> Result<()> {
         Some(Ok(loaded)) => loaded,
         Some(Err(panic)) => std::panic::resume_unwind(panic),
         None => Ok(()),
-    }
-}
-
-/// The chain ID of `diff_id` on top of `below`, as [`crate::engine::chain_ids`] counts.
-fn next_chain(below: Option<&str>, diff_id: &Digest) -> String {
-    match below {
-        None => diff_id.to_string(),
-        Some(below) => {
-            let next = crate::engine::chain_ids(&[below.to_string(), diff_id.to_string()]);
-            next[1].clone()
-        }
     }
 }
 

@@ -473,26 +473,16 @@ impl Transport {
                 };
                 let engine = crate::engine::Engine::connect()?;
                 let left_out = layers_in_engine(&engine, image)?;
-                let (out, load) = engine.start_load()?;
-                let stopped = |e: std::io::Error| {
-                    if e.kind() == std::io::ErrorKind::BrokenPipe {
-                        Error::Environment("the engine stopped reading the image".into())
-                    } else {
-                        Error::io("the image's stream to the engine", e)
-                    }
-                };
-                let written = archive::write_to(image, out, Some(&reference), &left_out, &stopped)
-                    .and_then(|mut out| std::io::Write::flush(&mut out).map_err(stopped));
-                let loaded = match load.join() {
-                    Ok(loaded) => loaded,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                };
-                // The engine hanging up stops the writing: its own words say why.
-                match (written, loaded) {
-                    (_, Err(e)) => Err(e),
-                    (Err(e), Ok(())) => Err(e),
-                    (Ok(()), Ok(())) => Ok(()),
-                }
+                engine.load_with(|out| {
+                    let stopped = |e: std::io::Error| {
+                        if e.kind() == std::io::ErrorKind::BrokenPipe {
+                            Error::Environment("the engine stopped reading the image".into())
+                        } else {
+                            Error::io("the image's stream to the engine", e)
+                        }
+                    };
+                    archive::write_to(image, out, Some(&reference), &left_out, &stopped).map(drop)
+                })
             }
             Transport::Registry(remote) => registry::push(image, &remote).map(|_| ()),
         }
