@@ -799,20 +799,8 @@ fn a_lock_that_is_empty_malformed_or_not_a_lock_is_refused_naming_it() {
         ),
     ] {
         let lock = common::write(dir.path(), name, text);
-        let out = common::gpubake_in(
-            dir.path(),
-            &[
-                "build",
-                "--without-python",
-                &recipe,
-                "--from",
-                &from,
-                "--to",
-                "oci:./o:1",
-                "--lock",
-                &lock,
-            ],
-        );
+        let args = common::build_args(&recipe, &from, "oci:./o:1", &["--lock", &lock]);
+        let out = common::gpubake_in(dir.path(), &args);
         common::assert_exit(&out, 2);
         let err = common::stderr(&out);
         assert!(err.contains(said), "{name}: {err}");

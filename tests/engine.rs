@@ -25,18 +25,7 @@ fn remove(names: &[&str]) {
         .output();
 }
 
-/// A plain tar holding one file.
-fn one_file_tar(name: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_gnu();
-    h.set_size(bytes.len() as u64);
-    h.set_mode(0o644);
-    h.set_cksum();
-    tar.append_data(&mut h, name, bytes).unwrap();
-    tar.into_inner().unwrap()
-}
-
-/// A docker archive of `members` (name, bytes), in that order.
+/// A tar of `members` (name, bytes), in that order: a layer, or a docker archive.
 fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
     let mut tar = tar::Builder::new(Vec::new());
     for (name, bytes) in members {
@@ -75,8 +64,8 @@ fn the_engines_load_opens_only_the_files_of_layers_it_lacks() {
     remove(&[top, below]);
     // A bottom layer no other image has: the test's own directory name is in it.
     let mark = format!("{}\n", dir.path().display());
-    let bottom = one_file_tar("below.txt", mark.as_bytes());
-    let upper = one_file_tar("hello.txt", b"from the second layer\n");
+    let bottom = archive(&[("below.txt", mark.as_bytes())]);
+    let upper = archive(&[("hello.txt", b"from the second layer\n")]);
     let load = |bytes: Vec<u8>| {
         let path = dir.path().join("load.tar");
         std::fs::write(&path, bytes).unwrap();

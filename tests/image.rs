@@ -30,6 +30,19 @@ fn build(recipe: &str, to: &str, extra: &[&str]) -> Value {
     common::build_json_in(&common::root(), recipe, to, extra)
 }
 
+/// [`build`] with the gpubake cache at `cache`: for tests that count what a build writes,
+/// which layers from other builds in a shared cache would make reused.
+fn build_cached_in(cache: &Path, recipe: &str, to: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(build_args(recipe, &from_base(), to, &["--json"]))
+        .env("GPUBAKE_CACHE_DIR", cache)
+        .current_dir(common::root())
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
 fn oci(dir: &Path, tag: &str) -> String {
     format!("oci:{}:{tag}", dir.display())
 }
@@ -181,7 +194,8 @@ fn a_preset_change_rewrites_only_the_small_layers() {
     let files = "files:\n  - {src: data, dest: /workspace}\n";
     let recipe = recipe_in(dir.path(), files);
     let out = oci(&dir.path().join("out"), "v1");
-    let first = build(&recipe, &out, &[]);
+    let cache = dir.path().join("cache");
+    let first = build_cached_in(&cache, &recipe, &out);
     let names: Vec<&str> = first["layers"]
         .as_array()
         .unwrap()
@@ -191,7 +205,7 @@ fn a_preset_change_rewrites_only_the_small_layers() {
     assert_eq!(names, ["base", "files", "probe", "presets"]);
 
     recipe_in(dir.path(), &format!("{files}env:\n  NCCL_DEBUG: INFO\n"));
-    let second = build(&recipe, &out, &[]);
+    let second = build_cached_in(&cache, &recipe, &out);
     let layers = second["layers"].as_array().unwrap();
     for (i, name) in ["base", "files", "probe"].iter().enumerate() {
         assert_eq!(
@@ -1607,18 +1621,8 @@ fn a_blob_changed_in_place_in_the_cache_is_written_again_not_linked() {
     std::fs::create_dir_all(dir.path().join("data")).unwrap();
     common::noise(&dir.path().join("data/weights.bin"), 1, 3);
     let recipe = recipe_in(dir.path(), "files:\n  - {src: data, dest: /data}\n");
-    let from = from_base();
-    let build_into = |name: &str| -> Value {
-        let to = oci(&dir.path().join(name), "v1");
-        let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
-            .args(build_args(&recipe, &from, &to, &["--json"]))
-            .env("GPUBAKE_CACHE_DIR", &cache)
-            .current_dir(common::root())
-            .output()
-            .unwrap();
-        assert_exit(&out, 0);
-        serde_json::from_str(&stdout(&out)).unwrap()
-    };
+    let build_into =
+        |name: &str| build_cached_in(&cache, &recipe, &oci(&dir.path().join(name), "v1"));
     let first = build_into("a");
     assert_eq!(first["layers"][1]["name"], "files");
     let digest = first["layers"][1]["digest"].as_str().unwrap().to_string();
