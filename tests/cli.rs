@@ -807,3 +807,44 @@ fn a_lock_that_is_empty_malformed_or_not_a_lock_is_refused_naming_it() {
         assert!(!dir.path().join("o").exists(), "{name}: nothing written");
     }
 }
+
+/// `build --timings` prints each phase and a line per layer it wrote, after the layers.
+#[test]
+fn build_timings_name_each_phase_and_each_layer_written() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", &recipe("pytorch: \"2.9\"\n"));
+    let from = common::from_base();
+    let args = common::build_args(&recipe, &from, "oci:./o:1", &["--timings", "--no-cache"]);
+    let out = gpubake_in(dir.path(), &args);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let at = text
+        .find("timings (seconds)")
+        .unwrap_or_else(|| panic!("{text}"));
+    for phase in ["resolve", "base", "wheels", "layers", "transfer", "total"] {
+        assert!(
+            text[at..]
+                .lines()
+                .any(|l| l.trim_start().starts_with(phase)),
+            "{phase}: {text}"
+        );
+    }
+    // --no-cache writes the probe and presets layers, so both have a line of their own.
+    let table = &text[text
+        .find("layer written")
+        .unwrap_or_else(|| panic!("{text}"))..];
+    for layer in ["probe", "presets"] {
+        assert!(
+            table.lines().any(|l| l.trim_start().starts_with(layer)),
+            "{layer}: {text}"
+        );
+    }
+    let plain = gpubake_in(
+        dir.path(),
+        &common::build_args(&recipe, &from, "oci:./o:1", &[]),
+    );
+    assert!(!stdout(&plain).contains("timings"), "{}", stdout(&plain));
+}
