@@ -14,6 +14,9 @@ use crate::image::{Platform, Transport, referrers};
 use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock, STACK_LABEL};
 use crate::probe::report::{Report, Status, Verdict};
+use crate::sign::bundle::{self, Bundle};
+use crate::sign::keys::{PrivateKey, PublicKey};
+use crate::sign::statement::{Descriptor, Statement};
 use crate::units::human_size;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -83,8 +86,13 @@ const CONTAINER_START: Duration = Duration::from_secs(60);
 impl CertifyOptions {
     /// How long to wait for the probe: what was asked, or its worst case.
     pub fn probe_wait(&self) -> Duration {
-        self.probe_timeout
-            .unwrap_or_else(|| crate::probe::budget::worst_case(self.quick) + CONTAINER_START)
+        self.probe_timeout.unwrap_or_else(|| {
+            crate::probe::budget::worst_case(
+                crate::probe::budget::Level::Active,
+                self.quick,
+                Duration::ZERO,
+            ) + CONTAINER_START
+        })
     }
 }
 
@@ -193,6 +201,8 @@ pub fn judge_certificate(
 pub struct Certification {
     /// The certificate: every check, with the image and the probe's report as facts.
     pub report: Report,
+    /// The policy the probe judged by: where it came from and its sha256.
+    pub policy: Value,
     /// The digest of the manifest that was certified.
     pub manifest: Digest,
     /// The verdict; its exit code is certify's.
@@ -210,40 +220,89 @@ impl Certification {
     }
 }
 
-/// Pushes the certificate of the registry image `image` beside it as an OCI 1.1 referrer,
-/// with its verdict as an annotation; returns the artifact's digest.
-pub fn attach(image: &Transport, certified: &Certification) -> Result<Digest> {
+/// The predicate type of a gpubake certificate: an in-toto statement about the image's
+/// manifest that holds certify's verdict, its checks, the policy and the probe's report.
+pub const CERTIFICATE_PREDICATE: &str = "https://gpubake.io/certificate/v1";
+
+/// The policy file the probe judged by (`--policy`), or the embedded one, named by sha256 so
+/// that `verify --require-policy` can ask for it.
+pub fn policy_identity(file: Option<&std::path::Path>) -> Result<Value> {
+    let bytes = file
+        .map(|path| std::fs::read(path).map_err(|e| Error::io(path, e)))
+        .transpose()?;
+    Ok(identity_of(file, bytes.as_deref()))
+}
+
+/// The identity of the policy `bytes` as read from `file`, or of the embedded policy: the
+/// bytes the probe was given, not the file read again later (it may have changed).
+fn identity_of(file: Option<&std::path::Path>, bytes: Option<&[u8]>) -> Value {
+    use sha2::Digest as _;
+    let (source, bytes) = match (file, bytes) {
+        (Some(path), Some(bytes)) => (path.display().to_string(), bytes),
+        _ => (
+            "embedded".to_string(),
+            crate::probe::policy::embedded_yaml().as_bytes(),
+        ),
+    };
+    json!({"source": source, "sha256": hex::encode(sha2::Sha256::digest(bytes))})
+}
+
+/// The certificate as an in-toto statement about the certified manifest.
+pub fn statement(image: &Transport, certified: &Certification) -> Statement {
+    let report = serde_json::to_value(&certified.report).expect("reports serialize");
+    let scope = Scope::of(&report);
+    Statement::new(
+        vec![Descriptor::of(
+            &image.subject_name(),
+            certified.manifest.as_str(),
+        )],
+        CERTIFICATE_PREDICATE,
+        json!({
+            "verdict": certified.annotation(),
+            "scope": scope.annotation(),
+            "policy": certified.policy,
+            "gpubake": env!("CARGO_PKG_VERSION"),
+            "certificate": report,
+        }),
+    )
+}
+
+/// Signs the certificate with `key` and pushes it beside the image as a Sigstore bundle (an
+/// OCI 1.1 referrer, found through the referrers tag schema where the registry has no
+/// referrers API), with the annotations cosign writes on its own bundles. Returns the
+/// referrer's digest.
+pub fn attach(image: &Transport, certified: &Certification, key: &PrivateKey) -> Result<Digest> {
     let Transport::Registry(remote) = image else {
         return Err(crate::error::Error::Usage(format!(
             "{image}: --attach needs a docker:// image"
         )));
     };
-    let report = &certified.report;
-    let verdict = certified.annotation();
+    let statement = statement(image, certified);
+    let scope = statement.predicate["scope"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let bundle = Bundle::sign(&statement, key);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let scope = Scope::of(&serde_json::to_value(report).expect("reports serialize"));
     crate::image::referrers::attach(
         remote,
         &certified.manifest,
-        crate::image::referrers::CERTIFICATE_TYPE,
-        &serde_json::to_vec_pretty(report).expect("reports serialize"),
-        std::collections::BTreeMap::from([
-            (
-                crate::image::referrers::VERDICT.to_string(),
-                verdict.to_string(),
-            ),
-            (
-                crate::image::referrers::SCOPE.to_string(),
-                scope.annotation(),
-            ),
-            (
-                "org.opencontainers.image.created".to_string(),
-                crate::units::rfc3339(now),
-            ),
-        ]),
+        bundle::MEDIA_TYPE,
+        &serde_json::to_vec(&bundle).expect("bundles serialize"),
+        {
+            let mut annotations =
+                bundle::annotations(CERTIFICATE_PREDICATE, &crate::units::rfc3339(now));
+            // For `inspect` and people; verify reads only the signed statement.
+            annotations.insert(
+                referrers::VERDICT.to_string(),
+                certified.annotation().to_string(),
+            );
+            annotations.insert(referrers::SCOPE.to_string(), scope);
+            annotations
+        },
     )
 }
 
@@ -260,6 +319,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     // Inputs first: a policy that does not parse, or a device the node's CDI spec does not
     // list, is bad input before any image is read.
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
+    let policy_id = identity_of(opts.policy.as_deref(), policy.as_deref());
     check_device_names(opts)?;
     let opened = image.open_platform(opts.platform.as_ref())?;
     report.fact("image", json!(image.to_string()));
@@ -355,6 +415,7 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     report.seconds = start.elapsed().as_secs_f64();
     Ok(Certification {
         report,
+        policy: policy_id,
         manifest: opened.digest().clone(),
         verdict,
     })
@@ -776,7 +837,8 @@ fn read_policy(path: &std::path::Path) -> Result<Vec<u8>> {
     doc.parse::<Vec<crate::probe::policy::ModelPolicy>>("policy", |_| {
         Some("a list like data/policy.yaml".into())
     })?;
-    std::fs::read(path).map_err(|e| crate::error::Error::io(path, e))
+    // The bytes that were checked, not a second read that may differ.
+    Ok(doc.text().as_bytes().to_vec())
 }
 
 /// How the dynamic check ended.
@@ -1022,13 +1084,82 @@ fn in_runtime(
     runtime.run(&bundle, wait).map_err(|e| e.to_string())
 }
 
-/// `verify`'s checks, and a check that a registry holds a certificate of this exact image whose
-/// verdict passed and whose probe ran on GPUs (`verify --certified`); with `static_ok`, a
-/// certificate of the static checks alone (`certify --gpus none`) is accepted too.
+/// `verify`'s checks, and a check that the image's manifest carries a simple signature
+/// (`sha256-<hex>.sig`, as podman and skopeo check at pull) made with `key` for this
+/// repository (`verify --key`).
+pub fn verify_signed(
+    image: &Transport,
+    platform: Option<&Platform>,
+    key: &PublicKey,
+) -> Result<Verification> {
+    let Transport::Registry(remote) = image else {
+        return Err(Error::Usage(format!(
+            "{image}: --key checks the signature kept beside the image in its registry; name \
+             the image as docker://REGISTRY/NAME:TAG"
+        )));
+    };
+    let img = image.open_platform(platform)?;
+    let mut v = verify_image(&img, image)?;
+    let digest = img.digest().clone();
+    let reference = remote.parsed()?;
+    let repository = format!("{}/{}", reference.registry(), reference.repository());
+    let mut why = Vec::new();
+    let mut accepted = None;
+    for signed in crate::image::signature::signatures(remote, &digest)? {
+        let judged = signed
+            .and_then(|signed| {
+                crate::sign::dsse::decode(&signed.signature)
+                    .map_err(|e| format!("its signature is {e}"))
+                    .map(|sig| (signed, sig))
+            })
+            .and_then(|(signed, sig)| key.verify(&signed.payload, &sig).map(|()| signed))
+            .and_then(|signed| {
+                crate::image::signature::judge_payload(&signed.payload, &digest, &repository)
+            });
+        match judged {
+            Ok(()) => {
+                accepted = Some(());
+                break;
+            }
+            Err(e) => why.push(e),
+        }
+    }
+    let tag = crate::image::signature::tag(&digest);
+    v.check(
+        "signature",
+        match (accepted, why.is_empty()) {
+            (Some(()), _) => Ok(format!(
+                "{digest} is signed with the key for {repository} ({tag})"
+            )),
+            (None, true) => Err(format!("{digest} has no signature ({tag} holds none)")),
+            (None, false) => Err(format!(
+                "{} signature(s) of {digest}, none accepted: {}",
+                why.len(),
+                why.join("; ")
+            )),
+        },
+    );
+    Ok(v)
+}
+
+/// What `verify --certified` asks of a certificate besides its own verdict.
+#[derive(Clone, Debug, Default)]
+pub struct Requirements {
+    /// Accept a certificate of the static checks alone (`certify --gpus none`).
+    pub static_ok: bool,
+    /// The sha256 of the policy the probe must have judged by.
+    pub policy_sha256: Option<String>,
+}
+
+/// `verify`'s checks, and a check that a registry holds a certificate of this exact image,
+/// signed with `key`, whose verdict passed and whose probe ran on GPUs (`verify
+/// --certified`). Unsigned certificates, and bundles that do not verify with the key, are
+/// named with the reason and never accepted.
 pub fn verify_certified(
     image: &Transport,
     platform: Option<&Platform>,
-    static_ok: bool,
+    key: &PublicKey,
+    wanted: &Requirements,
 ) -> Result<Verification> {
     let Transport::Registry(remote) = image else {
         return Err(Error::Usage(format!(
@@ -1040,17 +1171,36 @@ pub fn verify_certified(
     let mut v = verify_image(&img, image)?;
     let digest = img.digest().clone();
     let mut found = Vec::new();
-    for r in referrers::referrers(remote, &digest)?
-        .into_iter()
-        .filter(|r| r.artifact_type == referrers::CERTIFICATE_TYPE)
-    {
-        let content = referrers::artifact_content(remote, &r.digest)?;
-        let cert: Value = serde_json::from_slice(&content).unwrap_or_default();
-        let verdict = r.annotations.get(referrers::VERDICT).map(String::as_str);
-        found.push((
-            r.digest,
-            judge_certificate(&cert, verdict, digest.as_str(), static_ok),
-        ));
+    // Each referrer is judged on its own: one that cannot be read (pushed broken, or gone)
+    // is named among the refused and never hides a good certificate beside it.
+    for r in referrers::referrers(remote, &digest)? {
+        let judged = if r.artifact_type == referrers::CERTIFICATE_TYPE {
+            Err("an unsigned certificate: anyone who can push could have written it".to_string())
+        } else if r.artifact_type == bundle::MEDIA_TYPE {
+            // A bundle its listing says is another attestation (a provenance, signed with
+            // the build's key) is no certificate to count, whatever key signed it; hiding
+            // one this way hides nothing that could have been believed.
+            if r.annotations
+                .get(bundle::PREDICATE_ANNOTATION)
+                .is_some_and(|t| t != CERTIFICATE_PREDICATE)
+            {
+                continue;
+            }
+            let judged = referrers::artifact_content(remote, &r.digest)
+                .map_err(|e| format!("unreadable: {e}"))
+                .and_then(|content| judge_bundle(&content, key, digest.as_str(), wanted));
+            match judged {
+                // Another attestation (a provenance) beside the certificate is no candidate.
+                Ok(None) => continue,
+                Ok(Some(what)) => Ok(what),
+                Err(e) => Err(e),
+            }
+        } else if let Some(e) = &r.unread {
+            Err(format!("unreadable: {e}"))
+        } else {
+            continue;
+        };
+        found.push((r.digest, judged));
     }
     v.check(
         "certificate",
@@ -1069,6 +1219,56 @@ pub fn verify_certified(
         },
     );
     Ok(v)
+}
+
+/// One attached bundle: None when it holds another kind of statement, else whether it is a
+/// certificate of `digest` signed with `key` that meets `wanted`.
+pub fn judge_bundle(
+    content: &[u8],
+    key: &PublicKey,
+    digest: &str,
+    wanted: &Requirements,
+) -> std::result::Result<Option<String>, String> {
+    let statement = Bundle::from_slice(content)?.verify(key)?;
+    if statement.predicate_type != CERTIFICATE_PREDICATE {
+        return Ok(None);
+    }
+    if !statement.about(digest) {
+        let named: Vec<String> = statement
+            .subject
+            .iter()
+            .flat_map(|s| s.digest.iter().map(|(a, h)| format!("{a}:{h}")))
+            .collect();
+        return Err(format!(
+            "it is signed for {}, not {digest}",
+            named.join(", ")
+        ));
+    }
+    let p = &statement.predicate;
+    let what = judge_certificate(
+        &p["certificate"],
+        p["verdict"].as_str(),
+        digest,
+        wanted.static_ok,
+    )?;
+    if let Some(want) = &wanted.policy_sha256 {
+        // The policy judges the probe's measurements: static checks alone judged nothing by it.
+        if !Scope::of(&p["certificate"]).probed() {
+            return Err(format!(
+                "{}: no probe judged by the policy required",
+                Scope::of(&p["certificate"]).describe()
+            ));
+        }
+        let theirs = p["policy"]["sha256"].as_str().unwrap_or("none");
+        if theirs != want {
+            return Err(format!(
+                "its probe judged by the policy {} (sha256 {theirs}), not the one required \
+                 (sha256 {want})",
+                p["policy"]["source"].as_str().unwrap_or("unnamed")
+            ));
+        }
+    }
+    Ok(Some(format!("{what}, signed with the key")))
 }
 
 #[cfg(test)]
@@ -1134,15 +1334,139 @@ mod tests {
     }
 
     #[test]
+    fn a_bundle_is_accepted_only_signed_with_the_key_for_the_digest_with_a_passing_verdict() {
+        use crate::sign::statement::{Descriptor, Statement};
+        let digest = format!("sha256:{}", "1".repeat(64));
+        let certificate = json!({
+            "facts": {"manifest": digest, "scope": {"level": "static", "gpus": "none"}},
+            "checks": [{"phase": "image", "name": "layers", "status": "PASS", "detail": ""}],
+        });
+        let predicate = |verdict: &str, policy: &str| json!({"verdict": verdict, "certificate": certificate, "policy": {"source": "embedded", "sha256": policy}});
+        let key = PrivateKey::generate();
+        let signed = |about: &str, kind: &str, predicate: Value, key: &PrivateKey| {
+            let s = Statement::new(vec![Descriptor::of("app", about)], kind, predicate);
+            serde_json::to_vec(&Bundle::sign(&s, key)).unwrap()
+        };
+        let loose = Requirements {
+            static_ok: true,
+            policy_sha256: None,
+        };
+        let judge = |bytes: &[u8], wanted: &Requirements| {
+            judge_bundle(bytes, &key.public(), &digest, wanted)
+        };
+        let good = signed(
+            &digest,
+            CERTIFICATE_PREDICATE,
+            predicate("certified", "p"),
+            &key,
+        );
+        assert!(
+            judge(&good, &loose)
+                .unwrap()
+                .unwrap()
+                .contains("signed with the key")
+        );
+        // The policy, when asked for, by sha256, and only of a probe that judged by it.
+        let mut probed_certificate = certificate.clone();
+        probed_certificate["facts"]["scope"] =
+            json!({"level": "probe", "gpus": "all", "run": "full", "launcher": "crun"});
+        let probed = signed(
+            &digest,
+            CERTIFICATE_PREDICATE,
+            json!({"verdict": "certified", "certificate": probed_certificate, "policy": {"source": "embedded", "sha256": "p"}}),
+            &key,
+        );
+        let strict = Requirements {
+            static_ok: true,
+            policy_sha256: Some("p".into()),
+        };
+        assert!(judge(&probed, &strict).is_ok());
+        assert!(
+            judge(&good, &strict)
+                .unwrap_err()
+                .contains("no probe judged by the policy")
+        );
+        let other_policy = Requirements {
+            static_ok: true,
+            policy_sha256: Some("q".into()),
+        };
+        assert!(
+            judge(&probed, &other_policy)
+                .unwrap_err()
+                .contains("not the one required")
+        );
+        // Static checks alone, unless accepted.
+        assert!(
+            judge(&good, &Requirements::default())
+                .unwrap_err()
+                .contains("--static-ok")
+        );
+        // Another key.
+        let other = PrivateKey::generate();
+        let theirs = signed(
+            &digest,
+            CERTIFICATE_PREDICATE,
+            predicate("certified", "p"),
+            &other,
+        );
+        assert!(judge(&theirs, &loose).unwrap_err().contains("another key"));
+        // Another digest.
+        let elsewhere = format!("sha256:{}", "2".repeat(64));
+        let moved = signed(
+            &elsewhere,
+            CERTIFICATE_PREDICATE,
+            predicate("certified", "p"),
+            &key,
+        );
+        assert!(
+            judge(&moved, &loose)
+                .unwrap_err()
+                .contains(&format!("signed for {elsewhere}"))
+        );
+        // A failed verdict, signed.
+        let failed = signed(
+            &digest,
+            CERTIFICATE_PREDICATE,
+            predicate("failed", "p"),
+            &key,
+        );
+        assert!(
+            judge(&failed, &loose)
+                .unwrap_err()
+                .contains("its verdict is failed")
+        );
+        // A payload changed after signing.
+        let mut tampered: Value = serde_json::from_slice(&failed).unwrap();
+        let good_json: Value = serde_json::from_slice(&good).unwrap();
+        tampered["dsseEnvelope"]["payload"] = good_json["dsseEnvelope"]["payload"].clone();
+        let tampered = serde_json::to_vec(&tampered).unwrap();
+        assert!(
+            judge(&tampered, &loose)
+                .unwrap_err()
+                .contains("no signature verifies")
+        );
+        // Unsigned.
+        let mut bare: Value = serde_json::from_slice(&good).unwrap();
+        bare["dsseEnvelope"]["signatures"] = json!([]);
+        let bare = serde_json::to_vec(&bare).unwrap();
+        assert_eq!(judge(&bare, &loose).unwrap_err(), "it is not signed");
+        // Another statement (a provenance) beside the certificate is not a candidate.
+        let provenance = signed(&digest, "https://slsa.dev/provenance/v1", json!({}), &key);
+        assert_eq!(judge(&provenance, &loose), Ok(None));
+        assert!(judge(b"{}", &loose).is_err());
+    }
+
+    #[test]
     fn the_default_wait_covers_the_probes_worst_case() {
+        use crate::probe::budget::{Level, worst_case};
         let opts = CertifyOptions::default();
-        assert!(opts.probe_wait() > crate::probe::budget::worst_case(false));
+        assert!(opts.probe_wait() > worst_case(Level::Active, false, Duration::ZERO));
         let quick = CertifyOptions {
             quick: true,
             ..Default::default()
         };
-        assert!(quick.probe_wait() > crate::probe::budget::worst_case(true));
-        assert!(quick.probe_wait() < opts.probe_wait());
+        assert!(quick.probe_wait() > worst_case(Level::Active, true, Duration::ZERO));
+        assert!(quick.probe_wait() <= opts.probe_wait());
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub mod recipe;
 pub mod resolve;
 pub mod runtime;
 pub mod sbom;
+pub mod sign;
 pub mod units;
 pub mod verdict;
 pub mod version;

@@ -21,6 +21,17 @@ pub const VENV: &str = "/opt/gpubake/venv";
 /// lock's Python pins).
 pub const STACK_LABEL: &str = "io.gpubake.python-stack";
 
+/// The label that says what a gpubake image is, where it is not a training image of a lock:
+/// [`PROBE_KIND`] for a probe image (`pytorch: none`), which holds no lock.
+pub const KIND_LABEL: &str = "io.gpubake.kind";
+
+/// [`KIND_LABEL`]'s value for a probe image.
+pub const PROBE_KIND: &str = "probe";
+
+/// The label with the version of the gpubake that built a probe image (a training image's
+/// lock says it instead).
+pub const VERSION_LABEL: &str = "io.gpubake.version";
+
 /// The OCI annotation (and label) that names the image's base.
 pub const BASE_NAME: &str = "org.opencontainers.image.base.name";
 

@@ -29,8 +29,10 @@ pub struct Recipe {
     /// free-threaded build (`3.13t`).
     #[serde(default)]
     pub python: Option<String>,
-    /// PyTorch version or constraint (`2.9`, `>=2.8,<2.11`).
-    pub pytorch: Constraint,
+    /// PyTorch version or constraint (`2.9`, `>=2.8,<2.11`); None for `pytorch: none`, a
+    /// probe image: the gpubake probe on the base, without a Python stack or a lock.
+    #[serde(with = "pytorch_field")]
+    pub pytorch: Option<Constraint>,
     /// CUDA version or constraint (`12.8`, `>=12.6`).
     #[serde(default)]
     pub cuda: Option<Constraint>,
@@ -93,11 +95,63 @@ pub struct AptSource {
     pub keyring: Option<String>,
 }
 
+/// `pytorch:` as written: a constraint, or `none`. The field stays required, so that leaving
+/// it out is still an error rather than a probe image nobody asked for.
+mod pytorch_field {
+    use crate::version::Constraint;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// The word that asks for no Python stack.
+    pub const NONE: &str = "none";
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Constraint>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim() == NONE {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(serde::de::Error::custom)
+    }
+
+    pub fn serialize<S: Serializer>(ask: &Option<Constraint>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(ask.as_ref().map_or(NONE, Constraint::as_str))
+    }
+}
+
+/// The fields that shape the Python stack, which a probe image (`pytorch: none`) has none of.
+const STACK_FIELDS: [&str; 9] = [
+    "python", "cuda", "nccl", "gpus", "driver", "pip", "index", "system", "apt",
+];
+
 fn main_component() -> Vec<String> {
     vec!["main".into()]
 }
 
 impl Recipe {
+    /// True for `pytorch: none`: an image of the probe alone, with nothing to resolve.
+    pub fn is_probe_image(&self) -> bool {
+        self.pytorch.is_none()
+    }
+
+    /// Which of [`STACK_FIELDS`] the recipe sets.
+    fn stack_fields(&self) -> Vec<&'static str> {
+        let set = [
+            self.python.is_some(),
+            self.cuda.is_some(),
+            self.nccl.is_some(),
+            !self.gpus.is_empty(),
+            self.driver.is_some(),
+            !self.pip.is_empty(),
+            self.index.is_some(),
+            !self.system.is_empty(),
+            !self.apt.is_empty(),
+        ];
+        STACK_FIELDS
+            .into_iter()
+            .zip(set)
+            .filter_map(|(f, on)| on.then_some(f))
+            .collect()
+    }
+
     /// The platforms to build for: those of `platforms:`, checked when the recipe was
     /// loaded, or linux/amd64.
     pub fn platforms(&self) -> Vec<crate::image::Platform> {
@@ -153,7 +207,8 @@ pub fn field_help(field: &str) -> Option<String> {
         "base" => "a base image reference such as `nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04`",
         "python" => "a Python version such as `3.12`, `3.13t`, or a constraint such as `>=3.11`",
         "pytorch" => {
-            "a PyTorch version such as `2.9` or `2.9.1`, or a constraint such as `>=2.8,<2.11`"
+            "a PyTorch version such as `2.9` or `2.9.1`, a constraint such as `>=2.8,<2.11`, or \
+             `none` for an image of the gpubake probe alone"
         }
         "cuda" => "a CUDA version such as `12.8`, or a constraint such as `>=12.6`",
         "nccl" => "an NCCL constraint such as `>=2.27`",
@@ -307,6 +362,7 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
             field_help("base"),
         ));
     }
+    check_probe(recipe, doc)?;
     if let Some(python) = &recipe.python {
         python
             .trim_end_matches('t')
@@ -379,30 +435,7 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
             ));
         }
     }
-    for (i, req) in recipe.pip.iter().enumerate() {
-        if req.trim().is_empty() || req.contains(['\n', '\'', '"', '`', '$', ';', '&', '|']) {
-            return Err(doc.invalid(
-                &["pip", &i.to_string()],
-                format!("`{req}` is not a plain pip requirement"),
-                field_help("pip"),
-            ));
-        }
-        let name = req
-            .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-            .next()
-            .unwrap_or_default();
-        if crate::closure::normalize(name) == "torch" {
-            return Err(doc.invalid(
-                &["pip", &i.to_string()],
-                format!(
-                    "`{req}` asks for torch beside `pytorch: {}`, which chooses the torch build \
-                     and everything pinned with it",
-                    recipe.pytorch
-                ),
-                Some("drop it from `pip:` and ask in `pytorch:` (`pytorch: \"==2.8.0\"`)".into()),
-            ));
-        }
-    }
+    check_pip(recipe, doc)?;
     let mut seen: Vec<crate::image::Platform> = Vec::new();
     for (i, text) in recipe.platforms.iter().enumerate() {
         let at = ["platforms", &i.to_string()];
@@ -435,6 +468,61 @@ fn check(recipe: &Recipe, doc: &Document) -> Result<()> {
             format!("`{index}` is not an index URL"),
             field_help("index"),
         ));
+    }
+    Ok(())
+}
+
+/// A probe recipe (`pytorch: none`) sets none of the fields that shape a Python stack.
+fn check_probe(recipe: &Recipe, doc: &Document) -> Result<()> {
+    if !recipe.is_probe_image() {
+        return Ok(());
+    }
+    let Some(field) = recipe.stack_fields().first().copied() else {
+        return Ok(());
+    };
+    // At the key: the field is what is wrong, whatever its value.
+    Err(crate::error::Error::invalid(
+        doc.locate(&[field], true),
+        Some(field.to_string()),
+        format!(
+            "`{field}:` shapes the Python stack, and `pytorch: none` builds an image of the \
+             gpubake probe alone, without one"
+        ),
+        Some(format!(
+            "drop `{field}:`, or ask for a PyTorch release in `pytorch:`"
+        )),
+    ))
+}
+
+/// Each `pip:` requirement is one plain requirement, and none asks for torch, which
+/// `pytorch:` chooses.
+fn check_pip(recipe: &Recipe, doc: &Document) -> Result<()> {
+    for (i, req) in recipe.pip.iter().enumerate() {
+        if req.trim().is_empty() || req.contains(['\n', '\'', '"', '`', '$', ';', '&', '|']) {
+            return Err(doc.invalid(
+                &["pip", &i.to_string()],
+                format!("`{req}` is not a plain pip requirement"),
+                field_help("pip"),
+            ));
+        }
+        let name = req
+            .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .next()
+            .unwrap_or_default();
+        if crate::closure::normalize(name) == "torch" {
+            return Err(doc.invalid(
+                &["pip", &i.to_string()],
+                format!(
+                    "`{req}` asks for torch beside `pytorch: {}`, which chooses the torch build \
+                     and everything pinned with it",
+                    recipe
+                        .pytorch
+                        .as_ref()
+                        .map_or(pytorch_field::NONE, Constraint::as_str)
+                ),
+                Some("drop it from `pip:` and ask in `pytorch:` (`pytorch: \"==2.8.0\"`)".into()),
+            ));
+        }
     }
     Ok(())
 }
@@ -593,7 +681,7 @@ mod tests {
             );
         }
         let default = LoadedRecipe::builtin_default();
-        assert_eq!(default.recipe.pytorch.as_str(), "2.9");
+        assert_eq!(default.recipe.pytorch.unwrap().as_str(), "2.9");
     }
 
     #[test]
@@ -699,6 +787,34 @@ mod tests {
             .to_string();
             assert!(err.contains("r.yaml:6:"), "{err}");
             assert!(err.contains(&format!("`{key}` is set by gpubake")), "{err}");
+        }
+    }
+
+    #[test]
+    fn pytorch_none_is_a_probe_image_that_takes_no_stack_fields() {
+        let parse = |text: &str| LoadedRecipe::parse(Document::from_text("r.yaml", text));
+        let probe = parse("name: p\nbase: x\npytorch: none\npresets: [base]\n").unwrap();
+        assert!(probe.recipe.is_probe_image());
+        assert!(!LoadedRecipe::builtin_default().recipe.is_probe_image());
+        // Leaving `pytorch:` out is still an error, not a probe image.
+        let err = parse("name: p\nbase: x\n").err().unwrap().to_string();
+        assert!(err.contains("pytorch"), "{err}");
+        for (line, field) in [
+            ("python: '3.12'", "python"),
+            ("cuda: '12.8'", "cuda"),
+            ("gpus: [h100]", "gpus"),
+            ("pip: [six]", "pip"),
+            ("system: [numactl]", "system"),
+        ] {
+            let err = parse(&format!("name: p\nbase: x\npytorch: none\n{line}\n"))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.starts_with("r.yaml:4:1: field `"), "{err}");
+            assert!(
+                err.contains(&format!("`{field}:` shapes the Python stack")),
+                "{err}"
+            );
         }
     }
 

@@ -16,6 +16,15 @@ pub fn human_size(bytes: u64) -> String {
     }
 }
 
+/// The time now as RFC 3339 in UTC.
+pub fn rfc3339_now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(now)
+}
+
 /// RFC 3339 UTC time of a Unix timestamp.
 pub fn rfc3339(epoch: u64) -> String {
     let days = (epoch / 86_400) as i64;

@@ -1,12 +1,13 @@
 //! One verdict for every command that judges: the status of a check, the check, and the
 //! verdict (with its exit code) that a list of checks gives. lint, verify, the probe, the
 //! node's CDI preflight and certify judge in these terms; certify folds the others' checks
-//! into its own report unchanged.
+//! into its own report unchanged. A check the probe failed also says what a fleet does about
+//! it (its advice, src/probe/actions.rs).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The outcome of one check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     /// Holds.
@@ -31,6 +32,86 @@ impl Status {
     }
 }
 
+/// What a fleet does to a node about a failed check, mildest first: the order is the
+/// severity that picks the worse of two actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Nothing: a warning, an app's own fault, or a normal state.
+    None,
+    /// Run the job or the probe again; nothing on the node is known to be wrong.
+    Rerun,
+    /// The host's or the container's configuration (or the image) is wrong, not the GPU.
+    FixConfig,
+    /// Drain the GPU and reset it.
+    ResetGpu,
+    /// Drain the node and restart its operating system.
+    Reboot,
+    /// Take the node out of service for repair, field diagnostics or RMA.
+    DrainAndReplace,
+}
+
+impl Action {
+    /// The word reports print, as data/actions.yaml spells it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::Rerun => "rerun",
+            Action::FixConfig => "fix-config",
+            Action::ResetGpu => "reset-gpu",
+            Action::Reboot => "reboot",
+            Action::DrainAndReplace => "drain-and-replace",
+        }
+    }
+}
+
+/// The action for a check, the failure class it was put in, and the upstream document that
+/// supports it (data/actions.yaml).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advice {
+    /// What to do.
+    pub action: Action,
+    /// The failure class, a row of data/actions.yaml.
+    pub class: String,
+    /// Why, in a line: what the source says about the class.
+    pub why: String,
+    /// The source's URL, or `judgement` where no source gives an action.
+    pub source: String,
+    /// The heading in the source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// What a judgement leaned on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub see: Vec<String>,
+    /// What to do when the failure comes back after the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate: Option<String>,
+    /// For `fix-config`: the action of a fleet that knows only the other five.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Action>,
+}
+
+impl Advice {
+    /// The source as a reader follows it: the URL, or the judgement and what it leaned on.
+    pub fn cited(&self) -> String {
+        match self.see.first() {
+            Some(see) if self.source == "judgement" => format!("judgement; see {see}"),
+            _ => self.source.clone(),
+        }
+    }
+
+    /// One line for a report: the action, the class, why and the source.
+    pub fn line(&self) -> String {
+        format!(
+            "action: {} ({}): {} [{}]",
+            self.action.label(),
+            self.class,
+            self.why,
+            self.cited()
+        )
+    }
+}
+
 /// One check with its reason.
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
@@ -42,6 +123,10 @@ pub struct Check {
     pub status: Status,
     /// Why: what was found against what was expected.
     pub detail: String,
+    /// What to do about it, where it failed (or warned of something with an action); left out
+    /// of the JSON where there is none, so checks without it read as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<Advice>,
 }
 
 impl Check {
@@ -57,6 +142,7 @@ impl Check {
             name: name.into(),
             status,
             detail: detail.into(),
+            advice: None,
         }
     }
 
@@ -166,6 +252,70 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn advice_is_left_out_of_the_json_where_there_is_none() {
+        let plain = serde_json::to_value(check(Status::Fail)).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({"phase": "phase", "name": "name", "status": "FAIL", "detail": ""})
+        );
+        let mut advised = check(Status::Fail);
+        advised.advice = Some(Advice {
+            action: Action::FixConfig,
+            class: "container_limits".into(),
+            why: "small limits".into(),
+            source: "https://example.org/limits".into(),
+            section: None,
+            see: vec![],
+            escalate: None,
+            fallback: Some(Action::None),
+        });
+        let json = serde_json::to_value(&advised).unwrap();
+        assert_eq!(json["advice"]["action"], "fix-config");
+        assert_eq!(json["advice"]["fallback"], "none");
+        assert!(json["advice"].get("section").is_none(), "{json}");
+        let back: Advice = serde_json::from_value(json["advice"].clone()).unwrap();
+        assert_eq!(Some(back), advised.advice);
+    }
+
+    #[test]
+    fn actions_order_by_severity_and_print_as_the_data_spells_them() {
+        let all = [
+            Action::None,
+            Action::Rerun,
+            Action::FixConfig,
+            Action::ResetGpu,
+            Action::Reboot,
+            Action::DrainAndReplace,
+        ];
+        assert!(all.windows(2).all(|w| w[0] < w[1]));
+        for a in all {
+            let json = serde_json::to_value(a).unwrap();
+            assert_eq!(json, a.label(), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn a_judgement_cites_what_it_leaned_on() {
+        let mut a = Advice {
+            action: Action::Rerun,
+            class: "unclassified".into(),
+            why: "no rule".into(),
+            source: "judgement".into(),
+            section: None,
+            see: vec!["https://example.org/triage".into()],
+            escalate: None,
+            fallback: None,
+        };
+        assert_eq!(a.cited(), "judgement; see https://example.org/triage");
+        a.source = "https://example.org/doc".into();
+        assert_eq!(a.cited(), "https://example.org/doc");
+        assert!(
+            a.line()
+                .starts_with("action: rerun (unclassified): no rule [")
+        );
     }
 
     #[test]

@@ -472,6 +472,18 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
+        command: "gpubake probe --level 1 --emit prometheus:/var/lib/node_exporter/gpubake.prom",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/emit.rs (a_probe_without_a_gpu_still_writes_both_files_whole) runs \
+                 `gpubake probe --level 1 --emit prometheus:FILE --emit nfd:FILE` and checks \
+                 the file with promtool; on one H200 level 1 exited 0 \
+                 (benches/results/levels-short-h200-2026-12-03.txt)",
+            why: "it needs a GPU, and node_exporter's textfile directory on the node",
+        },
+    },
+    Example {
         command: "srun --ntasks-per-node=1 --kill-on-bad-exit=0 gpubake probe --world",
         stage: Stage::Image,
         exit: &[0],
@@ -548,21 +560,21 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
-        command: "gpubake certify docker://registry.example.com/team/train:v1 --gpus all --attach",
+        command: "gpubake certify docker://registry.example.com/team/train:v1 --gpus all --attach --key cosign.key",
         stage: Stage::Image,
         exit: &[0],
         how: How::Elsewhere {
-            by: "tests/registry.rs runs `certify docker://… --attach` (a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema, with --gpus none: no GPU here)",
+            by: "tests/registry.rs runs `certify docker://… --attach --key` (a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema, with --gpus none: no GPU here)",
             why: "registry.example.com stands for the reader's registry; the tests push to \
                   a registry of their own on 127.0.0.1",
         },
     },
     Example {
-        command: "gpubake verify docker://registry.example.com/team/train:v1 --certified",
+        command: "gpubake verify docker://registry.example.com/team/train:v1 --certified --key cosign.pub",
         stage: Stage::Image,
         exit: &[0],
         how: How::Elsewhere {
-            by: "tests/registry.rs runs `verify docker://… --certified` (a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema)",
+            by: "tests/registry.rs runs `verify docker://… --certified --key` (a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema, a_certificate_is_believed_only_signed_with_the_key_for_this_digest_and_passing)",
             why: "registry.example.com stands for the reader's registry; the tests push to \
                   a registry of their own on 127.0.0.1",
         },
@@ -576,6 +588,12 @@ const EXAMPLES: &[Example] = &[
             why: "registry.example.com stands for the reader's registry; the tests push to \
                   a registry of their own on 127.0.0.1",
         },
+    },
+    Example {
+        command: "gpubake key generate --output-prefix cosign && gpubake key public cosign.key",
+        stage: Stage::Offline,
+        exit: &[0],
+        how: How::AsWritten,
     },
     Example {
         command: "gpubake compat --release 2.9",

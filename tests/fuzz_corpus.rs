@@ -21,6 +21,8 @@ const TARGETS: &[Target] = &[
     ("wheel", fuzz_targets::wheel),
     ("nvidia_require", fuzz_targets::nvidia_require),
     ("nccl_conf", fuzz_targets::nccl_conf),
+    ("signed", fuzz_targets::signed),
+    ("key", fuzz_targets::key),
 ];
 
 /// One test, not one per target: the unpacking targets switch the process's effective user,

@@ -29,8 +29,9 @@ const FLOORS: &[(&str, &[&str])] = &[
         ],
     ),
     // OCI images and nothing of gpubake's own: model, layouts, archives, registries, layers;
-    // and the Debian archive client beside them (sources, InRelease, Packages, apt's choice).
-    ("image", &["image", "debian"]),
+    // the Debian archive client beside them (sources, InRelease, Packages, apt's choice); and
+    // signatures (keys, DSSE, in-toto statements, Sigstore bundles) over what they hold.
+    ("image", &["image", "debian", "sign"]),
     // From a recipe to a lock: recipes, presets, the linter, resolution, the Python closure,
     // wheels, the SBOM of a lock.
     (

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::nvml::{fake_nvml, gcc_library};
 use common::{assert_exit, gpubake, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -129,85 +130,6 @@ fn the_quick_probe_passes_on_a_gpu() {
         Some(serde_json::json!("PASS")),
         "{report}"
     );
-}
-
-/// Builds a shared object from the C `source` with gcc at `dir/path`, its DT_SONAME
-/// `soname`, linked against `link` (paths relative to `dir`; kept as DT_NEEDED). None, with the
-/// reason printed, when gcc cannot build it.
-fn gcc_library(
-    dir: &Path,
-    path: &str,
-    soname: &str,
-    source: &str,
-    link: &[&str],
-) -> Option<PathBuf> {
-    let file = dir.join(path);
-    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let c = dir.join(format!("{soname}.c"));
-    std::fs::write(&c, source).unwrap();
-    let out = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-Wl,--no-as-needed", "-o"])
-        .arg(&file)
-        .arg(format!("-Wl,-soname,{soname}"))
-        .arg(&c)
-        .args(link)
-        .current_dir(dir)
-        .output();
-    match out {
-        Ok(out) if out.status.success() => Some(file),
-        Ok(out) => {
-            eprintln!(
-                "skipped: gcc cannot build {path}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!("skipped: no gcc to build {path}: {e}");
-            None
-        }
-    }
-}
-
-/// A stand-in `libnvidia-ml.so.1` built with gcc: NVML that initialises, reports two GPUs,
-/// and cannot open GPU 1 (as for a GPU fallen off the bus). With `needs`, it is linked against
-/// a library that is then deleted, so loading it fails as in an image that lacks a
-/// dependency. None when gcc cannot build it.
-fn fake_nvml(dir: &Path, needs: Option<&str>) -> Option<PathBuf> {
-    let source = r#"
-        #include <stdio.h>
-        int nvmlInit_v2(void) { return 0; }
-        int nvmlShutdown(void) { return 0; }
-        int nvmlSystemGetDriverVersion(char *v, unsigned n) { snprintf(v, n, "580.95.05"); return 0; }
-        int nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = 13000; return 0; }
-        int nvmlDeviceGetCount_v2(unsigned *c) { *c = 2; return 0; }
-        /* 15 is NVML_ERROR_GPU_IS_LOST. */
-        int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) {
-            if (i == 1) return 15;
-            *d = (void *)0x1000;
-            return 0;
-        }
-    "#;
-    let dep = needs.map(|dep| {
-        gcc_library(dir, dep, dep, "int gpubake_dep(void) { return 0; }\n", &[])
-            .map(|_| format!("./{dep}"))
-    });
-    let link: Vec<&str> = match &dep {
-        Some(Some(dep)) => vec![dep.as_str()],
-        Some(None) => return None,
-        None => Vec::new(),
-    };
-    let lib = gcc_library(
-        dir,
-        "lib/libnvidia-ml.so.1",
-        "libnvidia-ml.so.1",
-        source,
-        &link,
-    )?;
-    if let Some(dep) = needs {
-        std::fs::remove_file(dir.join(dep)).unwrap();
-    }
-    Some(lib.parent().unwrap().to_path_buf())
 }
 
 fn probe_with(lib: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -620,4 +542,111 @@ fn without_a_python_stack_the_framework_phase_says_so() {
             && text.contains("no Python stack: /opt/gpubake/venv/bin/python3 does not exist"),
         "{text}"
     );
+}
+
+/// An NVML whose nvmlInit does not return for a minute, as a driver stuck on a GPU.
+fn hung_nvml(dir: &Path) -> Option<PathBuf> {
+    let source = "#include <unistd.h>\nint nvmlInit_v2(void) { sleep(60); return 0; }\n\
+                  int nvmlShutdown(void) { return 0; }\n";
+    let lib = gcc_library(
+        dir,
+        "lib/libnvidia-ml.so.1",
+        "libnvidia-ml.so.1",
+        source,
+        &[],
+    )?;
+    Some(lib.parent().unwrap().to_path_buf())
+}
+
+#[test]
+fn a_level_past_its_budget_fails_naming_the_step_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = hung_nvml(dir.path()) else {
+        assert!(std::env::var_os("CI").is_none(), "CI has gcc");
+        return;
+    };
+    for (args, budget) in [
+        (&["--level", "1"][..], 10),
+        (&["--level", "2", "--budget", "3"][..], 3),
+    ] {
+        let started = std::time::Instant::now();
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = probe_with(&lib, &full);
+        let took = started.elapsed().as_secs_f64();
+        // The level's budget, and a little for what runs after the step it stopped.
+        assert!(took < f64::from(budget) + 4.0, "{args:?}: {took:.1} s");
+        assert!(
+            took >= f64::from(budget) - 0.5,
+            "{args:?}: stopped early, {took:.1} s"
+        );
+        assert_exit(&out, 1);
+        let report: serde_json::Value = serde_json::from_str(&stdout(&out))
+            .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
+        let checks = report["checks"].as_array().unwrap();
+        let level = &args[1];
+        let overran = checks
+            .iter()
+            .find(|c| c["phase"] == "budget")
+            .unwrap_or_else(|| panic!("no budget check: {report:#}"));
+        assert_eq!(overran["name"], format!("level {level}"));
+        assert_eq!(overran["status"], "FAIL");
+        let detail = overran["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(&format!("{budget} s budget in step `NVML`")),
+            "{detail}"
+        );
+        let nvml = checks.iter().find(|c| c["name"] == "NVML").unwrap();
+        assert_eq!(nvml["status"], "FAIL");
+        assert!(
+            nvml["detail"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("at the end of level {level}'s {budget} s budget")),
+            "{nvml}"
+        );
+        assert_eq!(report["level"], level.parse::<u8>().unwrap());
+    }
+}
+
+/// A step that never returns (a call no step budget can stop, here the test hook's) still
+/// leaves a verdict: the watchdog reports the step 5 s past the level's budget, and the
+/// files the fleet reads are written with it.
+#[test]
+fn a_step_that_never_returns_is_reported_by_the_watchdog() {
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("gpubake.prom");
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["probe", "--json", "--level", "1", "--budget", "1", "--emit"])
+        .arg(format!("prometheus:{}", prom.display()))
+        .env("GPUBAKE_TEST_HANG_STEP", "container limits")
+        .output()
+        .unwrap();
+    let took = started.elapsed().as_secs_f64();
+    assert!((5.5..10.0).contains(&took), "{took:.1} s");
+    assert_exit(&out, 1);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&out), stderr(&out)));
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 1, "{report:#}");
+    assert_eq!(checks[0]["phase"], "budget");
+    assert_eq!(checks[0]["status"], "FAIL");
+    let detail = checks[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("1 s budget: stopped in step `container limits`, which did not return"),
+        "{detail}"
+    );
+    assert_eq!(checks[0]["advice"]["class"], "probe_timeout", "{report:#}");
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(metrics.contains("gpubake_probe_exit_code 1\n"), "{metrics}");
+}
+
+#[test]
+fn levels_outside_one_to_three_are_usage_errors() {
+    for bad in ["0", "4", "x"] {
+        let out = gpubake(&["probe", "--level", bad]);
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains("--level"), "{}", stderr(&out));
+    }
 }

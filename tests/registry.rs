@@ -919,8 +919,14 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     );
     assert_exit(&out, 0);
     let digest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    let (key, public) = keypair(dir.path());
+    // --certified believes only a signature: without a key it is a usage error.
+    assert_exit(&reg.trusted("auth", &["verify", &target, "--certified"]), 2);
     // Before: no certificate, so --certified fails naming the digest.
-    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
+    let out = reg.trusted(
+        "auth",
+        &["verify", &target, "--certified", "--key", &public],
+    );
     assert_exit(&out, 1);
     assert!(
         stdout(&out).contains("no certificate is attached"),
@@ -937,13 +943,15 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
             "--gpus",
             "none",
             "--attach",
+            "--key",
+            &key,
             "--out",
             &cert.display().to_string(),
         ],
     );
     assert_exit(&out, 0);
     assert!(
-        stderr(&out).contains("attached the certificate"),
+        stderr(&out).contains("attached the signed certificate"),
         "{}",
         stderr(&out)
     );
@@ -964,7 +972,12 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     let index = reg.skopeo_json(&["--raw"], &tag);
     let listed = &index["manifests"][0];
     assert_eq!(
-        listed["artifactType"], "application/vnd.gpubake.certificate.v1+json",
+        listed["artifactType"], "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "{index}"
+    );
+    assert_eq!(
+        listed["annotations"]["dev.sigstore.bundle.predicateType"],
+        "https://gpubake.io/certificate/v1",
         "{index}"
     );
     assert_eq!(
@@ -985,13 +998,14 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     let out = reg.trusted("auth", &["inspect", &target]);
     assert!(
         stdout(&out).contains(&format!(
-            "{artifact} application/vnd.gpubake.certificate.v1+json  certified (static gpus=none)"
+            "{artifact} application/vnd.dev.sigstore.bundle.v0.3+json  certified (static gpus=none) [unsigned annotation]"
         )),
         "{}",
         stdout(&out)
     );
     // A certificate of the static checks alone does not pass the gate unless asked for.
-    let out = reg.trusted("auth", &["verify", &target, "--certified"]);
+    let certified = ["verify", &target, "--certified", "--key", &public];
+    let out = reg.trusted("auth", &certified);
     assert_exit(&out, 1);
     assert!(
         stdout(&out).contains("static checks only, no probe ran")
@@ -999,11 +1013,11 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
         "{}",
         stdout(&out)
     );
-    let out = reg.trusted("auth", &["verify", &target, "--certified", "--static-ok"]);
+    let out = reg.trusted("auth", &[&certified[..], &["--static-ok"]].concat());
     assert_exit(&out, 0);
     assert!(
         stdout(&out).contains(&format!(
-            "{artifact} certifies {digest}: static checks only"
+            "{artifact} certifies {digest}: static checks only, no probe ran (gpus none), signed with the key"
         )),
         "{}",
         stdout(&out)
@@ -1011,7 +1025,12 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     assert_exit(&reg.trusted("auth", &["verify", &target, "--static-ok"]), 2);
 
     // A second attachment adds to the index rather than replacing it.
-    let out = reg.trusted("auth", &["certify", &target, "--gpus", "none", "--attach"]);
+    let out = reg.trusted(
+        "auth",
+        &[
+            "certify", &target, "--gpus", "none", "--attach", "--key", &key,
+        ],
+    );
     assert_exit(&out, 0);
     let out = reg.trusted("auth", &["inspect", &target, "--json"]);
     let referrers = json_of(&out)["referrers"].as_array().unwrap().len();
@@ -1020,9 +1039,419 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     // --attach on an image outside a registry is a usage error before any work.
     let out = reg.gpubake(
         "auth",
-        &["certify", &from_base(), "--gpus", "none", "--attach"],
+        &[
+            "certify",
+            &from_base(),
+            "--gpus",
+            "none",
+            "--attach",
+            "--key",
+            &key,
+        ],
     );
     assert_exit(&out, 2);
+    // So is --attach without a key to sign with.
+    assert_exit(
+        &reg.trusted("auth", &["certify", &target, "--gpus", "none", "--attach"]),
+        2,
+    );
+}
+
+/// A P-256 key pair made by openssl, as PKCS#8 and SubjectPublicKeyInfo PEM files: the
+/// private key's path and the public key's.
+fn keypair(dir: &Path) -> (String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let sec1 = dir.join("key.sec1.pem");
+    let key = dir.join("key.pem");
+    let public = dir.join("key.pub");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
+    };
+    let path = |p: &Path| p.display().to_string();
+    openssl(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        &path(&sec1),
+    ]);
+    openssl(&[
+        "pkcs8",
+        "-topk8",
+        "-nocrypt",
+        "-in",
+        &path(&sec1),
+        "-out",
+        &path(&key),
+    ]);
+    openssl(&["ec", "-in", &path(&sec1), "-pubout", "-out", &path(&public)]);
+    (path(&key), path(&public))
+}
+
+/// Attaches to the image `digest` a bundle of a statement of `kind` about `about`, signed
+/// with `key`, under `annotations`; the bundle's bytes, as the registry now stores them.
+fn attach_signed(
+    reg: &Registry,
+    target: &str,
+    (digest, about): (&str, &str),
+    key: &gpubake::sign::keys::PrivateKey,
+    (kind, predicate): (&str, Value),
+    annotations: std::collections::BTreeMap<String, String>,
+) -> Vec<u8> {
+    use gpubake::sign::bundle::{self, Bundle};
+    use gpubake::sign::statement::{Descriptor, Statement};
+    let statement = Statement::new(vec![Descriptor::of("forged", about)], kind, predicate);
+    let bytes = serde_json::to_vec(&Bundle::sign(&statement, key)).unwrap();
+    gpubake::image::referrers::attach(
+        &remote_of(reg, target),
+        &digest.parse::<gpubake::image::digest::Digest>().unwrap(),
+        bundle::MEDIA_TYPE,
+        &bytes,
+        annotations,
+    )
+    .unwrap();
+    bytes
+}
+
+/// [`attach_signed`] of a certificate, without annotations.
+fn attach_bundle(
+    reg: &Registry,
+    target: &str,
+    digest: &str,
+    about: &str,
+    key: &gpubake::sign::keys::PrivateKey,
+    predicate: Value,
+) -> Vec<u8> {
+    let kind = gpubake::certify::CERTIFICATE_PREDICATE;
+    attach_signed(
+        reg,
+        target,
+        (digest, about),
+        key,
+        (kind, predicate),
+        Default::default(),
+    )
+}
+
+/// The library's view of `target` (`docker://ADDR/NAME:TAG`) with the test's login.
+fn remote_of(reg: &Registry, target: &str) -> gpubake::image::registry::Remote {
+    gpubake::image::registry::Remote {
+        reference: target.trim_start_matches("docker://").to_string(),
+        access: gpubake::image::registry::Access {
+            cert_dir: Some(PathBuf::from(reg.certs())),
+            authfile: Some(reg.dir.path().join("auth/config.json")),
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn a_certificate_is_believed_only_signed_with_the_key_for_this_digest_and_passing() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("forged/app:v1");
+    let (key, public) = keypair(dir.path());
+    // The build signs its provenance and attaches it beside the image.
+    let provenance = dir.path().join("provenance.json");
+    let provenance_arg = provenance.display().to_string();
+    let signing = [
+        "--json",
+        "--key",
+        key.as_str(),
+        "--provenance",
+        provenance_arg.as_str(),
+    ];
+    let out = reg.trusted(
+        "auth",
+        &build_args(&recipe, &from_base(), &target, &signing),
+    );
+    assert_exit(&out, 0);
+    let digest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    assert!(
+        stderr(&out).contains("attached the signed provenance"),
+        "{}",
+        stderr(&out)
+    );
+    let bundle =
+        gpubake::sign::bundle::Bundle::from_slice(&std::fs::read(&provenance).unwrap()).unwrap();
+    let public_key = gpubake::sign::keys::PublicKey::read(Path::new(&public)).unwrap();
+    let statement = bundle.verify(&public_key).unwrap();
+    assert!(statement.about(&digest));
+    assert_eq!(statement.predicate_type, "https://slsa.dev/provenance/v1");
+    // And the image's own signature, where podman and skopeo look for it.
+    let sig_tag = format!("forged/app:{}.sig", digest.replacen(':', "-", 1));
+    let signatures = reg.skopeo_json(&["--raw"], &sig_tag);
+    assert_eq!(
+        signatures["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    let layer = &signatures["layers"][0];
+    assert_eq!(
+        layer["mediaType"], "application/vnd.dev.cosign.simplesigning.v1+json",
+        "{signatures}"
+    );
+    let payload_digest = layer["digest"].as_str().unwrap();
+    let hex = payload_digest.trim_start_matches("sha256:");
+    let blob = reg.dir.path().join(format!(
+        "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    ));
+    let payload = std::fs::read(&blob).unwrap();
+    let said: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(
+        said["critical"]["image"]["docker-manifest-digest"],
+        digest.as_str()
+    );
+    assert_eq!(
+        said["critical"]["identity"]["docker-reference"],
+        target.trim_start_matches("docker://")
+    );
+    let signature = layer["annotations"]["dev.cosignproject.cosign/signature"]
+        .as_str()
+        .unwrap();
+    let signature = gpubake::sign::dsse::decode(signature).unwrap();
+    public_key.verify(&payload, &signature).unwrap();
+    assert!(public_key.verify(b"another payload", &signature).is_err());
+    let out = reg.trusted("auth", &["verify", &target, "--key", &public]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!("{digest} is signed with the key")),
+        "{}",
+        stdout(&out)
+    );
+    let (_, stranger) = keypair(&dir.path().join("stranger"));
+    let out = reg.trusted("auth", &["verify", &target, "--key", &stranger]);
+    assert_exit(&out, 1);
+    assert!(stdout(&out).contains("none accepted"), "{}", stdout(&out));
+    let cert = dir.path().join("cert.json");
+    let out = reg.trusted(
+        "auth",
+        &[
+            "certify",
+            &target,
+            "--gpus",
+            "none",
+            "--out",
+            &cert.display().to_string(),
+        ],
+    );
+    assert_exit(&out, 0);
+    let real: Value = serde_json::from_slice(&std::fs::read(&cert).unwrap()).unwrap();
+    let predicate = |verdict: &str| serde_json::json!({"verdict": verdict, "certificate": real, "policy": {"sha256": "0"}});
+    let verify = || {
+        let out = reg.trusted(
+            "auth",
+            &[
+                "verify",
+                &target,
+                "--certified",
+                "--key",
+                &public,
+                "--static-ok",
+            ],
+        );
+        assert_exit(&out, 1);
+        stdout(&out)
+    };
+    // An unsigned certificate, as certify attached them before it signed.
+    gpubake::image::referrers::attach(
+        &remote_of(&reg, &target),
+        &digest.parse::<gpubake::image::digest::Digest>().unwrap(),
+        gpubake::image::referrers::CERTIFICATE_TYPE,
+        &serde_json::to_vec(&real).unwrap(),
+        std::collections::BTreeMap::from([("io.gpubake.verdict".into(), "certified".into())]),
+    )
+    .unwrap();
+    assert!(verify().contains("an unsigned certificate"), "{}", verify());
+    // Signed with another key.
+    let other = gpubake::sign::keys::PrivateKey::generate();
+    attach_bundle(
+        &reg,
+        &target,
+        &digest,
+        &digest,
+        &other,
+        predicate("certified"),
+    );
+    assert!(verify().contains("signed with another key"), "{}", verify());
+    // A provenance signed with another key (another builder's) is no certificate at all:
+    // not counted among those refused below.
+    let slsa = "https://slsa.dev/provenance/v1";
+    attach_signed(
+        &reg,
+        &target,
+        (&digest, &digest),
+        &other,
+        (slsa, serde_json::json!({})),
+        gpubake::sign::bundle::annotations(slsa, "2026-12-03T00:00:00Z"),
+    );
+    // Signed with the key, for another image.
+    let mine = gpubake::sign::keys::PrivateKey::read(Path::new(&key), b"").unwrap();
+    let elsewhere = format!("sha256:{}", "ab".repeat(32));
+    attach_bundle(
+        &reg,
+        &target,
+        &digest,
+        &elsewhere,
+        &mine,
+        predicate("certified"),
+    );
+    assert!(
+        verify().contains(&format!("it is signed for {elsewhere}, not {digest}")),
+        "{}",
+        verify()
+    );
+    // Signed with the key, for this image, with a failed verdict.
+    attach_bundle(&reg, &target, &digest, &digest, &mine, predicate("failed"));
+    let text = verify();
+    assert!(
+        text.contains("its verdict is failed") && text.contains("4 certificate(s)"),
+        "{text}"
+    );
+
+    // The real one, signed: accepted, and the policy can be asked for.
+    let out = reg.trusted(
+        "auth",
+        &[
+            "certify", &target, "--gpus", "none", "--attach", "--key", &key,
+        ],
+    );
+    assert_exit(&out, 0);
+    let passing = [
+        "verify",
+        &target,
+        "--certified",
+        "--key",
+        &public,
+        "--static-ok",
+    ];
+    assert_exit(&reg.trusted("auth", &passing), 0);
+    // A referrer whose content the registry no longer serves whole (its blob changed in
+    // storage) is refused on its own: the good certificate beside it still counts.
+    let broken = attach_bundle(
+        &reg,
+        &target,
+        &digest,
+        &digest,
+        &other,
+        predicate("certified"),
+    );
+    let hex = gpubake::image::digest::Digest::of(&broken)
+        .hex()
+        .to_string();
+    let stored = reg.dir.path().join(format!(
+        "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    ));
+    std::fs::remove_file(&stored).unwrap();
+    // Longer than its descriptor says: reading stops at the size it was promised.
+    std::fs::write(&stored, vec![b'x'; broken.len() + 4096]).unwrap();
+    let out = reg.trusted("auth", &passing);
+    assert_exit(&out, 0);
+    let out = reg.trusted(
+        "auth",
+        &["verify", &target, "--certified", "--key", &public],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("unreadable: ")
+            && stdout(&out).contains(&format!(
+                "its content, blob sha256:{hex} runs past the {} bytes",
+                broken.len()
+            )),
+        "{}",
+        stdout(&out)
+    );
+    // A policy judges the probe's measurements: a certificate of the static checks alone
+    // meets no policy asked for, whichever it names (the sha256 comparison itself is
+    // certify::tests' on a probed certificate).
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "[]\n").unwrap();
+    for required in ["embedded".to_string(), policy.display().to_string()] {
+        let out = reg.trusted(
+            "auth",
+            &[&passing[..], &["--require-policy", &required]].concat(),
+        );
+        assert_exit(&out, 1);
+        assert!(
+            stdout(&out).contains("no probe judged by the policy required"),
+            "{required}: {}",
+            stdout(&out)
+        );
+    }
+
+    // A tampered image under the same tag is another manifest digest, which nothing
+    // certifies: one more file in it.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("extra"), "tampered\n").unwrap();
+    let tampered = recipe_in(other.path(), "files:\n  - {src: extra, dest: /extra}\n");
+    let out = reg.trusted(
+        "auth",
+        &build_args(&tampered, &from_base(), &target, &["--json"]),
+    );
+    assert_exit(&out, 0);
+    let other_digest = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    assert_ne!(other_digest, digest);
+    let out = reg.trusted("auth", &passing);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains(&format!("no certificate is attached to {other_digest}")),
+        "{}",
+        stdout(&out)
+    );
+    // Nor did anyone sign it.
+    let out = reg.trusted("auth", &["verify", &target, "--key", &public]);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains(&format!("{other_digest} has no signature")),
+        "{}",
+        stdout(&out)
+    );
+
+    // One flipped byte in a layer, as the registry stores it, fails verification at that
+    // layer, whatever is signed.
+    let manifest = reg.skopeo_json(&["--raw"], "forged/app:v1");
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hex = layer.trim_start_matches("sha256:");
+    let blob = reg.dir.path().join(format!(
+        "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    ));
+    common::flip_byte(&blob, 100);
+    let out = reg.trusted("auth", &passing);
+    assert_exit(&out, 1);
+    assert!(
+        stdout(&out).contains("FAIL") && stdout(&out).contains(&layer[..19]),
+        "{}",
+        stdout(&out)
+    );
+    // A manifest changed where the registry stores it no longer has the digest it is
+    // served under, and is refused before anything of it is believed.
+    let hex = other_digest.trim_start_matches("sha256:");
+    let stored = reg.dir.path().join(format!(
+        "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    ));
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let at = bytes.windows(6).position(|w| w == b"layers").unwrap();
+    bytes[at] = b'L';
+    std::fs::remove_file(&stored).unwrap();
+    std::fs::write(&stored, bytes).unwrap();
+    let out = reg.trusted("auth", &passing);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains(&format!("the registry says {other_digest}")),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -1718,21 +2147,37 @@ fn a_loopback_registry_without_tls_is_reached_over_plain_http_as_docker_reaches_
     assert_exit(&out, 0);
     assert_eq!(layout_digest(&back, "v1"), want);
 
-    let out = reg.gpubake("auth", &["certify", &target, "--gpus", "none", "--attach"]);
+    let (key, public) = keypair(dir.path());
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "certify", &target, "--gpus", "none", "--attach", "--key", &key,
+        ],
+    );
     assert_exit(&out, 0);
     assert!(
-        stderr(&out).contains("attached the certificate"),
+        stderr(&out).contains("attached the signed certificate"),
         "{}",
         stderr(&out)
     );
     assert_exit(
-        &reg.gpubake("auth", &["verify", &target, "--certified", "--static-ok"]),
+        &reg.gpubake(
+            "auth",
+            &[
+                "verify",
+                &target,
+                "--certified",
+                "--key",
+                &public,
+                "--static-ok",
+            ],
+        ),
         0,
     );
     let tag = format!("bar/img:{}", want.replacen(':', "-", 1));
     let index = reg.skopeo_json(&["--raw"], &tag);
     assert_eq!(
-        index["manifests"][0]["artifactType"], "application/vnd.gpubake.certificate.v1+json",
+        index["manifests"][0]["artifactType"], "application/vnd.dev.sigstore.bundle.v0.3+json",
         "{index}"
     );
 }

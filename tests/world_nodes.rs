@@ -11,10 +11,13 @@
 //! aside, as tests/world.rs does.
 
 mod common;
+#[path = "common/slurm.rs"]
+mod slurm;
 
 use common::world::{check, finish, free_port, world_checks};
-use common::{have, stderr, stdout};
+use common::{have, stderr};
 use serde_json::Value;
+use slurm::quiet_port;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -35,22 +38,6 @@ fn runnable(what: &str) -> bool {
         return false;
     }
     true
-}
-
-/// A free port below Linux's ephemeral range (32768 and up), so that no program's outgoing
-/// or passive socket takes it between this choice and its use: srun listens on several
-/// ephemeral ports of its own once started, and once took the world's.
-fn quiet_port() -> u16 {
-    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-    let base = 20_000 + (std::process::id() % 1000) as u16 * 10;
-    loop {
-        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        assert!(offset < 2000, "no free port from {base}");
-        let port = base + offset;
-        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// True when `tool` is on PATH (srun and sinfo cannot even say their version without a
@@ -80,141 +67,6 @@ fn sh(program: &str, args: &[&str]) {
         args.join(" "),
         stderr(&out)
     );
-}
-
-/// Processes this test started, stopped when it ends however it ends.
-struct Daemons(Vec<Child>);
-
-impl Drop for Daemons {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            // SAFETY: kill(2) on a child of this test that has not been reaped.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        }
-        for child in &mut self.0 {
-            let until = Instant::now() + Duration::from_secs(5);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// A one-node Slurm cluster in `dir`: munged with a key of its own, slurmctld and slurmd
-/// with a minimal slurm.conf (no cgroups, no accounting), root as Slurm's user.
-fn start_slurm(dir: &Path) -> Daemons {
-    use std::os::unix::fs::PermissionsExt;
-    // munged wants every directory above its socket searchable by all.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let key = dir.join("munge.key");
-    let socket = dir.join("munge.sock");
-    sh(
-        "mungekey",
-        &["--create", "--keyfile", key.to_str().unwrap()],
-    );
-    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
-    let munged = Command::new("munged")
-        .arg("--foreground")
-        // As root, and with the key outside /etc/munge: munged asks to be forced.
-        .arg("--force")
-        .arg(format!("--socket={}", socket.display()))
-        .arg(format!("--key-file={}", key.display()))
-        .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
-        .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
-        .arg(format!("--log-file={}", dir.join("munged.log").display()))
-        .stdout(log("munged.out"))
-        .stderr(log("munged.err"))
-        .spawn()
-        .expect("munged starts");
-    let mut daemons = Daemons(vec![munged]);
-    let until = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < until, "munged made no socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let conf = dir.join("slurm.conf");
-    let at = |name: &str| dir.join(name).display().to_string();
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    std::fs::create_dir_all(dir.join("spool")).unwrap();
-    let text = format!(
-        "ClusterName=gpubake\n\
-         SlurmctldHost=localhost(127.0.0.1)\n\
-         SlurmUser=root\n\
-         SlurmdUser=root\n\
-         AuthType=auth/munge\n\
-         AuthInfo=socket={socket}\n\
-         CredType=cred/munge\n\
-         SlurmctldPort={ctld}\n\
-         SlurmdPort={slurmd}\n\
-         StateSaveLocation={state}\n\
-         SlurmdSpoolDir={spool}\n\
-         SlurmctldPidFile={ctld_pid}\n\
-         SlurmdPidFile={slurmd_pid}\n\
-         SlurmctldLogFile={ctld_log}\n\
-         SlurmdLogFile={slurmd_log}\n\
-         ProctrackType=proctrack/linuxproc\n\
-         TaskPlugin=task/none\n\
-         SelectType=select/cons_tres\n\
-         SelectTypeParameters=CR_CPU\n\
-         SchedulerType=sched/builtin\n\
-         MpiDefault=none\n\
-         JobAcctGatherType=jobacct_gather/none\n\
-         AccountingStorageType=accounting_storage/none\n\
-         ReturnToService=2\n\
-         SlurmdParameters=config_overrides\n\
-         NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN\n\
-         PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
-        socket = socket.display(),
-        ctld = quiet_port(),
-        slurmd = quiet_port(),
-        state = at("state"),
-        spool = at("spool"),
-        ctld_pid = at("slurmctld.pid"),
-        slurmd_pid = at("slurmd.pid"),
-        ctld_log = at("slurmctld.log"),
-        slurmd_log = at("slurmd.log"),
-    );
-    std::fs::write(&conf, text).unwrap();
-    for (program, args) in [
-        ("slurmctld", vec!["-D", "-i", "-f"]),
-        ("slurmd", vec!["-D", "-N", "localhost", "-f"]),
-    ] {
-        let child = Command::new(program)
-            .args(args)
-            .arg(&conf)
-            .env("SLURM_CONF", &conf)
-            .stdout(log(&format!("{program}.out")))
-            .stderr(log(&format!("{program}.err")))
-            .spawn()
-            .unwrap_or_else(|e| panic!("{program}: {e}"));
-        daemons.0.push(child);
-    }
-    // The node is ready once slurmd has registered with slurmctld.
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let state = Command::new("sinfo")
-            .args(["-h", "-o", "%t"])
-            .env("SLURM_CONF", &conf)
-            .output()
-            .unwrap();
-        if stdout(&state).trim() == "idle" {
-            break;
-        }
-        if Instant::now() > until {
-            let logs: String = ["slurmctld.log", "slurmd.log", "slurmctld.err", "slurmd.err"]
-                .iter()
-                .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
-                .collect();
-            panic!(
-                "the Slurm node never became idle: {}\n{logs}",
-                stdout(&state)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    daemons
 }
 
 /// Runs `srun -N1 -n TASKS gpubake probe --world --json` on the cluster in `dir`, each task
@@ -268,7 +120,7 @@ fn srun_starts_every_rank_and_rank_zero_aggregates_them() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let _cluster = start_slurm(dir.path());
+    let _cluster = slurm::start(dir.path());
     let started = Instant::now();
     let (done, rank0) = srun_world(dir.path(), 3, "30", None);
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
@@ -314,7 +166,7 @@ fn srun_ranks_missing_killed_and_slow_are_each_named() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let _cluster = start_slurm(dir.path());
+    let _cluster = slurm::start(dir.path());
     // Task 1 exits before probing; task 2 dies once the broadcast arrived; task 3 reports
     // 25 s late against a 5 s deadline.
     let script = "case $SLURM_PROCID in \

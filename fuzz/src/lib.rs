@@ -366,3 +366,60 @@ pub fn wheel(data: &[u8]) {
     };
     let _ = gpubake::image::layer::write_tar(&installed.entries, 0, std::io::sink(), &path);
 }
+
+/// What a registry holds beside an image, which gpubake believes only once verified: a
+/// Sigstore bundle (its envelope against a key, its statement, a certificate in it), a
+/// simple-signing payload and an in-toto statement. And any JSON, made the predicate of a
+/// statement and signed, verifies and reads back as that statement.
+pub fn signed(data: &[u8]) {
+    use gpubake::sign::bundle::Bundle;
+    use gpubake::sign::keys::PrivateKey;
+    use gpubake::sign::statement::{Descriptor, Statement};
+    static KEY: OnceLock<PrivateKey> = OnceLock::new();
+    let key = KEY.get_or_init(PrivateKey::generate);
+    let public = key.public();
+    let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(data)));
+    if let Ok(bundle) = Bundle::from_slice(data) {
+        let _ = bundle.verify(&public);
+    }
+    let _ = gpubake::certify::judge_bundle(data, &public, &digest, &Default::default());
+    let _ = gpubake::image::signature::judge_payload(
+        data,
+        &digest.parse().expect("a sha256 digest"),
+        "127.0.0.1:5000/fuzz/app",
+    );
+    if let Ok(statement) = Statement::from_slice(data) {
+        let _ = statement.about(&digest);
+    }
+    if let Ok(predicate) = serde_json::from_slice::<serde_json::Value>(data) {
+        let made = Statement::new(
+            vec![Descriptor::of("fuzz", &digest)],
+            gpubake::certify::CERTIFICATE_PREDICATE,
+            predicate,
+        );
+        let bytes = serde_json::to_vec(&Bundle::sign(&made, key)).expect("bundles serialize");
+        let back = Bundle::from_slice(&bytes)
+            .and_then(|b| b.verify(&public))
+            .unwrap_or_else(|e| panic!("a bundle gpubake signed does not verify: {e}"));
+        assert_eq!(back, made, "a signed statement changes on reading back");
+    }
+}
+
+/// A key file in any form `--key` reads (cosign's and skopeo's encrypted private keys with
+/// an empty passphrase, PKCS#8, SEC1, public keys): what is read writes out as a public key
+/// that reads back as the same key.
+pub fn key(data: &[u8]) {
+    use gpubake::sign::keys::{PrivateKey, PublicKey};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let public = match PrivateKey::from_pem(text, b"") {
+        Ok(private) => Some(private.public()),
+        Err(_) => PublicKey::from_pem(text).ok(),
+    };
+    if let Some(public) = public {
+        let again = PublicKey::from_pem(&public.to_pem())
+            .unwrap_or_else(|e| panic!("a public key gpubake wrote does not read back: {e}"));
+        assert_eq!(again.hint(), public.hint());
+    }
+}

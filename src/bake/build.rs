@@ -2,7 +2,9 @@
 //! verified, each layer scanned for paths that escape the root), three reproducible layers
 //! are added (the recipe's files, the gpubake probe binary, the NCCL preset with the lock),
 //! and the config gains the merged environment, the NVIDIA variables, the pin labels and a
-//! history entry per layer. `index.json` (or the archive) is written last.
+//! history entry per layer. `index.json` (or the archive) is written last. A probe image
+//! (`pytorch: none`) is the same build without a lock: the probe, the recipe's files and
+//! presets, and a config whose entrypoint is the probe.
 
 use super::fs::PRESET_PATH_IN_IMAGE;
 use super::stack;
@@ -15,16 +17,96 @@ use crate::image::layout::{Layout, digest_of};
 use crate::image::model::{ConfigView, Image, IndexImage, Platform, strings};
 use crate::image::stream::EngineStream;
 use crate::image::transport::Transport;
-use crate::lock::LOCK_PATH_IN_IMAGE;
-use crate::lock::{BASE_NAME, PROBE_PATH_IN_IMAGE};
+use crate::lock::{BASE_NAME, LOCK_PATH_IN_IMAGE, Lock, PROBE_PATH_IN_IMAGE, SystemPackage};
+use crate::preset::MergedEnv;
 use crate::recipe::LoadedRecipe;
-use crate::resolve::Resolved;
+use crate::resolve::{ProbeImage, Resolved};
 use crate::wheel::cache::{FetchOptions, FetchTimes, WheelCache};
+use indexmap::IndexMap;
 use oci_spec::image::{Descriptor, ImageManifestBuilder, MediaType};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
+
+/// What a build writes over its base: the image of a lock (with the Python stack when a
+/// closure comes with it, and the lock itself), or a probe image, which pins nothing and
+/// holds no lock.
+#[derive(Clone, Copy)]
+pub enum Plan<'a> {
+    /// A resolved recipe's lock.
+    Lock(&'a Lock),
+    /// A probe recipe (`pytorch: none`).
+    Probe(&'a ProbeImage),
+}
+
+impl Plan<'_> {
+    /// The lock the image holds, when it is a lock's image.
+    fn lock(&self) -> Option<&Lock> {
+        match self {
+            Plan::Lock(lock) => Some(lock),
+            Plan::Probe(_) => None,
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Plan::Lock(lock) => &lock.recipe.name,
+            Plan::Probe(p) => &p.name,
+        }
+    }
+
+    /// The recipe's base reference.
+    fn base(&self) -> &str {
+        match self {
+            Plan::Lock(lock) => &lock.base,
+            Plan::Probe(p) => &p.base,
+        }
+    }
+
+    /// The platforms as the recipe names them.
+    fn platform_names(&self) -> &[String] {
+        match self {
+            Plan::Lock(lock) => &lock.platforms,
+            Plan::Probe(p) => &p.platforms,
+        }
+    }
+
+    fn platforms(&self) -> Vec<Platform> {
+        self.platform_names()
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
+    /// The merged presets, which go to `/etc/nccl.conf`.
+    fn env(&self) -> &MergedEnv {
+        match self {
+            Plan::Lock(lock) => &lock.env,
+            Plan::Probe(p) => &p.env,
+        }
+    }
+
+    /// Every variable the config sets.
+    fn image_env(&self) -> Vec<(String, String)> {
+        match self {
+            Plan::Lock(lock) => lock.image_env(),
+            Plan::Probe(p) => p.image_env(),
+        }
+    }
+
+    fn labels(&self) -> &IndexMap<String, String> {
+        match self {
+            Plan::Lock(lock) => &lock.labels,
+            Plan::Probe(p) => &p.labels,
+        }
+    }
+
+    /// The OS packages installed on the base (none in a probe image).
+    fn system(&self) -> &[SystemPackage] {
+        self.lock().map_or(&[], |l| &l.system)
+    }
+}
 
 /// How to build.
 #[derive(Clone, Debug)]
@@ -186,6 +268,35 @@ pub fn build_for(
     opts: &BuildOptions,
     platforms: &PlatformOptions,
 ) -> Result<BuildReport> {
+    build_plan(loaded, Plan::Lock(&resolved.lock), opts, platforms)
+}
+
+/// Builds the probe image of a probe recipe (`pytorch: none`), for the platforms `platforms`
+/// picks: the base, the recipe's files, the probe, the presets, and `gpubake probe` as what
+/// the image runs. `opts.closure` must be None: there is no Python stack to install.
+pub fn build_probe(
+    loaded: &LoadedRecipe,
+    probe: &ProbeImage,
+    opts: &BuildOptions,
+    platforms: &PlatformOptions,
+) -> Result<BuildReport> {
+    if opts.closure.is_some() || !platforms.closures.is_empty() {
+        return Err(Error::Usage(format!(
+            "recipe `{}` asks for `pytorch: none`, a probe image, and a Python closure was \
+             given to install",
+            probe.name
+        )));
+    }
+    build_plan(loaded, Plan::Probe(probe), opts, platforms)
+}
+
+/// Builds the image of `plan` for the platforms `platforms` picks.
+fn build_plan(
+    loaded: &LoadedRecipe,
+    plan: Plan,
+    opts: &BuildOptions,
+    platforms: &PlatformOptions,
+) -> Result<BuildReport> {
     let started = std::time::Instant::now();
     let base_ref = match &opts.from {
         Some(t) => t.clone(),
@@ -194,7 +305,7 @@ pub fn build_for(
         None => Transport::of_base(&loaded.recipe.base)?,
     };
     let dest = opts.to.clone().supported()?;
-    let targets = target_platforms(resolved, platforms)?;
+    let targets = target_platforms(plan, platforms)?;
     let multi = targets.len() > 1;
     if multi {
         if let Transport::DockerArchive { .. } | Transport::DockerDaemon(_) = &dest {
@@ -265,7 +376,7 @@ pub fn build_for(
     for ((target, probe), closure) in targets.iter().zip(&probes).zip(&closures) {
         let one = build_platform(
             loaded,
-            resolved,
+            plan,
             opts,
             (&base_ref, &store, engine.as_ref()),
             target,
@@ -381,12 +492,12 @@ fn closure_for<'a>(
 }
 
 /// The platforms to build: the lock's, or the one `--platform` picks from them.
-fn target_platforms(resolved: &Resolved, platforms: &PlatformOptions) -> Result<Vec<Platform>> {
-    let locked = resolved.lock.platforms();
+fn target_platforms(plan: Plan, platforms: &PlatformOptions) -> Result<Vec<Platform>> {
+    let locked = plan.platforms();
     if locked.is_empty() {
         return Err(Error::Usage(format!(
             "the lock of recipe `{}` names no platform to build for",
-            resolved.lock.recipe.name
+            plan.name()
         )));
     }
     let Some(only) = &platforms.only else {
@@ -397,7 +508,7 @@ fn target_platforms(resolved: &Resolved, platforms: &PlatformOptions) -> Result<
         None => Err(Error::Usage(format!(
             "--platform {only}: the recipe builds for {}; add {only} to its `platforms:` to \
              build for it",
-            resolved.lock.platforms.join(", ")
+            plan.platform_names().join(", ")
         ))),
     }
 }
@@ -474,7 +585,7 @@ fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
 /// resolved: the resolution refuses a release the base's glibc cannot run.)
 pub fn check_base(
     base_ref: &Transport,
-    resolved: &Resolved,
+    plan: Plan,
     only: Option<&Platform>,
     with_python: bool,
 ) -> Result<()> {
@@ -482,19 +593,20 @@ pub fn check_base(
         only: only.cloned(),
         ..PlatformOptions::default()
     };
-    for platform in target_platforms(resolved, &pick)? {
-        base_for(base_ref, &platform, &resolved.lock, with_python)?;
+    let python = plan.lock().filter(|_| with_python);
+    for platform in target_platforms(plan, &pick)? {
+        base_for(base_ref, &platform, python)?;
     }
     Ok(())
 }
 
-/// The base's image for `platform`, its config, and with the Python stack, the CPython the
-/// lock pins; refuses a base for another platform or without that interpreter.
+/// The base's image for `platform`, its config, and with the Python stack (`python`, the
+/// lock it installs), the CPython the lock pins; refuses a base for another platform or
+/// without that interpreter.
 fn base_for(
     base_ref: &Transport,
     platform: &Platform,
-    lock: &crate::lock::Lock,
-    with_python: bool,
+    python: Option<&Lock>,
 ) -> Result<(Image, Value, Option<stack::Interpreter>)> {
     let base = base_ref.open_for(platform)?;
     let config_digest = base.manifest().config().digest().to_string();
@@ -523,7 +635,7 @@ fn base_for(
         ));
     }
     // The interpreter last: reading the paths reads every layer.
-    let python = if with_python {
+    let python = if let Some(lock) = python {
         let want = lock
             .python
             .version
@@ -589,7 +701,7 @@ impl PlatformBuilt {
 /// the recipe's layers with `probe` as the probe, and the config.
 fn build_platform(
     loaded: &LoadedRecipe,
-    resolved: &Resolved,
+    plan: Plan,
     opts: &BuildOptions,
     (base_ref, store, engine): (&Transport, &Layout, Option<&EngineStream>),
     platform: &Platform,
@@ -598,8 +710,11 @@ fn build_platform(
 ) -> Result<PlatformBuilt> {
     let dest = &opts.to;
     let base_started = std::time::Instant::now();
-    let (base, mut config, python) =
-        base_for(base_ref, platform, &resolved.lock, closure.is_some())?;
+    let (base, mut config, python) = base_for(
+        base_ref,
+        platform,
+        plan.lock().filter(|_| closure.is_some()),
+    )?;
     if name_platform {
         config["os"] = json!(platform.os);
         config["architecture"] = json!(platform.architecture);
@@ -626,7 +741,7 @@ fn build_platform(
     let base_s = base_started.elapsed().as_secs_f64();
 
     let layers_started = std::time::Instant::now();
-    let specs = layer_specs(loaded, resolved, probe)?;
+    let specs = layer_specs(loaded, plan, probe)?;
     let mut built: Vec<(String, String, BuiltLayer)> = Vec::new();
     let mut extra_env = Vec::new();
     let cache = WheelCache::open(opts.cache_dir.clone())?;
@@ -641,21 +756,19 @@ fn build_platform(
         },
         engine,
     };
-    let env = resolved.lock.image_env();
-    if let Some(warning) = super::system::unmet_need(&base, &env, &resolved.lock.system)? {
+    let env = plan.image_env();
+    if let Some(warning) = super::system::unmet_need(&base, &env, plan.system())? {
         eprintln!("warning: {warning}");
     }
-    if !resolved.lock.system.is_empty() {
-        let (created_by, layer) =
-            super::system::build(store, &base, &resolved.lock.system, &layers)?;
+    if !plan.system().is_empty() {
+        let (created_by, layer) = super::system::build(store, &base, plan.system(), &layers)?;
         built.push(("system".into(), created_by, layer));
     }
-    if let (Some(closure), Some(python)) = (closure, &python) {
+    if let (Some(closure), Some(python), Some(lock)) = (closure, &python, plan.lock()) {
         let stack_opts = stack::StackOptions {
             layers: layers.clone(),
             budget: opts.stack_layers,
-            extras: resolved
-                .lock
+            extras: lock
                 .pip
                 .iter()
                 .map(|r| crate::closure::normalize(requirement_name(r)))
@@ -685,10 +798,9 @@ fn build_platform(
 
     let layers_s = layers_started.elapsed().as_secs_f64();
     let created = crate::units::rfc3339(opts.epoch);
-    edit_config(&mut config, resolved, &extra_env, &built, &created);
-    let (key, value) = stack::stack_label(closure.is_some());
-    config["config"]["Labels"][key] = json!(value);
-    let from_recipe = base_ref.is_registry_reference(&resolved.lock.base);
+    edit_config(&mut config, plan, &extra_env, &built, &created);
+    what_it_is(&mut config, plan, closure.is_some());
+    let from_recipe = base_ref.is_registry_reference(plan.base());
     if !from_recipe && let Some(labels) = config["config"]["Labels"].as_object_mut() {
         labels.remove(BASE_NAME);
     }
@@ -703,7 +815,7 @@ fn build_platform(
         ("org.opencontainers.image.created".to_string(), created),
     ]);
     if from_recipe {
-        annotations.insert(BASE_NAME.to_string(), resolved.lock.base.clone());
+        annotations.insert(BASE_NAME.to_string(), plan.base().to_string());
     }
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
     let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
@@ -735,9 +847,10 @@ fn build_platform(
 }
 
 /// The new layers: the recipe's files (large, rarely changed) first, then the probe, then the
-/// preset and lock (small, changed most often).
-fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved, probe: &Path) -> Result<Vec<LayerSpec>> {
-    let lock = &resolved.lock;
+/// preset and lock (small, changed most often). A probe image has no lock, and a presets
+/// layer only when its recipe sets NCCL variables.
+fn layer_specs(loaded: &LoadedRecipe, plan: Plan, probe: &Path) -> Result<Vec<LayerSpec>> {
+    let name = plan.name();
     let mut specs = Vec::new();
     if !loaded.recipe.files.is_empty() {
         let mut entries = Vec::new();
@@ -746,7 +859,7 @@ fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved, probe: &Path) -> Resu
         }
         specs.push(LayerSpec {
             name: "files".into(),
-            created_by: format!("gpubake build: files of recipe {}", lock.recipe.name),
+            created_by: format!("gpubake build: files of recipe {name}"),
             entries,
         });
     }
@@ -754,7 +867,8 @@ fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved, probe: &Path) -> Resu
         name: "probe".into(),
         created_by: format!(
             "gpubake build: the gpubake {} probe at {PROBE_PATH_IN_IMAGE}",
-            lock.gpubake
+            plan.lock()
+                .map_or(env!("CARGO_PKG_VERSION"), |l| &l.gpubake)
         ),
         entries: vec![Entry {
             path: rel(PROBE_PATH_IN_IMAGE),
@@ -762,35 +876,44 @@ fn layer_specs(loaded: &LoadedRecipe, resolved: &Resolved, probe: &Path) -> Resu
             source: Source::File(probe.to_path_buf()),
         }],
     });
+    let env = plan.env();
+    if plan.lock().is_none() && env.0.is_empty() {
+        return Ok(specs);
+    }
     let preset = format!(
-        "# The merged NCCL preset of recipe `{}`, with where each value came from.\n{}",
-        lock.recipe.name,
-        serde_yaml::to_string(&lock.env).expect("env serializes")
+        "# The merged NCCL preset of recipe `{name}`, with where each value came from.\n{}",
+        serde_yaml::to_string(env).expect("env serializes")
     );
     let presets: Vec<&str> = loaded.recipe.presets.iter().map(String::as_str).collect();
+    let mut entries = vec![Entry {
+        path: "etc/nccl.conf".into(),
+        mode: 0o644,
+        source: Source::Bytes(env.nccl_conf().into_bytes()),
+    }];
+    if let Some(lock) = plan.lock() {
+        entries.push(Entry {
+            path: rel(LOCK_PATH_IN_IMAGE),
+            mode: 0o644,
+            source: Source::Bytes(lock.to_yaml().into_bytes()),
+        });
+    }
+    entries.push(Entry {
+        path: rel(PRESET_PATH_IN_IMAGE),
+        mode: 0o644,
+        source: Source::Bytes(preset.into_bytes()),
+    });
     specs.push(LayerSpec {
         name: "presets".into(),
         created_by: format!(
-            "gpubake build: NCCL preset [{}] and lock",
-            presets.join(", ")
+            "gpubake build: NCCL preset [{}]{}",
+            presets.join(", "),
+            if plan.lock().is_some() {
+                " and lock"
+            } else {
+                ""
+            }
         ),
-        entries: vec![
-            Entry {
-                path: "etc/nccl.conf".into(),
-                mode: 0o644,
-                source: Source::Bytes(lock.env.nccl_conf().into_bytes()),
-            },
-            Entry {
-                path: rel(LOCK_PATH_IN_IMAGE),
-                mode: 0o644,
-                source: Source::Bytes(lock.to_yaml().into_bytes()),
-            },
-            Entry {
-                path: rel(PRESET_PATH_IN_IMAGE),
-                mode: 0o644,
-                source: Source::Bytes(preset.into_bytes()),
-            },
-        ],
+        entries,
     });
     Ok(specs)
 }
@@ -854,17 +977,16 @@ fn json_kind(v: &Value) -> &'static str {
 /// the fields those do not model (Docker's among them) must survive the edit.
 fn edit_config(
     config: &mut Value,
-    resolved: &Resolved,
+    plan: Plan,
     extra_env: &[(String, String)],
     built: &[(String, String, BuiltLayer)],
     created: &str,
 ) {
-    let lock = &resolved.lock;
     if !config["config"].is_object() {
         config["config"] = json!({});
     }
     let mut env: Vec<String> = strings(&config["config"]["Env"]);
-    for (name, value) in lock
+    for (name, value) in plan
         .image_env()
         .into_iter()
         .chain(extra_env.iter().cloned())
@@ -882,14 +1004,14 @@ fn edit_config(
     if !config["config"]["Labels"].is_object() {
         config["config"]["Labels"] = json!({});
     }
-    for (k, v) in &lock.labels {
+    for (k, v) in plan.labels() {
         config["config"]["Labels"][k] = json!(v);
     }
     let mut diff_ids = strings(&config["rootfs"]["diff_ids"]);
     let mut history: Vec<Value> = match config["history"].as_array() {
         Some(h) => h.clone(),
         None => (0..diff_ids.len())
-            .map(|i| json!({"created_by": format!("base image {}, layer {}", lock.base, i + 1)}))
+            .map(|i| json!({"created_by": format!("base image {}, layer {}", plan.base(), i + 1)}))
             .collect(),
     };
     for (name, created_by, layer) in built {
@@ -903,6 +1025,21 @@ fn edit_config(
     config["rootfs"]["diff_ids"] = json!(diff_ids);
     config["history"] = Value::Array(history);
     config["created"] = json!(created);
+}
+
+/// Says in the config what the image is: where its Python stack is (`none` without one),
+/// and for a probe image, the probe as what it runs.
+fn what_it_is(config: &mut Value, plan: Plan, stack: bool) {
+    let (key, value) = stack::stack_label(stack);
+    config["config"]["Labels"][key] = json!(value);
+    if let Plan::Probe(_) = plan {
+        // What a DaemonSet or a prolog runs by default: level 1, the node's checks, since
+        // levels 2 and 3 run the CUDA toolkit's NVRTC and cuBLAS, which a probe image does
+        // not hold. `docker run IMAGE probe --json` passes flags, and the image's other
+        // commands stay reachable.
+        config["config"]["Entrypoint"] = json!([PROBE_PATH_IN_IMAGE]);
+        config["config"]["Cmd"] = json!(["probe", "--level", "1"]);
+    }
 }
 
 /// Copies the base's config and layers into `store`, unless present. Each layer is verified

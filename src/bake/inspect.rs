@@ -9,7 +9,7 @@ use crate::image::layout::digest_of;
 use crate::image::model::{ConfigView, Image, Platform};
 use crate::image::referrers::{self, Referrer};
 use crate::image::transport::Transport;
-use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
+use crate::lock::{KIND_LABEL, LOCK_PATH_IN_IMAGE, Lock, PROBE_KIND, VERSION_LABEL};
 use crate::preset::MergedEnv;
 use crate::verdict::{Check, Verdict};
 use oci_spec::image::MediaType;
@@ -184,6 +184,8 @@ impl Inspection {
         if let Some(referrers) = &info.referrers {
             out.push_str("referrers\n");
             for r in referrers {
+                // The listing's annotations are unsigned: what they say is shown as said by
+                // whoever pushed, and only `verify --certified --key` believes a verdict.
                 let verdict = r
                     .annotations
                     .get(referrers::VERDICT)
@@ -194,8 +196,13 @@ impl Inspection {
                     .get(referrers::SCOPE)
                     .map(|s| format!(" ({s})"))
                     .unwrap_or_default();
+                let unsigned = if verdict.is_empty() && scope.is_empty() {
+                    ""
+                } else {
+                    " [unsigned annotation]"
+                };
                 out.push_str(&format!(
-                    "  {} {}{verdict}{scope}\n",
+                    "  {} {}{verdict}{scope}{unsigned}\n",
                     r.digest, r.artifact_type
                 ));
             }
@@ -361,6 +368,17 @@ fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> 
         v.check(
             "gpubake metadata",
             Ok("not a gpubake image; lock checks skipped".into()),
+        );
+        return Ok(());
+    }
+    if labels.get(KIND_LABEL).map(String::as_str) == Some(PROBE_KIND) {
+        // A probe image pins nothing: there is no lock to hold the rest to.
+        v.check(
+            "lock",
+            Ok(format!(
+                "none: a probe image ({KIND_LABEL}={PROBE_KIND}) of gpubake {}",
+                labels.get(VERSION_LABEL).map_or("?", String::as_str)
+            )),
         );
         return Ok(());
     }

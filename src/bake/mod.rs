@@ -7,6 +7,7 @@
 pub mod build;
 pub mod fs;
 pub mod inspect;
+pub mod provenance;
 pub mod render;
 pub mod stack;
 pub mod system;
@@ -29,4 +30,4 @@ pub struct LayerOptions<'a> {
     pub engine: Option<&'a crate::image::stream::EngineStream>,
 }
 
-pub use build::{BuildOptions, BuildReport, PlatformOptions, build, build_for};
+pub use build::{BuildOptions, BuildReport, Plan, PlatformOptions, build, build_for, build_probe};

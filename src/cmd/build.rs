@@ -91,6 +91,18 @@ pub struct Args {
     /// platform's machine).
     #[arg(long, value_name = "PLATFORM=PATH", value_parser = parse_probe_binary)]
     probe_binary: Vec<(Platform, PathBuf)>,
+    /// Sign the build's provenance (an in-toto statement with an SLSA provenance v1
+    /// predicate: the recipe, the base and every wheel and .deb by digest) with this private
+    /// key and, for a docker:// image, attach it there as a Sigstore bundle.
+    #[arg(long, value_name = "KEY", conflicts_with = "engine_build")]
+    key: Option<PathBuf>,
+    /// The key's passphrase: the file's first line (default: $GPUBAKE_KEY_PASSPHRASE, else
+    /// empty).
+    #[arg(long, value_name = "FILE", requires = "key")]
+    passphrase_file: Option<PathBuf>,
+    /// Also write the signed provenance (the Sigstore bundle) here.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    provenance: Option<PathBuf>,
     /// The SBOM's format: SPDX 2.3 JSON or CycloneDX 1.6 JSON.
     #[arg(
         long,
@@ -107,23 +119,26 @@ pub struct Args {
 pub fn run(mut args: Args) -> Result<i32> {
     let began = std::time::Instant::now();
     let loaded = args.files.load(args.recipe.as_deref())?;
+    if loaded.recipe.is_probe_image() {
+        return probe_image(args, &loaded, began);
+    }
     // An SBOM or lock path that could never be written is refused before the build,
     // not after.
-    for path in args.sbom.iter().chain(&args.lock_out) {
+    for path in args
+        .sbom
+        .iter()
+        .chain(&args.lock_out)
+        .chain(&args.provenance)
+    {
         crate::fsutil::output_target(path)?;
     }
+    let started = crate::units::rfc3339_now();
+    let key = crate::sign::signing_key(args.key.as_deref(), args.passphrase_file.as_deref())?;
     let to = args.registry.transport(&args.to)?.destination()?;
+    signs_something(&args, &to)?;
     let explicit = args.from.is_some();
     let from = base(&args, &loaded)?;
-    // Reading the recipe's own base (no --from) is where a build machine that cannot reach
-    // its registry fails: those errors say how to build from a local copy instead.
-    let recipe_base = |e| {
-        if explicit {
-            e
-        } else {
-            super::with_local_copy_hint(e)
-        }
-    };
+    let recipe_base = |e| base_error(explicit, e);
     // It is read first: a base that cannot serve the image fails the build before anything
     // is resolved over the network or written. The glibc is said only where there are wheels
     // to check, and where the base is another than the recipe's.
@@ -153,7 +168,8 @@ pub fn run(mut args: Args) -> Result<i32> {
     }
     let only = args.registry.platform()?;
     if let Some(base) = &from {
-        crate::bake::build::check_base(base, &resolved, only.as_ref(), !args.without_python)
+        let plan = crate::bake::Plan::Lock(&resolved.lock);
+        crate::bake::build::check_base(base, plan, only.as_ref(), !args.without_python)
             .map_err(recipe_base)?;
     }
     let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
@@ -164,21 +180,11 @@ pub fn run(mut args: Args) -> Result<i32> {
     if let Some(base) = &from {
         resolved.lock.built_on(base);
     }
-    let opts = crate::bake::BuildOptions {
-        to,
-        from,
-        compression: args.compression,
-        epoch: crate::bake::build::source_date_epoch()?,
-        no_cache: args.no_cache,
-        closure: match closures.as_slice() {
-            [(_, one)] => Some(one.clone()),
-            _ => None,
-        },
-        offline: args.offline,
-        cache_dir,
-        stack_layers: args.stack_layers,
-        probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
+    let closure = match closures.as_slice() {
+        [(_, one)] => Some(one.clone()),
+        _ => None,
     };
+    let opts = build_options(&args, (to, from), cache_dir, closure)?;
     let start = std::time::Instant::now();
     let platforms = crate::bake::PlatformOptions {
         only,
@@ -196,11 +202,108 @@ pub fn run(mut args: Args) -> Result<i32> {
     if let Some(path) = &args.lock_out {
         crate::closure::write_lock(&resolved.lock, &closures, path)?;
     }
+    // The SBOM and the provenance list every wheel of every platform's closure, once.
+    let wheels = crate::sbom::wheels_once(closures.iter().flat_map(|(_, c)| &c.wheels));
     if let Some(path) = &args.sbom {
-        // The SBOM lists every wheel of every platform's closure, once.
-        let wheels = crate::sbom::wheels_once(closures.iter().flat_map(|(_, c)| &c.wheels));
         write_sbom(path, args.sbom_format, (&resolved, &wheels), &opts, &report)?;
     }
+    if let Some(key) = &key {
+        let signed = (key, args.provenance.as_deref(), started);
+        write_provenance(signed, (&resolved, &wheels), &opts, &report)?;
+        sign_image(key, &opts.to, &report)?;
+    }
+    print_report(&report, start, args.json, args.timings);
+    Ok(0)
+}
+
+/// An error reading the base. Reading the recipe's own base (no --from) is where a build
+/// machine that cannot reach its registry fails: those errors say how to build from a local
+/// copy instead.
+fn base_error(explicit: bool, e: Error) -> Error {
+    if explicit {
+        e
+    } else {
+        super::with_local_copy_hint(e)
+    }
+}
+
+/// The build's options from the flags, with `closure` as the one Python closure it installs.
+fn build_options(
+    args: &Args,
+    (to, from): (Transport, Option<Transport>),
+    cache_dir: PathBuf,
+    closure: Option<Closure>,
+) -> Result<crate::bake::BuildOptions> {
+    Ok(crate::bake::BuildOptions {
+        to,
+        from,
+        compression: args.compression,
+        epoch: crate::bake::build::source_date_epoch()?,
+        no_cache: args.no_cache,
+        closure,
+        offline: args.offline,
+        cache_dir,
+        stack_layers: args.stack_layers,
+        probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
+    })
+}
+
+/// `build` of a probe recipe (`pytorch: none`): the probe on the base, with the recipe's
+/// files and presets; nothing is resolved. The flags that read or write what a lock pins are
+/// refused at the recipe's `pytorch:`.
+fn probe_image(mut args: Args, loaded: &LoadedRecipe, began: std::time::Instant) -> Result<i32> {
+    let lock_flags = [
+        (args.pylock.is_some(), "--pylock"),
+        (args.lock.is_some(), "--lock"),
+        (args.lock_out.is_some(), "--lock-out"),
+        (args.sbom.is_some(), "--sbom"),
+        (args.key.is_some(), "--key"),
+        (args.engine_build, "--engine-build"),
+        (args.driver.is_some(), "--driver"),
+    ];
+    if let Some((_, flag)) = lock_flags.iter().find(|(given, _)| *given) {
+        return Err(loaded.doc.invalid(
+            &["pytorch"],
+            format!(
+                "{flag} reads or writes what a lock pins, and `pytorch: none` builds a probe \
+                 image, which pins nothing"
+            ),
+            Some(format!(
+                "build without {flag}, or ask for a PyTorch release in `pytorch:`"
+            )),
+        ));
+    }
+    let to = args.registry.transport(&args.to)?.destination()?;
+    let explicit = args.from.is_some();
+    let from = match &args.from {
+        Some(f) => args.registry.transport(f)?,
+        None => Transport::of_base(&loaded.recipe.base)?.with_access(&args.registry.access()?),
+    };
+    let options = Options {
+        driver: None,
+        preset_dirs: std::mem::take(&mut args.preset_dir),
+        base_glibc: None,
+    };
+    let probe = resolve::resolve_probe(loaded, &options)?;
+    if !args.skip_checks {
+        crate::lint::gate(loaded, &options)?;
+    }
+    let only = args.registry.platform()?;
+    let plan = crate::bake::Plan::Probe(&probe);
+    crate::bake::build::check_base(&from, plan, only.as_ref(), false)
+        .map_err(|e| base_error(explicit, e))?;
+    let cache_dir = crate::wheel::cache::WheelCache::default_root()?;
+    let opts = build_options(&args, (to, Some(from)), cache_dir, None)?;
+    let platforms = crate::bake::PlatformOptions {
+        only,
+        probes: std::mem::take(&mut args.probe_binary),
+        closures: Vec::new(),
+    };
+    let start = std::time::Instant::now();
+    let resolve_s = began.elapsed().as_secs_f64();
+    let mut report = crate::bake::build_probe(loaded, &probe, &opts, &platforms)?;
+    report.timings.resolve_s = resolve_s;
+    report.timings.total_s = began.elapsed().as_secs_f64();
     print_report(&report, start, args.json, args.timings);
     Ok(0)
 }
@@ -370,6 +473,48 @@ fn base(args: &Args, loaded: &LoadedRecipe) -> Result<Option<Transport>> {
     })
 }
 
+/// `--key` signs what is pushed to a registry or written to `--provenance FILE`; for a
+/// layout, an archive or the engine without that file it would sign nothing, so it is refused
+/// before the build rather than accepted and dropped.
+fn signs_something(args: &Args, to: &crate::image::Transport) -> Result<()> {
+    if args.key.is_none()
+        || args.provenance.is_some()
+        || matches!(to, crate::image::Transport::Registry(_))
+    {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "--key signs the image in its registry (docker://) and the provenance written with \
+         --provenance FILE; {} is not a registry: add --provenance FILE",
+        args.to
+    )))
+}
+
+/// The base as the build read it: `--from` as given, else the recipe's own base.
+fn base_source(resolved: &Resolved, opts: &crate::bake::BuildOptions) -> String {
+    opts.from
+        .as_ref()
+        .map_or_else(|| resolved.lock.base.clone(), ToString::to_string)
+}
+
+/// What the SBOM and the provenance describe: the built image, its base and what went in.
+fn subject<'a>(
+    resolved: &'a Resolved,
+    wheels: &'a [crate::wheel::cache::WheelRef],
+    base_source: &'a str,
+    opts: &crate::bake::BuildOptions,
+    report: &'a BuildReport,
+) -> crate::sbom::Subject<'a> {
+    crate::sbom::Subject {
+        lock: &resolved.lock,
+        wheels,
+        base_digest: report.base.as_str(),
+        base_source,
+        image_digest: report.manifest.as_str(),
+        epoch: opts.epoch,
+    }
+}
+
 /// `--sbom FILE`: writes the image's SBOM there and, for a docker:// image, attaches it.
 fn write_sbom(
     path: &Path,
@@ -378,18 +523,8 @@ fn write_sbom(
     opts: &crate::bake::BuildOptions,
     report: &BuildReport,
 ) -> Result<()> {
-    let base_source = opts
-        .from
-        .as_ref()
-        .map_or_else(|| resolved.lock.base.clone(), ToString::to_string);
-    let subject = crate::sbom::Subject {
-        lock: &resolved.lock,
-        wheels,
-        base_digest: report.base.as_str(),
-        base_source: &base_source,
-        image_digest: report.manifest.as_str(),
-        epoch: opts.epoch,
-    };
+    let base_source = base_source(resolved, opts);
+    let subject = subject(resolved, wheels, &base_source, opts, report);
     let attached = crate::image::sbom::write(
         &subject.render(format)?,
         format.media_type(),
@@ -401,6 +536,73 @@ fn write_sbom(
     eprintln!("wrote the SBOM to {}", path.display());
     if let Some(artifact) = attached {
         eprintln!("attached the SBOM to {} as {artifact}", report.image);
+    }
+    Ok(())
+}
+
+/// `--key`: signs the build's provenance, writes it to `--provenance FILE` and, for a
+/// docker:// image, attaches it there.
+fn write_provenance(
+    (key, path, started): (&crate::sign::keys::PrivateKey, Option<&Path>, String),
+    (resolved, wheels): (&Resolved, &[crate::wheel::cache::WheelRef]),
+    opts: &crate::bake::BuildOptions,
+    report: &BuildReport,
+) -> Result<()> {
+    use crate::sign::bundle::{self, Bundle};
+    let base_source = base_source(resolved, opts);
+    let subject = subject(resolved, wheels, &base_source, opts, report);
+    let run = crate::bake::provenance::Run {
+        started,
+        finished: crate::units::rfc3339_now(),
+    };
+    let statement = crate::bake::provenance::statement(&opts.to.subject_name(), &subject, &run);
+    let bytes = serde_json::to_vec(&Bundle::sign(&statement, key)).expect("bundles serialize");
+    if let Some(path) = path {
+        crate::fsutil::write_atomic(path, &bytes)?;
+        eprintln!("wrote the signed provenance to {}", path.display());
+    }
+    if let crate::image::Transport::Registry(remote) = &opts.to {
+        let artifact = crate::image::referrers::attach(
+            remote,
+            &report.manifest,
+            bundle::MEDIA_TYPE,
+            &bytes,
+            bundle::annotations(crate::bake::provenance::PREDICATE, &run.finished),
+        )?;
+        eprintln!(
+            "attached the signed provenance to {} as {artifact}",
+            report.image
+        );
+    }
+    Ok(())
+}
+
+/// `--key` with a docker:// image: signs its manifest, and each platform's manifest of an
+/// index (podman checks the one it pulls), as podman and skopeo verify at pull
+/// (`sha256-<hex>.sig`).
+fn sign_image(
+    key: &crate::sign::keys::PrivateKey,
+    to: &crate::image::Transport,
+    report: &BuildReport,
+) -> Result<()> {
+    let crate::image::Transport::Registry(remote) = to else {
+        return Ok(());
+    };
+    let mut manifests = vec![report.manifest.clone()];
+    if report.platforms.len() > 1 {
+        for p in &report.platforms {
+            manifests.push(p.manifest.parse().map_err(Error::Usage)?);
+        }
+    }
+    let name = crate::image::signature::signed_name(&remote.parsed()?);
+    for manifest in &manifests {
+        let payload = crate::image::signature::payload(&name, manifest);
+        let signature = key.sign(&payload);
+        crate::image::signature::attach(remote, manifest, &payload, &signature)?;
+        eprintln!(
+            "signed {manifest} as {name} ({})",
+            crate::image::signature::tag(manifest)
+        );
     }
     Ok(())
 }

@@ -46,10 +46,18 @@ pub struct Args {
     /// Seconds to wait for the probe (default: its worst case plus a minute).
     #[arg(long, value_name = "SECONDS")]
     probe_timeout: Option<u64>,
-    /// Push the certificate to the registry as an artifact that refers to the image
+    /// Sign the certificate with --key and push it beside the image as a Sigstore bundle
     /// (an OCI 1.1 referrer; docker:// images only), whatever the verdict.
-    #[arg(long)]
+    #[arg(long, requires = "key")]
     attach: bool,
+    /// The private key that signs the certificate (cosign's or skopeo's encrypted PEM, or a
+    /// plain PKCS#8 or SEC1 one; `gpubake key generate` writes one).
+    #[arg(long, value_name = "KEY", requires = "attach")]
+    key: Option<PathBuf>,
+    /// The key's passphrase: the file's first line (default: $GPUBAKE_KEY_PASSPHRASE, else
+    /// empty).
+    #[arg(long, value_name = "FILE", requires = "key")]
+    passphrase_file: Option<PathBuf>,
 }
 
 /// Certifies the image, writes and attaches the certificate, and exits with its verdict.
@@ -63,6 +71,7 @@ pub fn run(args: Args) -> Result<i32> {
              a docker:// image"
         )));
     }
+    let key = crate::sign::signing_key(args.key.as_deref(), args.passphrase_file.as_deref())?;
     // A shift would drop the high bits silently and turn a huge limit into a tiny one.
     let max_layer_gib = args.max_layer_gib;
     let max_layer_bytes = max_layer_gib.checked_mul(1 << 30).ok_or_else(|| {
@@ -98,9 +107,9 @@ pub fn run(args: Args) -> Result<i32> {
     let certified = crate::certify::certify(&image_ref, &opts)?;
     let report = &certified.report;
     let certificate = serde_json::to_string_pretty(report).expect("reports serialize");
-    if args.attach {
-        let artifact = crate::certify::attach(&image_ref, &certified)?;
-        eprintln!("attached the certificate to {image} as {artifact}");
+    if let Some(key) = &key {
+        let artifact = crate::certify::attach(&image_ref, &certified, key)?;
+        eprintln!("attached the signed certificate to {image} as {artifact}");
     }
     if let Some(path) = args.out {
         crate::fsutil::write_atomic(&path, certificate.as_bytes())?;

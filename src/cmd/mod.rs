@@ -11,6 +11,7 @@ pub mod compat;
 pub mod copy;
 pub mod inspect;
 pub mod install;
+pub mod key;
 pub mod lint;
 pub mod presets;
 pub mod probe;
@@ -284,12 +285,50 @@ enum Command {
     ///
     /// Example: gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml
     Certify(certify::Args),
+    /// Make the ECDSA P-256 key pair `build --key` and `certify --key` sign with, in the
+    /// files cosign and skopeo use.
+    ///
+    /// `key generate --output-prefix PREFIX` writes PREFIX.key, the private key encrypted as
+    /// cosign and skopeo read it (`cosign sign --key`, `skopeo copy
+    /// --sign-by-sigstore-private-key`), mode 0600, and PREFIX.pub, the public key that
+    /// `verify --key`, cosign and a containers policy.json's sigstoreSigned keyPath check
+    /// signatures with. Existing files are never overwritten (exit 2). The passphrase is the
+    /// first line of --passphrase-file (as skopeo's --sign-passphrase-file reads it), else
+    /// $GPUBAKE_KEY_PASSPHRASE, else empty. `key public KEY` prints the public key of a
+    /// private key (encrypted, PKCS#8 or SEC1 PEM) on standard output, and its hint (how a
+    /// Sigstore bundle names the key) on standard error.
+    ///
+    /// Example: gpubake key generate --output-prefix cosign && gpubake key public cosign.key
+    Key(key::Args),
     /// Check a GPU node from inside the image: the toolkit's injection, NVML, the lock
     /// against the driver and the NCCL PyTorch would load.
     ///
-    /// Exits 0 when every check passes (warnings included), 1 when one fails, 2 on bad input
-    /// (such as --devices naming a GPU the node does not have), 3 when no GPU is visible,
-    /// with what to do about it.
+    /// Levels, each with a hard time budget a scheduler can allow for:
+    ///
+    /// 1 (passive, <= 10 s): the environment, the toolkit's injection and device nodes, the
+    /// container's limits, NVML's health of each GPU (ECC, retired and remapped rows, clocks,
+    /// throttle reasons, PCIe and NVLink, fabric state), cuInit, the driver against the lock.
+    ///
+    /// 2 (active, the default, <= 120 s): level 1, then CUDA copies and P2P, the bundled
+    /// all-reduce beside NCCL, the preset against NCCL's defaults, NCCL's effective settings,
+    /// and the image's PyTorch on the GPUs.
+    ///
+    /// 3 (burn, <= 120 s + --burn-seconds + 60 s): level 2, then bf16 GEMMs on every GPU at
+    /// once for --burn-seconds (default 600) with clocks, throttle reasons, power, temperature,
+    /// ECC and remapped rows read under load, the rate against the model's floor, and a
+    /// silent-corruption check: results exact by construction compared bit for bit across
+    /// repeats, across GPUs and against tiles computed on the CPU.
+    ///
+    /// A level still running at the end of its budget is stopped and fails, naming the step
+    /// it was in. --quick keeps its meaning at every level: shorter steps, fewer sizes, no
+    /// NCCL runs.
+    ///
+    /// Exits 0 when every check passes (warnings included), 1 when one fails (a Slurm prolog
+    /// or epilog drains the node on it; a Kubernetes readiness probe reports the node not
+    /// ready), 2 on bad input (such as --devices naming a GPU the node does not have), 3 when
+    /// no GPU is visible, with what to do about it. Each failed check carries the action it
+    /// calls for (none, re-run, reset the GPU, reboot, drain and replace) and its source.
+    /// --emit writes what node_exporter's textfile collector and Node Feature Discovery read.
     ///
     /// With --world, every rank of a multi-node run probes its node, then joins a rendezvous
     /// that rank 0 runs on MASTER_PORT + 1 (--world-port to choose): rank 0 prints one verdict
@@ -303,6 +342,8 @@ enum Command {
     /// defaults. See examples/world/.
     ///
     /// Example: docker run --rm --gpus all IMAGE gpubake probe --junit /out/probe.xml
+    ///
+    /// Example: gpubake probe --level 1 --emit prometheus:/var/lib/node_exporter/gpubake.prom
     ///
     /// Example: srun --ntasks-per-node=1 --kill-on-bad-exit=0 gpubake probe --world
     Probe(probe::Args),
@@ -330,6 +371,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Inspect(args) => inspect::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Certify(args) => certify::run(args),
+        Command::Key(args) => key::run(args),
         Command::Probe(args) => probe::run(args),
         Command::ProbeWorker(args) => probe_worker::run(args),
         Command::Compat(args) => compat::run(args),

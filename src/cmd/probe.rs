@@ -1,7 +1,11 @@
 //! `gpubake probe`: a GPU node checked from inside the image, or every node of a world.
 
 use crate::error::{Error, Result};
+use crate::probe::ProbeOptions;
+use crate::probe::budget::Level;
+use crate::probe::report::{Report, Status};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `gpubake probe`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -12,7 +16,26 @@ pub struct Args {
     /// Also write the report as JUnit XML here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
-    /// Shorter time budgets, fewer sizes, no NCCL runs (bandwidths are still judged).
+    /// How deep to look: 1 passive (<= 10 s), 2 active (<= 120 s), 3 burn (level 2, then
+    /// --burn-seconds of GEMMs on every GPU, <= 180 s more than the burn).
+    #[arg(long, value_name = "1|2|3", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=3))]
+    level: u8,
+    /// Seconds of GEMMs level 3 runs on every GPU.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 600,
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
+    burn_seconds: u64,
+    /// A budget for the whole run in place of the level's own (seconds).
+    #[arg(long, value_name = "SECS", hide = true, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    budget: Option<u64>,
+    /// Also write what fleets read: prometheus:FILE (node_exporter's textfile collector) or
+    /// nfd:FILE (Node Feature Discovery's features.d); repeatable.
+    #[arg(long, value_name = "KIND:FILE")]
+    emit: Vec<crate::probe::emit::Emit>,
+    /// Shorter steps, fewer sizes, no NCCL runs (bandwidths are still judged), at any level.
     #[arg(long)]
     quick: bool,
     /// Also print the all-reduce table: the bundled kernel beside NCCL and a plain copy.
@@ -67,22 +90,22 @@ pub fn run(args: Args) -> Result<i32> {
             .transpose()?,
         python: args.python,
         no_framework: args.world,
+        level: Level::from_number(args.level).expect("clap keeps the level in 1..=3"),
+        burn: Duration::from_secs(args.burn_seconds),
+        budget: args.budget.map(Duration::from_secs),
     };
     let report = if args.world {
         crate::probe::world::run(
             &opts,
             &crate::probe::world::WorldOptions {
                 port: args.world_port,
-                timeout: std::time::Duration::from_secs(args.world_timeout),
+                timeout: Duration::from_secs(args.world_timeout),
                 nccl_log: args.world_nccl_log,
             },
         )?
     } else {
-        crate::probe::run(&opts)?
+        within_budget(opts)?
     };
-    if let Some(path) = args.junit {
-        crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())?;
-    }
     if args.json {
         super::print_json(&report);
     } else {
@@ -96,7 +119,72 @@ pub fn run(args: Args) -> Result<i32> {
             ),
         }
     }
-    Ok(report.exit_code())
+    // The verdict is printed before the files are written, so a file that cannot be
+    // written (a missing directory) never hides it.
+    let junit = args
+        .junit
+        .map(|path| crate::fsutil::write_atomic(&path, report.to_junit().as_bytes()));
+    let emits = args
+        .emit
+        .iter()
+        .map(|emit| crate::probe::emit::write(&report, emit));
+    let mut unwritten = false;
+    for written in junit.into_iter().chain(emits) {
+        if let Err(e) = written {
+            eprintln!("error: {e}");
+            unwritten = true;
+        }
+    }
+    Ok(exit_code(report.exit_code(), unwritten))
+}
+
+/// The probe's exit code once its files are written. A file that could not be written never
+/// lowers a failed verdict (a prolog must still drain the node), and it is exit 2, never the
+/// 3 of a full disk: a scheduler reads 3 as "no GPU here", which some let pass.
+fn exit_code(verdict: i32, unwritten: bool) -> i32 {
+    match (verdict, unwritten) {
+        (1, _) | (_, false) => verdict,
+        (_, true) => crate::error::BAD_INPUT,
+    }
+}
+
+/// How long past its budget a level's run may take to stop its last step and report.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the probe on a thread of its own and waits for it no longer than its level's budget
+/// and a grace: a step that does not stop on time (a driver call that never returns) still
+/// leaves a verdict, a failure naming the step.
+fn within_budget(opts: ProbeOptions) -> Result<Report> {
+    let budget = opts.total_budget();
+    let level = opts.level;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(crate::probe::run(&opts));
+    });
+    match rx.recv_timeout(budget + GRACE) {
+        Ok(report) => report,
+        Err(_) => {
+            let mut report = Report {
+                gpubake: env!("CARGO_PKG_VERSION").to_string(),
+                level: level.number(),
+                seconds: (budget + GRACE).as_secs_f64(),
+                ..Report::default()
+            };
+            report.push(
+                "budget",
+                format!("level {}", level.number()),
+                Status::Fail,
+                format!(
+                    "no verdict within the level's {} s budget: stopped in step `{}`, which did \
+                     not return (a hung driver call?)",
+                    budget.as_secs(),
+                    crate::probe::budget::current_step()
+                ),
+            );
+            crate::probe::actions::advise(&mut report);
+            Ok(report)
+        }
+    }
 }
 
 /// The largest all-reduce size `probe --sizes` takes. Each GPU holds buffers of the largest
@@ -153,4 +241,21 @@ fn parse_size(t: &str) -> Result<u64> {
     n.checked_mul(mult)
         .filter(|bytes| *bytes <= MAX_PROBE_SIZE)
         .ok_or_else(too_large)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+
+    #[test]
+    fn a_file_left_unwritten_never_lowers_a_failure_nor_reads_as_no_gpu() {
+        // Every verdict, with and without a file that could not be written.
+        for verdict in [0, 1, 2, 3] {
+            assert_eq!(exit_code(verdict, false), verdict);
+        }
+        assert_eq!(exit_code(0, true), 2);
+        assert_eq!(exit_code(1, true), 1);
+        assert_eq!(exit_code(2, true), 2);
+        assert_eq!(exit_code(3, true), 2);
+    }
 }

@@ -14,6 +14,7 @@ pub mod model;
 pub mod referrers;
 pub mod registry;
 pub mod sbom;
+pub mod signature;
 pub mod stream;
 pub mod tarstream;
 pub mod transport;

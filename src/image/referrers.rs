@@ -5,7 +5,6 @@
 //! `sha256-<hex>`, writing it as well as reading it (oci-client only reads it).
 
 use super::digest::Digest;
-use super::layout::MAX_JSON_BYTES;
 use super::registry::{Remote, Session, declared_type};
 use crate::error::{Error, Result};
 use oci_client::Reference;
@@ -36,6 +35,9 @@ pub struct Referrer {
     pub artifact_type: String,
     /// Its annotations.
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// Why its manifest could not be read, if it could not (then the type and annotations
+    /// are what the index says of it): one bad entry is named, not fatal to the others.
+    pub unread: Option<String>,
 }
 
 /// Attaches `content` to the image `subject` (a manifest digest) in `remote`'s repository as
@@ -215,13 +217,37 @@ async fn referrers_async(
     };
     let mut out = Vec::new();
     for entry in index.manifests() {
-        let entry_digest = super::layout::digest_of(entry)?;
-        let (bytes, _) = s
+        // An entry that names no digest cannot be fetched, nor told apart from another.
+        let Ok(entry_digest) = super::layout::digest_of(entry) else {
+            continue;
+        };
+        let bytes = match s
             .manifest_needed(
                 &reference.clone_with_digest(entry_digest.to_string()),
                 "reading a referrer",
             )
-            .await?;
+            .await
+        {
+            Ok((bytes, _)) => bytes,
+            Err(e) => {
+                out.push(Referrer {
+                    digest: entry_digest,
+                    artifact_type: entry
+                        .artifact_type()
+                        .as_ref()
+                        .map(|t| t.to_string())
+                        .unwrap_or_default(),
+                    annotations: entry
+                        .annotations()
+                        .clone()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect(),
+                    unread: Some(e.to_string()),
+                });
+                continue;
+            }
+        };
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
         // A referrer must name this image as its subject; an index may be stale or forged.
         if value["subject"]["digest"] != subject {
@@ -235,6 +261,7 @@ async fn referrers_async(
                 .unwrap_or("")
                 .to_string(),
             annotations: serde_json::from_value(value["annotations"].clone()).unwrap_or_default(),
+            unread: None,
         });
     }
     Ok(out)
@@ -253,33 +280,16 @@ pub fn artifact_content(remote: &Remote, digest: &Digest) -> Result<Vec<u8>> {
             .layers()
             .first()
             .ok_or_else(|| Error::image(&s.what, format!("artifact {digest} has no content")))?;
-        if layer.size() > MAX_JSON_BYTES {
-            return Err(Error::image(
-                &s.what,
-                format!("artifact {digest} is over 4 MiB"),
-            ));
-        }
         let wanted = OciDescriptor {
             digest: layer.digest().to_string(),
-            size: layer.size() as i64,
+            size: i64::try_from(layer.size()).unwrap_or(i64::MAX),
             media_type: layer.media_type().to_string(),
             ..OciDescriptor::default()
         };
-        let mut out = Vec::new();
-        s.client
-            .pull_blob(&reference, &wanted, &mut out)
+        let out = s
+            .small_blob(&reference, &wanted, "reading an artifact's content")
             .await
-            .map_err(|e| s.failed("reading an artifact's content", e))?;
-        let got = Digest::of(&out);
-        if got.as_str() != layer.digest().as_ref() {
-            return Err(Error::image(
-                &s.what,
-                format!(
-                    "artifact {digest}: its content is {got}, not the {} its manifest names",
-                    layer.digest()
-                ),
-            ));
-        }
+            .map_err(|e| Error::image(&s.what, format!("artifact {digest}: its content, {e}")))?;
         Ok(out)
     })
 }

@@ -181,6 +181,15 @@ impl fmt::Display for Transport {
 }
 
 impl Transport {
+    /// The image as an in-toto statement's subject names it: `registry/repository:tag` for a
+    /// registry image, as cosign writes it; the transport as written for the others.
+    pub fn subject_name(&self) -> String {
+        match self {
+            Transport::Registry(remote) => remote.reference.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// Whether this is the registry image that `reference` (a recipe's `base:`) names, as
     /// docker names images (`debian:bookworm` is docker.io/library/debian:bookworm): only
     /// then does that reference say where the image came from.

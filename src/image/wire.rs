@@ -357,6 +357,47 @@ impl Session {
         })
     }
 
+    /// A small blob (a signature's payload, an attachment's content) of at most `wanted`'s
+    /// size and [`MAX_JSON_BYTES`], checked against its digest: reading stops at the size its
+    /// descriptor gives, whatever the registry sends.
+    pub(super) async fn small_blob(
+        &self,
+        reference: &Reference,
+        wanted: &oci_client::manifest::OciDescriptor,
+        doing: &str,
+    ) -> std::result::Result<Vec<u8>, String> {
+        use futures_util::StreamExt as _;
+        let size = u64::try_from(wanted.size).unwrap_or(u64::MAX);
+        let blob = &wanted.digest;
+        if size > MAX_JSON_BYTES {
+            return Err(format!(
+                "blob {blob} is {size} bytes, more than the {MAX_JSON_BYTES} allowed"
+            ));
+        }
+        let mut stream = self
+            .client
+            .pull_blob_stream(reference, wanted)
+            .await
+            .map_err(|e| format!("blob {blob}: {}", self.failed(doing, e)))?;
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            // oci-client checks the digest as the stream ends, and says so as an error.
+            let chunk = chunk.map_err(|e| format!("blob {blob}: {e}"))?;
+            out.extend_from_slice(&chunk);
+            if out.len() as u64 > size {
+                return Err(format!(
+                    "blob {blob} runs past the {size} bytes its descriptor gives (reading \
+                     stopped there)"
+                ));
+            }
+        }
+        let got = Digest::of(&out);
+        if got.as_str() != blob {
+            return Err(format!("blob {blob}: its bytes are {got}"));
+        }
+        Ok(out)
+    }
+
     /// Mounts blob `digest` into `target`'s repository from `source`'s, on one registry; false
     /// where the registry did not (it then opened an upload instead, which is cancelled). The
     /// token asks for push and pull on the target and pull on the source, which a registry

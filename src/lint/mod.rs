@@ -462,8 +462,16 @@ fn place<'a>(
 fn lint_recipe(loaded: &LoadedRecipe, opts: &LintOptions) -> Result<FileReport, Error> {
     let file = loaded.doc.name().to_string();
     let mut findings = Vec::new();
-    let (env, layers, nccl, nccl_from) = match resolve::resolve_recipe(loaded, &opts.resolve) {
-        Ok(resolved) => {
+    // A probe image (`pytorch: none`) has nothing to resolve and pins no NCCL: its presets
+    // are checked against NCCL's table alone.
+    let resolved =
+        (!loaded.recipe.is_probe_image()).then(|| resolve::resolve_recipe(loaded, &opts.resolve));
+    let (env, layers, nccl, nccl_from) = match resolved {
+        None => {
+            let probe = resolve::resolve_probe(loaded, &opts.resolve)?;
+            (probe.env, probe.layers, None, "")
+        }
+        Some(Ok(resolved)) => {
             if resolved.lock.nccl.version.is_none() && opts.nccl.is_none() {
                 findings.push(Finding {
                     severity: Severity::Warning,
@@ -486,7 +494,7 @@ fn lint_recipe(loaded: &LoadedRecipe, opts: &LintOptions) -> Result<FileReport, 
                 "pinned by the lock",
             )
         }
-        Err(Error::Unsatisfiable(conflict)) => {
+        Some(Err(Error::Unsatisfiable(conflict))) => {
             findings.push(Finding {
                 severity: Severity::Error,
                 code: "unresolvable",
@@ -499,7 +507,7 @@ fn lint_recipe(loaded: &LoadedRecipe, opts: &LintOptions) -> Result<FileReport, 
             let layers = resolve::load_layers(loaded, &opts.resolve)?;
             (resolve::merge_env(loaded, &layers), layers, None, "")
         }
-        Err(other) => return Err(other),
+        Some(Err(other)) => return Err(other),
     };
     let nccl = opts.nccl.clone().or(nccl.flatten());
     let ctx = Context {

@@ -16,9 +16,9 @@ const KERNEL_SOURCE: &str = include_str!("allreduce.cu");
 const THREADS: u32 = 512;
 const FLAG_SLOTS: usize = 4096;
 
-type R<T> = Result<T, String>;
+pub(super) type R<T> = Result<T, String>;
 
-fn ck<T>(what: &str, r: Result<T, cu::DriverError>) -> R<T> {
+pub(super) fn ck<T>(what: &str, r: Result<T, cu::DriverError>) -> R<T> {
     r.map_err(|e| format!("{what}: {e:?}"))
 }
 
@@ -28,7 +28,7 @@ pub struct Device {
     pub ordinal: usize,
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
-    stream: sys::CUstream,
+    pub(super) stream: sys::CUstream,
     /// Multiprocessors.
     pub sms: u32,
     /// Compute capability.
@@ -37,7 +37,7 @@ pub struct Device {
 }
 
 impl Device {
-    fn bind(&self) -> R<()> {
+    pub(super) fn bind(&self) -> R<()> {
         ck("cuCtxSetCurrent", unsafe { cu::ctx::set_current(self.ctx) })
     }
 
@@ -48,7 +48,7 @@ impl Device {
         })
     }
 
-    fn sync(&self) -> R<()> {
+    pub(super) fn sync(&self) -> R<()> {
         ck("cuStreamSynchronize", unsafe {
             cu::stream::synchronize(self.stream)
         })
@@ -211,13 +211,13 @@ pub fn load_kernels(devices: &mut [Device]) -> R<String> {
 }
 
 /// Device memory that frees itself.
-struct Buffer {
-    ptr: sys::CUdeviceptr,
+pub(super) struct Buffer {
+    pub(super) ptr: sys::CUdeviceptr,
     ctx: sys::CUcontext,
 }
 
 impl Buffer {
-    fn new(d: &Device, bytes: usize) -> R<Self> {
+    pub(super) fn new(d: &Device, bytes: usize) -> R<Self> {
         d.bind()?;
         let ptr = ck("cuMemAlloc", unsafe { cu::malloc_sync(bytes.max(16)) })?;
         Ok(Buffer { ptr, ctx: d.ctx })
@@ -234,13 +234,13 @@ impl Drop for Buffer {
 }
 
 /// Events on one stream, for timing.
-struct Timer {
+pub(super) struct Timer {
     start: sys::CUevent,
     stop: sys::CUevent,
 }
 
 impl Timer {
-    fn new(d: &Device) -> R<Self> {
+    pub(super) fn new(d: &Device) -> R<Self> {
         d.bind()?;
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
         Ok(Timer {
@@ -248,17 +248,17 @@ impl Timer {
             stop: ck("cuEventCreate", cu::event::create(flags))?,
         })
     }
-    fn begin(&self, d: &Device) -> R<()> {
+    pub(super) fn begin(&self, d: &Device) -> R<()> {
         ck("cuEventRecord", unsafe {
             cu::event::record(self.start, d.stream)
         })
     }
-    fn end(&self, d: &Device) -> R<()> {
+    pub(super) fn end(&self, d: &Device) -> R<()> {
         ck("cuEventRecord", unsafe {
             cu::event::record(self.stop, d.stream)
         })
     }
-    fn seconds(&self) -> R<f64> {
+    pub(super) fn seconds(&self) -> R<f64> {
         ck("cuEventSynchronize", unsafe {
             cu::event::synchronize(self.stop)
         })?;

@@ -199,6 +199,17 @@ impl Discovery {
     /// NVRTC libraries: PyTorch's (from the nvidia pip packages), the CUDA toolkit's, then
     /// the system's.
     pub fn nvrtc_candidates(&self) -> Vec<FoundLib> {
+        self.toolkit_candidates("libnvrtc.so")
+    }
+
+    /// cuBLAS libraries (level 3's GEMMs), found where NVRTC is.
+    pub fn cublas_candidates(&self) -> Vec<FoundLib> {
+        self.toolkit_candidates("libcublas.so")
+    }
+
+    /// The files whose names start with `prefix` (a CUDA toolkit library, `libnvrtc.so`) in
+    /// the nvidia pip packages of each Python environment, the CUDA toolkit, then the system.
+    fn toolkit_candidates(&self, prefix: &str) -> Vec<FoundLib> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for site in self.site_packages() {
             dirs.extend(glob(&site.join("nvidia/*/lib")));
@@ -218,7 +229,7 @@ impl Discovery {
             let mut names: Vec<String> = entries
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("libnvrtc.so"))
+                .filter(|n| n.starts_with(prefix))
                 .collect();
             names.sort();
             for name in names {

@@ -4,12 +4,16 @@
 //! so a hung driver call becomes a failed check instead of a stuck job. NVIDIA libraries are
 //! loaded at run time, so the probe starts anywhere and says what is missing.
 
+pub mod actions;
 pub mod budget;
+pub mod burn;
 pub mod causes;
 pub mod cuda;
 pub mod effective;
+pub mod emit;
 pub mod env;
 pub mod framework;
+pub mod gemm;
 pub mod judge;
 pub mod limits;
 pub mod loader;
@@ -48,6 +52,20 @@ pub struct ProbeOptions {
     pub python: Option<std::path::PathBuf>,
     /// Leave the framework phase out (the ranks of `probe --world` hold the GPUs themselves).
     pub no_framework: bool,
+    /// How deep to look, within the level's hard budget.
+    pub level: budget::Level,
+    /// How long level 3 keeps every GPU busy.
+    pub burn: Duration,
+    /// A budget in place of the level's own (tests of what happens when it runs out).
+    pub budget: Option<Duration>,
+}
+
+impl ProbeOptions {
+    /// The hard budget of the whole run.
+    pub fn total_budget(&self) -> Duration {
+        self.budget
+            .unwrap_or_else(|| budget::of_level(self.level, self.burn))
+    }
 }
 
 /// What NVIDIA_VISIBLE_DEVICES says about how GPUs reach the container. `void` asks the
@@ -107,16 +125,20 @@ fn with_budget<T: Send + 'static>(
     rx.recv_timeout(budget).ok()
 }
 
-/// Runs every phase and returns the report. Err only for bad input that the node reveals:
-/// `--devices` naming a GPU it does not have.
+/// Runs every phase of the level and returns the report. Err only for bad input that the
+/// node reveals: `--devices` naming a GPU it does not have.
 pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let start = Instant::now();
+    let deadline = budget::Deadline::new(opts.level, opts.total_budget());
     let mut report = Report {
         gpubake: env!("CARGO_PKG_VERSION").to_string(),
+        level: opts.level.number(),
         ..Report::default()
     };
     let disc = Discovery::system();
+    deadline.enter("environment");
     environment(&disc, &mut report);
+    deadline.enter("container limits");
     limits::check(&disc, &mut report);
 
     let policy = opts
@@ -124,18 +146,55 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
         .clone()
         .unwrap_or_else(|| policy::embedded().to_vec());
     let devices = opts.devices.clone();
-    let budget = budget::nvml(opts.quick);
-    let nvml_result = with_budget(budget, move || nvml::run(&policy, devices.as_deref()));
-    let facts = nvml_phase(nvml_result, &disc, budget, &mut report)?;
-    causes::check(&disc, facts.as_ref(), budget, &mut report);
+    deadline.enter("NVML");
+    let nvml_budget = budget::Budget::new(budget::nvml(opts.quick), deadline);
+    let allowed = nvml_budget.now();
+    let nvml_result = with_budget(allowed, move || nvml::run(&policy, devices.as_deref()));
+    let facts = nvml_phase(
+        nvml_result,
+        &disc,
+        nvml_budget.stopped(allowed),
+        &mut report,
+    )?;
+    deadline.enter("cuInit");
+    causes::check(
+        &disc,
+        facts.as_ref(),
+        deadline.cut(budget::nvml(opts.quick)),
+        &mut report,
+    );
+    deadline.enter("compatibility");
     let lock = compatibility(&disc, facts.as_ref(), &mut report);
     let gpus = facts.as_ref().map(|f| f.gpus.clone()).unwrap_or_default();
-    if let Some(facts) = facts.filter(|f| !f.gpus.is_empty()) {
-        gpu_phases(&disc, &facts, lock.as_ref(), opts, &mut report);
+    if opts.level >= budget::Level::Active {
+        if let Some(facts) = facts.as_ref().filter(|f| !f.gpus.is_empty()) {
+            gpu_phases(&disc, facts, lock.as_ref(), opts, deadline, &mut report);
+        }
+        if !opts.no_framework {
+            deadline.enter("framework");
+            framework_phase(&gpus, lock.as_ref(), opts, deadline, &mut report);
+        }
     }
-    if !opts.no_framework {
-        framework_phase(&gpus, lock.as_ref(), opts, &mut report);
+    if opts.level == budget::Level::Burn
+        && let Some(facts) = facts.as_ref().filter(|f| !f.gpus.is_empty())
+    {
+        deadline.enter("burn");
+        burn::phase(&disc, facts, opts, deadline, &mut report);
     }
+    deadline.enter("report");
+    if let Some(step) = deadline.overran() {
+        report.push(
+            "budget",
+            format!("level {}", opts.level.number()),
+            Status::Fail,
+            format!(
+                "ran past its {} s budget in step `{step}`; what that step and those after it \
+                 had not measured is missing",
+                deadline.budget().as_secs(),
+            ),
+        );
+    }
+    actions::advise(&mut report);
     report.seconds = start.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -146,6 +205,7 @@ fn framework_phase(
     gpus: &[nvml::Gpu],
     lock: Option<&Lock>,
     opts: &ProbeOptions,
+    deadline: budget::Deadline,
     report: &mut Report,
 ) {
     let python = opts
@@ -171,7 +231,7 @@ fn framework_phase(
             .collect::<Vec<_>>()
             .join(",")
     });
-    let budget = budget::framework(opts.quick);
+    let budget = deadline.cut(budget::framework(opts.quick));
     let run = framework::Run {
         python: &python,
         // Without a GPU one rank still says whether torch imports.
@@ -215,7 +275,7 @@ fn framework_phase(
 fn nvml_phase(
     outcome: Option<Result<(nvml::Facts, Vec<nvml::Found>), nvml::Failure>>,
     disc: &Discovery,
-    budget: Duration,
+    stopped: String,
     report: &mut Report,
 ) -> crate::Result<Option<nvml::Facts>> {
     let (facts, checks) = match outcome {
@@ -224,10 +284,7 @@ fn nvml_phase(
                 "nvml",
                 "NVML",
                 Status::Fail,
-                format!(
-                    "no answer within {} s: the driver is hung",
-                    budget.as_secs()
-                ),
+                format!("{stopped}: the driver is hung"),
             );
             return Ok(None);
         }
@@ -318,6 +375,7 @@ pub(crate) fn worker_env(
         };
         link("libnccl.so", disc.nccl_candidates().into_iter().next());
         link("libnvrtc.so", disc.nvrtc_candidates().into_iter().next());
+        link("libcublas.so", disc.cublas_candidates().into_iter().next());
         dirs.insert(0, shim.path().display().to_string());
     }
     if let Ok(existing) = std::env::var("LD_LIBRARY_PATH") {
@@ -338,27 +396,40 @@ pub(crate) fn worker_env(
 fn run_worker(
     args: &[String],
     env: &[(String, String)],
-    budget: Duration,
+    budget: budget::Budget,
 ) -> Result<serde_json::Value, String> {
+    let allowed = budget.now();
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the gpubake binary: {e}"))?;
     let dir = scratch_dir()?;
     let result = dir.path().join("result.json");
-    let mut child = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    command
         .arg("probe-worker")
         .arg("--result")
         .arg(&result)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // A probe stopped at its level's end exits while a hung worker may still hold a GPU: the
+    // worker dies with the thread that waits for it.
+    // SAFETY: prctl is async-signal-safe and touches only the child.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start the worker: {e}"))?;
-    let done = crate::child::wait(&mut child, budget, || {}).map_err(|e| e.to_string())?;
+    let done = crate::child::wait(&mut child, allowed, || {}).map_err(|e| e.to_string())?;
     if done.timed_out {
         return Err(format!(
-            "no result within {} s: killed (a hung kernel or driver call)",
-            budget.as_secs()
+            "{}: killed (a hung kernel or driver call, or more work than the time allows)",
+            budget.stopped(allowed)
         ));
     }
     let value: serde_json::Value = std::fs::read(&result)
@@ -384,6 +455,7 @@ fn gpu_phases(
     facts: &nvml::Facts,
     lock: Option<&Lock>,
     opts: &ProbeOptions,
+    deadline: budget::Deadline,
     report: &mut Report,
 ) {
     let policy = opts
@@ -409,7 +481,7 @@ fn gpu_phases(
     let addresses: Vec<String> = gpus.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
     let selection = vec!["--pci-bus-ids".to_string(), addresses.join(",")];
     let (env, _shim) = worker_env(disc, gpus.len());
-    let budget = budget::worker(opts.quick);
+    let budget = budget::Budget::new(budget::worker(opts.quick), deadline);
     let nccl = judge::nccl_plan(!disc.nccl_candidates().is_empty(), opts.quick, gpus.len());
 
     let mut args = selection.clone();
@@ -418,6 +490,7 @@ fn gpu_phases(
         "--bytes".to_string(),
         (if opts.quick { 256u64 << 20 } else { 1 << 30 }).to_string(),
     ]);
+    deadline.enter("CUDA copies");
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("cuda", "CUDA", Status::Fail, e),
         Ok(v) => {
@@ -448,6 +521,7 @@ fn gpu_phases(
     if nccl == Nccl::Asked {
         args.push("--nccl".to_string());
     }
+    deadline.enter("all-reduce");
     match run_worker(&args, &env, budget) {
         Err(e) => report.push("allreduce", "bundled all-reduce", Status::Fail, e),
         Ok(v) => {
@@ -455,6 +529,7 @@ fn gpu_phases(
             report.fact("allreduce", v);
         }
     }
+    deadline.enter("preset against NCCL's defaults");
     preset_ab(disc, &selection, &env, budget, &nccl, report);
 
     let image_presets: Vec<&str> = lock
@@ -466,6 +541,7 @@ fn gpu_phases(
                 .collect()
         })
         .unwrap_or_default();
+    deadline.enter("NCCL's effective settings");
     let logged = nccl_effective(
         disc,
         &selection,
@@ -476,6 +552,7 @@ fn gpu_phases(
         report,
     );
     if logged.is_none() && !opts.quick && !disc.nccl_candidates().is_empty() {
+        deadline.enter("IB transport");
         ib_transport_run(disc, &addresses[0], &env, budget, report);
     }
     // Local rank r drives CUDA device r, and CUDA counts GPUs in PCI order here.
@@ -531,7 +608,7 @@ fn nccl_effective(
     disc: &Discovery,
     selection: &[String],
     env: &[(String, String)],
-    budget: Duration,
+    budget: budget::Budget,
     nccl: &Nccl,
     image_presets: &[&str],
     report: &mut Report,
@@ -658,7 +735,7 @@ fn ib_transport_run(
     disc: &Discovery,
     address: &str,
     env: &[(String, String)],
-    budget: Duration,
+    budget: budget::Budget,
     report: &mut Report,
 ) {
     const PHASE: &str = effective::PHASE;
@@ -744,7 +821,7 @@ fn preset_ab(
     disc: &Discovery,
     selection: &[String],
     env: &[(String, String)],
-    budget: Duration,
+    budget: budget::Budget,
     nccl: &Nccl,
     report: &mut Report,
 ) {
@@ -955,7 +1032,10 @@ fn compatibility(
                 PHASE,
                 "lock",
                 Status::Skip,
-                format!("no {LOCK_PATH_IN_IMAGE}: not a gpubake image"),
+                format!(
+                    "no {LOCK_PATH_IN_IMAGE}: a probe image (`pytorch: none`, which pins \
+                     nothing) or not a gpubake image; the driver is not held to a lock"
+                ),
             );
             None
         }
@@ -1244,7 +1324,7 @@ mod tests {
         let result = nvml_phase(
             Some(outcome),
             &Discovery::under(dir.path()),
-            Duration::from_secs(1),
+            "no result within 1 s".into(),
             &mut report,
         );
         (result, report)
@@ -1323,7 +1403,7 @@ mod tests {
             &disc,
             &["--pci-bus-ids".into(), "0000:1b:00.0,0000:43:00.0".into()],
             &[],
-            Duration::from_secs(1),
+            budget::Budget::new(Duration::from_secs(1), budget::Deadline::unlimited()),
             &plan,
             &mut report,
         );
@@ -1342,7 +1422,7 @@ mod tests {
             &disc,
             &["--pci-bus-ids".into(), "0000:1b:00.0,0000:43:00.0".into()],
             &[],
-            Duration::from_secs(1),
+            budget::Budget::new(Duration::from_secs(1), budget::Deadline::unlimited()),
             &plan,
             &[],
             &mut report,

@@ -52,6 +52,12 @@ pub fn read(path: &std::path::Path) -> crate::error::Result<Vec<ModelPolicy>> {
     })
 }
 
+/// The embedded policy as it is written (data/policy.yaml), for a certificate to name it by
+/// digest.
+pub fn embedded_yaml() -> &'static str {
+    POLICY_YAML
+}
+
 /// The embedded policy.
 pub fn embedded() -> &'static [ModelPolicy] {
     static POLICY: OnceLock<Vec<ModelPolicy>> = OnceLock::new();

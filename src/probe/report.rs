@@ -13,6 +13,9 @@ pub struct Report {
     pub title: String,
     /// gpubake's version.
     pub gpubake: String,
+    /// The level it ran at (`probe --level`); 0 where no level applies.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub level: u8,
     /// The checks, in the order they ran.
     pub checks: Vec<Check>,
     /// Facts gathered on the way (driver, GPUs, libraries, matrices), by phase.
@@ -21,6 +24,10 @@ pub struct Report {
     pub seconds: f64,
     /// No GPU was visible: exit 3.
     pub no_gpu: bool,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 impl Report {
@@ -82,6 +89,14 @@ impl Report {
                 c.name,
                 c.detail
             );
+            // Under the check it is about, indented past the status, so a reader of a failure
+            // sees at once what to do and on whose word.
+            if let Some(a) = &c.advice {
+                let _ = writeln!(out, "        {}", a.line());
+                if let Some(again) = &a.escalate {
+                    let _ = writeln!(out, "        if it recurs: {again}");
+                }
+            }
         }
         let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
         let _ = writeln!(
@@ -176,7 +191,16 @@ impl Report {
                     }
                     Status::Fail => {
                         let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                        s.set_message(c.detail.as_str());
+                        match &c.advice {
+                            // CI shows the message; the type lets a pipeline route on the action.
+                            Some(a) => {
+                                s.set_message(format!("{} | {}", c.detail, a.line()));
+                                s.set_type(a.action.label());
+                            }
+                            None => {
+                                s.set_message(c.detail.as_str());
+                            }
+                        }
                         s
                     }
                 };
@@ -187,7 +211,12 @@ impl Report {
                         case.set_system_out(c.detail.as_str());
                     }
                     Status::Warn => {
-                        case.set_system_out(format!("WARN: {}", c.detail));
+                        let advice = c
+                            .advice
+                            .as_ref()
+                            .map(|a| format!(" | {}", a.line()))
+                            .unwrap_or_default();
+                        case.set_system_out(format!("WARN: {}{advice}", c.detail));
                     }
                     _ => {}
                 }
@@ -288,6 +317,80 @@ mod tests {
         assert!(
             table.contains("20.0") && table.contains("    NO"),
             "{table}"
+        );
+    }
+
+    /// The sample with what to do about its failure and its warning.
+    fn advised() -> Report {
+        use crate::verdict::{Action, Advice};
+        let mut r = sample();
+        r.checks[2].advice = Some(Advice {
+            action: Action::Reboot,
+            class: "pcie_link_degraded".into(),
+            why: "a reboot retrains the link".into(),
+            source: "judgement".into(),
+            section: None,
+            see: vec!["https://example.org/pcie".into()],
+            escalate: Some("drain-and-replace if still degraded".into()),
+            fallback: None,
+        });
+        r.checks[1].advice = Some(Advice {
+            action: Action::None,
+            class: "ecc_corrected_high".into(),
+            why: "hardware fixed them & carries on".into(),
+            source: "https://example.org/xid".into(),
+            section: Some("Xid 92".into()),
+            see: vec![],
+            escalate: None,
+            fallback: None,
+        });
+        r
+    }
+
+    #[test]
+    fn text_puts_the_action_and_its_source_under_the_check() {
+        let text = advised().to_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("FAIL  GPU 0 PCIe link"))
+            .unwrap();
+        assert_eq!(
+            lines[at + 1],
+            "        action: reboot (pcie_link_degraded): a reboot retrains the link \
+             [judgement; see https://example.org/pcie]"
+        );
+        assert_eq!(
+            lines[at + 2],
+            "        if it recurs: drain-and-replace if still degraded"
+        );
+        assert!(
+            text.contains("        action: none (ecc_corrected_high): hardware fixed them"),
+            "{text}"
+        );
+        // Without advice the table is as it was.
+        assert!(!sample().to_text().contains("action:"));
+    }
+
+    #[test]
+    fn junit_failure_message_carries_the_action() {
+        let xml = advised().to_junit();
+        assert!(
+            xml.contains(
+                "message=\"Gen4 x8, expected Gen5 x16 &amp; more | action: reboot \
+                 (pcie_link_degraded): a reboot retrains the link [judgement; see \
+                 https://example.org/pcie]\""
+            ),
+            "{xml}"
+        );
+        assert!(xml.contains("type=\"reboot\""), "{xml}");
+        assert!(
+            xml.contains("WARN: 3 corrected errors &lt;since boot&gt; | action: none"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("carries on [https://example.org/xid]"),
+            "{xml}"
         );
     }
 

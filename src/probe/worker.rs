@@ -43,6 +43,12 @@ pub enum Task {
         #[arg(long, default_value_t = 20)]
         iters: u32,
     },
+    /// Level 3's load: bf16 GEMMs on the one GPU given, for a set time, results checked.
+    Burn {
+        /// Seconds of GEMMs.
+        #[arg(long)]
+        seconds: f64,
+    },
     /// NCCL across the ranks of `probe --world`, on the one GPU given by --pci-bus-ids.
     World {
         /// This rank's seat in the communicator.
@@ -213,6 +219,9 @@ fn run_on(task: &Task, devices: &mut [cuda::Device]) -> Result<Value, String> {
                 rows.push(json!({"bytes": n * 4, "time_us": t * 1e6, "busbw": schedule::busbw(n * 4, t, ranks.count())}));
             }
             Ok(json!({"rows": rows}))
+        }
+        Task::Burn { seconds } => {
+            serde_json::to_value(super::gemm::run(devices, *seconds)?).map_err(|e| e.to_string())
         }
         Task::World { .. } => Err("the world task opens its one GPU itself".into()),
     }

@@ -4,8 +4,10 @@
 //! none is admitted, the reasons become an explanation with the relaxations that would work.
 
 mod conflict;
+mod probe;
 
 pub use conflict::Conflict;
+pub use probe::{ProbeImage, resolve_probe};
 
 use crate::compat::{Arch, Compat, Coverage, Release, Variant, coverage};
 use crate::error::{Error, Result};
@@ -153,6 +155,7 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
     let db = Compat::embedded();
     let recipe = &loaded.recipe;
     let doc = &loaded.doc;
+    let pytorch = pytorch_ask(loaded)?;
     // Every input is checked before anything is written: a `files:` source that does not
     // exist fails here, in resolve, lint and render alike, not after a build has begun.
     loaded.file_sources()?;
@@ -220,7 +223,7 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
 
     let rules = rules(
         db,
-        recipe.pytorch.clone(),
+        pytorch.clone(),
         recipe.cuda.clone(),
         &python,
         &nccl,
@@ -296,6 +299,18 @@ pub fn resolve_recipe(loaded: &LoadedRecipe, opts: &Options) -> Result<Resolved>
         lock,
         layers,
         considered,
+    })
+}
+
+/// What the recipe's `pytorch:` asks for; a probe recipe (`pytorch: none`) has nothing to
+/// resolve, which is said at the field.
+fn pytorch_ask(loaded: &LoadedRecipe) -> Result<&Constraint> {
+    loaded.recipe.pytorch.as_ref().ok_or_else(|| {
+        loaded.doc.invalid(
+            &["pytorch"],
+            "`pytorch: none` asks for no Python stack: there is nothing to pin, and no lock",
+            Some("`gpubake build RECIPE --to DEST` builds its probe image".into()),
+        )
     })
 }
 
@@ -528,7 +543,8 @@ fn build_lock(
     let patch = release
         .patches
         .iter()
-        .filter(|p| recipe.pytorch.matches(p))
+        // The recipe asks for a release here: resolve_recipe refused `pytorch: none`.
+        .filter(|p| recipe.pytorch.as_ref().is_none_or(|c| c.matches(p)))
         .max()
         .expect("the pytorch rule admitted this release")
         .clone();

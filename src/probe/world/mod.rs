@@ -393,7 +393,9 @@ fn lead(
             report: serde_json::to_value(&local).unwrap_or_default(),
         },
     );
-    verdict::verdict(&setting, &gathered)
+    let mut verdict = verdict::verdict(&setting, &gathered);
+    super::actions::advise(&mut verdict);
+    verdict
 }
 
 /// A report standing in for a local probe that could not run, so the world still hears why.
@@ -403,6 +405,7 @@ fn could_not_probe(error: &Error) -> Report {
         ..Report::default()
     };
     report.push("probe", "local probe", Status::Fail, error.to_string());
+    super::actions::advise(&mut report);
     report
 }
 
