@@ -882,13 +882,7 @@ fn each_platform_s_stack_holds_its_own_wheels() {
 
     let text =
         common::recipe("pytorch: '2.9'\npython: '3.11'\nplatforms: [linux/amd64, linux/arm64]\n");
-    let loaded = gpubake::recipe::LoadedRecipe::parse(gpubake::document::Document::from_text(
-        dir.path().join("multi.yaml").display().to_string(),
-        text,
-    ))
-    .unwrap();
-    let resolved =
-        gpubake::resolve::resolve_recipe(&loaded, &gpubake::resolve::Options::default()).unwrap();
+    let (loaded, resolved) = common::stack::resolve_text(&dir.path().join("multi.yaml"), &text);
     let amd64: Platform = "linux/amd64".parse().unwrap();
     let arm64: Platform = "linux/arm64".parse().unwrap();
     let out = dir.path().join("out");

@@ -24,13 +24,7 @@ fn two_builds_of_one_lock_have_one_subject_and_one_provenance_but_for_its_times(
                 presets: [base]\n";
     let path = dir.path().join("recipe.yaml");
     std::fs::write(&path, text).unwrap();
-    let loaded = gpubake::recipe::LoadedRecipe::parse(gpubake::document::Document::from_text(
-        path.display().to_string(),
-        text.to_string(),
-    ))
-    .unwrap();
-    let resolved =
-        gpubake::resolve::resolve_recipe(&loaded, &gpubake::resolve::Options::default()).unwrap();
+    let (loaded, resolved) = common::stack::resolve_text(&path, text);
     let from = format!("oci:{}:bookworm", base.display());
     let key = PrivateKey::generate();
     let mut statements = Vec::new();

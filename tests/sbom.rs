@@ -296,13 +296,7 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
                 presets: [base]\n";
     let path = dir.path().join("recipe.yaml");
     std::fs::write(&path, text).unwrap();
-    let loaded = gpubake::recipe::LoadedRecipe::parse(gpubake::document::Document::from_text(
-        path.display().to_string(),
-        text.to_string(),
-    ))
-    .unwrap();
-    let resolved =
-        gpubake::resolve::resolve_recipe(&loaded, &gpubake::resolve::Options::default()).unwrap();
+    let (loaded, resolved) = common::stack::resolve_text(&path, text);
     let closure = gpubake::closure::parse(
         Path::new("pylock.small.toml"),
         include_str!("fixtures/pylock.small.toml"),

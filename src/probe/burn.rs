@@ -771,6 +771,13 @@ mod tests {
         }
     }
 
+    /// The checks `judge_gemm` makes of `m` on GPU 0, in a report of their own.
+    fn gemm_report(m: &Measured, floor: Option<&(f64, String)>) -> Report {
+        let mut report = Report::default();
+        judge_gemm("GPU 0", m, floor, &mut report);
+        report
+    }
+
     fn status_of(report: &Report, name: &str) -> Status {
         report
             .checks
@@ -1020,25 +1027,17 @@ mod tests {
             (vec![1.0, 700.0, 700.0], Status::Pass),
             (vec![700.0, 500.0, 550.0], Status::Fail),
         ] {
-            let mut report = Report::default();
-            judge_gemm("GPU 0", &measured(rates, 0, 0), Some(&floor), &mut report);
+            let report = gemm_report(&measured(rates, 0, 0), Some(&floor));
             assert_eq!(status_of(&report, "GPU 0 GEMM rate"), want);
         }
-        let mut report = Report::default();
-        judge_gemm("GPU 0", &measured(vec![], 0, 0), Some(&floor), &mut report);
+        let report = gemm_report(&measured(vec![], 0, 0), Some(&floor));
         assert_eq!(status_of(&report, "GPU 0 GEMM rate"), Status::Fail);
     }
 
     #[test]
     fn any_differing_element_is_silent_corruption() {
         for (repeat, reference) in [(1, 0), (0, 1), (3, 2)] {
-            let mut report = Report::default();
-            judge_gemm(
-                "GPU 0",
-                &measured(vec![700.0], repeat, reference),
-                None,
-                &mut report,
-            );
+            let report = gemm_report(&measured(vec![700.0], repeat, reference), None);
             let want = |w: u64| if w > 0 { Status::Fail } else { Status::Pass };
             assert_eq!(status_of(&report, "GPU 0 GEMM repeats"), want(repeat));
             assert_eq!(
@@ -1048,21 +1047,18 @@ mod tests {
         }
         let mut nothing = measured(vec![700.0], 0, 0);
         nothing.repeat.checked = 0;
-        let mut report = Report::default();
-        judge_gemm("GPU 0", &nothing, None, &mut report);
+        let report = gemm_report(&nothing, None);
         assert_eq!(status_of(&report, "GPU 0 GEMM repeats"), Status::Fail);
     }
 
     #[test]
     fn a_row_of_the_whole_product_that_differs_fails_and_nothing_compared_fails() {
         let mut m = measured(vec![700.0], 0, 0);
-        let mut report = Report::default();
-        judge_gemm("GPU 0", &m, None, &mut report);
+        let report = gemm_report(&m, None);
         assert_eq!(status_of(&report, "GPU 0 GEMM whole product"), Status::Pass);
         m.product.wrong = 1;
         m.product.first = Some("row 4000: C·x = 1, A·(B·x) = 2".into());
-        let mut report = Report::default();
-        judge_gemm("GPU 0", &m, None, &mut report);
+        let report = gemm_report(&m, None);
         let c = report
             .checks
             .iter()
@@ -1073,8 +1069,7 @@ mod tests {
         // The other comparisons are their own checks: a repeated fault passes them.
         assert_eq!(status_of(&report, "GPU 0 GEMM repeats"), Status::Pass);
         m.product.checked = 0;
-        let mut report = Report::default();
-        judge_gemm("GPU 0", &m, None, &mut report);
+        let report = gemm_report(&m, None);
         assert_eq!(status_of(&report, "GPU 0 GEMM whole product"), Status::Fail);
     }
 

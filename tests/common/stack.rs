@@ -50,3 +50,19 @@ pub fn base_into_engine(base: &Path, tag: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The recipe `text`, read as the file `path` names (which need not exist), and its
+/// resolution with the default options.
+pub fn resolve_text(
+    path: &Path,
+    text: &str,
+) -> (gpubake::recipe::LoadedRecipe, gpubake::resolve::Resolved) {
+    let loaded = gpubake::recipe::LoadedRecipe::parse(gpubake::document::Document::from_text(
+        path.display().to_string(),
+        text.to_string(),
+    ))
+    .unwrap();
+    let resolved =
+        gpubake::resolve::resolve_recipe(&loaded, &gpubake::resolve::Options::default()).unwrap();
+    (loaded, resolved)
+}
