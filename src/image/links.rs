@@ -1134,6 +1134,26 @@ pub fn dlopened(
         .collect())
 }
 
+/// Where `dlopen(name)` from an object with no search paths of its own lands in the tree at
+/// `root` (environment `env`): the real path ld.so would map and the step of its search that
+/// found it; None where the search finds nothing.
+pub fn plain_search(
+    root: &Path,
+    env: &[(String, String)],
+    name: &str,
+) -> Result<Option<(String, Via)>> {
+    let tree = Root(root);
+    let search = Search::of_tree(&tree, env)?;
+    let mut linker = Linker::new(&tree, &search);
+    Ok([elf::EM_X86_64, elf::EM_AARCH64]
+        .into_iter()
+        .find_map(|machine| {
+            let mut process = Process::of_plain_program(machine);
+            let b = linker.dlopen(&mut process, PLAIN_PROGRAM, name)?;
+            Some((b.real?, b.via?))
+        }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1162,6 +1182,24 @@ mod tests {
         std::os::unix::fs::symlink("/../../etc", root.join("up")).unwrap();
         assert_eq!(real_in(root, "/up/passwd"), None);
         assert_eq!(real_in(root, "/usr/local/cuda/lib64/none"), None);
+    }
+
+    #[test]
+    fn a_plain_search_names_the_step_that_finds_a_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let lib = root.join("opt/cuda/lib64");
+        std::fs::create_dir_all(&lib).unwrap();
+        // Any ELF file of this machine stands for a library: the search reads its header.
+        std::fs::copy(std::env::current_exe().unwrap(), lib.join("libfoo.so.12.4")).unwrap();
+        std::os::unix::fs::symlink("libfoo.so.12.4", lib.join("libfoo.so.12")).unwrap();
+        let env = [("LD_LIBRARY_PATH".to_string(), "/opt/cuda/lib64".to_string())];
+        assert_eq!(
+            plain_search(root, &env, "libfoo.so.12").unwrap(),
+            Some(("/opt/cuda/lib64/libfoo.so.12.4".to_string(), Via::LdLibraryPath))
+        );
+        assert_eq!(plain_search(root, &[], "libfoo.so.12").unwrap(), None);
+        assert_eq!(plain_search(root, &env, "libbar.so.1").unwrap(), None);
     }
 
     #[test]

@@ -66,6 +66,22 @@ def mapped():
     return out
 
 
+def wheel_libraries():
+    """Every shared object under the interpreter's own site-packages (what the image's wheels
+    installed), by real path: the copies the mapped libraries are held to."""
+    import sysconfig
+    roots = []
+    for key in ("purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p and os.path.isdir(p) and os.path.realpath(p) not in roots:
+            roots.append(os.path.realpath(p))
+    files = []
+    for root in roots:
+        for d, _, names in os.walk(root):
+            files.extend(os.path.join(d, n) for n in names if re.search(r"\.so(\.|$)", n))
+    return {"site_packages": roots, "files": sorted(files)}
+
+
 try:
     import torch
 except Exception as e:
@@ -86,6 +102,7 @@ try:
 except Exception as e:
     failed("cuda_init", e)
     result["maps"] = mapped()
+    result["wheel_libraries"] = wheel_libraries()
     finish()
     sys.exit(0)
 
@@ -165,4 +182,5 @@ except Exception as e:
     failed("allreduce", e)
 
 result["maps"] = mapped()
+result["wheel_libraries"] = wheel_libraries()
 finish()

@@ -7,6 +7,7 @@
 use super::report::{Report, Status};
 use crate::lock::Lock;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -147,6 +148,20 @@ pub struct Measured<'a> {
     pub allreduce: Option<&'a Value>,
     /// The bf16 GEMM floor for this GPU model, TFLOP/s, and where it comes from.
     pub gemm_floor: Option<(f64, &'a str)>,
+    /// Where a plain `dlopen(soname)` lands on this node, and by which step of the loader's
+    /// search (`links::plain_search` over `/` with the ranks' environment): what names the
+    /// step that chose a copy other than the wheel's.
+    pub loader: Option<&'a dyn Fn(&str) -> Option<(String, &'static str)>>,
+}
+
+/// The loader's plain search on this node's root, with this process's environment (which
+/// the ranks inherit), for [`Measured::loader`].
+pub fn loader_here(soname: &str) -> Option<(String, &'static str)> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    crate::image::links::plain_search(Path::new("/"), &env, soname)
+        .ok()
+        .flatten()
+        .map(|(real, via)| (real, via.describe()))
 }
 
 const PHASE: &str = "framework";
@@ -473,48 +488,156 @@ fn version_of(m: &Value) -> String {
     }
 }
 
-/// The watched libraries the process mapped, from which copy, and whether torch's NCCL is the
-/// one the lock pins and the probe measured.
+/// The shared libraries the image's wheels installed (the interpreter's own site-packages, as
+/// the rank listed them), by the soname each is loaded by: a wheel holds no symbolic links,
+/// so its file is named as ld.so looks it up (`libcublas.so.13`). Python's extension modules
+/// are left out: the importer opens them by path, never by name.
+fn wheel_sonames(first: &Value) -> BTreeMap<String, Vec<String>> {
+    let mut provided: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for path in first["wheel_libraries"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|p| !is_extension_module(file_name(p)))
+    {
+        provided
+            .entry(file_name(path).to_string())
+            .or_default()
+            .push(path.to_string());
+    }
+    provided
+}
+
+/// Whether `name` carries one of the suffixes CPython's importer gives extension modules
+/// (`.cpython-312-x86_64-linux-gnu.so`, `.abi3.so`; PyPy's `.pypy…so`).
+fn is_extension_module(name: &str) -> bool {
+    [".cpython-", ".abi3.so", ".pypy"]
+        .iter()
+        .any(|s| name.contains(s))
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The soname among `provided` that a mapped file answers to: its own name, or the name with
+/// the version ld.so ignores cut off (`libnvJitLink.so.12.4.127` is `libnvJitLink.so.12`).
+fn provided_soname<'a>(name: &str, provided: &'a BTreeMap<String, Vec<String>>) -> Option<&'a str> {
+    if let Some((soname, _)) = provided.get_key_value(name) {
+        return Some(soname);
+    }
+    provided
+        .keys()
+        .filter(|s| s.contains(".so") && name.len() > s.len())
+        .filter(|s| name.starts_with(s.as_str()) && name[s.len()..].starts_with('.'))
+        .max_by_key(|s| s.len())
+        .map(String::as_str)
+}
+
+/// Every library the process mapped whose soname one of the image's wheels provides is held
+/// to that wheel's copy ([`wheel_copies`]); then whether torch's NCCL is the one the lock pins
+/// and the probe measured.
 fn libraries(first: &Value, lock: Option<&Lock>, measured: &Measured, report: &mut Report) {
     let maps = first["maps"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let watched: Vec<&Value> = maps
-        .iter()
-        .filter(|m| {
-            let name = m["path"]
-                .as_str()
-                .unwrap_or("")
-                .rsplit('/')
-                .next()
-                .unwrap_or("");
-            WATCHED.iter().any(|w| name.starts_with(w))
-        })
-        .collect();
-    let mut listed: Vec<String> = watched
-        .iter()
-        .map(|m| format!("{} ({})", m["path"].as_str().unwrap_or("?"), version_of(m)))
-        .collect();
+    let (status, detail) = wheel_copies(first, maps, measured);
+    report.push(PHASE, "libraries torch mapped", status, detail);
+    torch_nccl(first, maps, lock, measured, report);
+}
+
+/// A library mapped from another copy than the wheel's fails, naming both copies and the
+/// step of the loader's search that chose the other. The CUDA family (the wheels' `nvidia/`
+/// tree and the driver's libraries) is listed with versions.
+fn wheel_copies(first: &Value, maps: &[Value], measured: &Measured) -> (Status, String) {
+    if !first["wheel_libraries"]["files"].is_array() {
+        return (
+            Status::Fail,
+            "the rank listed no site-packages, so the copies torch bound cannot be held to \
+             the image's wheels"
+                .into(),
+        );
+    }
+    let provided = wheel_sonames(first);
+    let mut listed = Vec::new();
+    let mut from_wheels = 0;
+    let mut foreign = Vec::new();
+    for m in maps {
+        let path = m["path"].as_str().unwrap_or("?");
+        let real = m["real"].as_str().unwrap_or(path);
+        let name = file_name(real);
+        let soname = provided_soname(name, &provided);
+        if let Some(soname) = soname {
+            let copies = &provided[soname];
+            if copies.iter().any(|c| c == real || c == path) {
+                from_wheels += 1;
+            } else {
+                foreign.push(format!(
+                    "{soname} is mapped from {real}, not from the image's wheel ({}): {}",
+                    copies.join(", "),
+                    search_step(soname, real, measured)
+                ));
+            }
+        }
+        let watched = WATCHED.iter().any(|w| name.starts_with(w));
+        if watched || (soname.is_some() && real.contains("/nvidia/")) {
+            listed.push(format!("{path} ({})", version_of(m)));
+        }
+    }
     listed.sort();
-    report.push(
-        PHASE,
-        "libraries torch mapped",
-        if listed.is_empty() {
-            Status::Warn
-        } else {
-            Status::Pass
-        },
-        if listed.is_empty() {
-            "none of libcuda, libcudart, cuBLAS, cuDNN, libnccl, NVRTC is mapped".to_string()
-        } else {
-            listed.join(", ")
-        },
-    );
+    listed.dedup();
+    if !foreign.is_empty() {
+        (Status::Fail, foreign.join("; "))
+    } else if listed.is_empty() {
+        (
+            Status::Warn,
+            "none of libcuda, libcudart, cuBLAS, cuDNN, libnccl, NVRTC is mapped".into(),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!(
+                "{}; {from_wheels} libraries of the image's wheels mapped, each from the \
+                 wheel's copy",
+                listed.join(", ")
+            ),
+        )
+    }
+}
+
+/// Which step of the loader's search chose `real` for `soname`, as far as a plain dlopen on
+/// this node tells: the step that finds it, or that none does (so the asking object's own
+/// search path, or a path, named it).
+fn search_step(soname: &str, real: &str, measured: &Measured) -> String {
+    match measured.loader.and_then(|search| search(soname)) {
+        Some((found, via)) if found == real => {
+            format!("a plain dlopen of {soname} finds it through {via}")
+        }
+        Some((found, via)) => format!(
+            "a plain dlopen of {soname} finds {found} through {via}, so the asking object's \
+             DT_RUNPATH or DT_RPATH, or a path, chose this one"
+        ),
+        None => format!(
+            "a plain dlopen of {soname} finds no copy, so the asking object's DT_RUNPATH or \
+             DT_RPATH, or a path, chose this one"
+        ),
+    }
+}
+
+/// Whether torch's NCCL is the one the lock pins and the probe measured.
+fn torch_nccl(
+    first: &Value,
+    maps: &[Value],
+    lock: Option<&Lock>,
+    measured: &Measured,
+    report: &mut Report,
+) {
     let Some(torch_nccl) = first["nccl"].as_str() else {
         return;
     };
-    let mapped_nccl = watched
+    let mapped_nccl = maps
         .iter()
         .find(|m| m["path"].as_str().is_some_and(|p| p.contains("libnccl.so")))
         .and_then(|m| m["path"].as_str());
@@ -593,13 +716,25 @@ mod tests {
             )),
             allreduce: None,
             gemm_floor: Some((600.0, "H200 SXM")),
+            loader: None,
         };
         let report = judged(&ranks, &measured);
+        // This run predates the rank's listing of its site-packages: every check passes but
+        // the one that holds the mapped copies to the wheels, which cannot judge without it.
         assert!(
-            report.checks.iter().all(|c| c.status == Status::Pass),
+            report
+                .checks
+                .iter()
+                .all(|c| c.status == Status::Pass || c.name == "libraries torch mapped"),
             "{:?}",
             report.checks
         );
+        let (status, text) = detail(&report, "libraries torch mapped");
+        assert_eq!(*status, Status::Fail, "{text}");
+        assert!(text.contains("listed no site-packages"), "{text}");
+        let mut listing = ranks.clone();
+        listing[0]["wheel_libraries"] = json!({"files": []});
+        let report = judged(&listing, &measured);
         let (_, libs) = detail(&report, "libraries torch mapped");
         assert!(
             libs.contains("nvidia/nccl/lib/libnccl.so.2 (2.28.9)"),
@@ -652,6 +787,162 @@ mod tests {
         let (status, text) = detail(&report, "CUDA from torch");
         assert_eq!(*status, Status::Fail, "{text}");
         assert!(text.contains("CUDA driver initialization failed"), "{text}");
+    }
+
+    /// The framework script as it ran on the H200 with the listing of the venv's shared
+    /// objects (benches/h200-loads.sh; benches/results/loads-h200-2026-12-04/).
+    fn with_listing() -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/results/loads-h200-2026-12-04/rank-default-h200-2026-12-04.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    const SITE: &str = "/opt/torch/.venv/lib/python3.12/site-packages";
+
+    fn mapped_libraries(
+        rank: &Value,
+        loader: Option<&dyn Fn(&str) -> Option<(String, &'static str)>>,
+    ) -> (Status, String) {
+        let maps = rank["maps"].as_array().unwrap();
+        let measured = Measured {
+            loader,
+            ..Measured::default()
+        };
+        wheel_copies(rank, maps, &measured)
+    }
+
+    #[test]
+    fn every_cuda_library_torch_maps_is_held_to_its_wheel() {
+        let rank = with_listing();
+        let (status, text) = mapped_libraries(&rank, None);
+        assert_eq!(status, Status::Pass, "{text}");
+        // The CUDA-family libraries the process mapped, the ones an older listing left
+        // out among them, each from the wheel's copy; the driver's from the driver.
+        for lib in [
+            "cu13/lib/libcublas.so.13",
+            "cu13/lib/libcublasLt.so.13",
+            "cu13/lib/libcudart.so.13",
+            "cu13/lib/libcufft.so.12",
+            "cu13/lib/libcurand.so.10",
+            "cu13/lib/libcusolver.so.12",
+            "cu13/lib/libcusparse.so.12",
+            "cu13/lib/libnvJitLink.so.13",
+            "cu13/lib/libnvrtc-builtins.so.13.0",
+            "cu13/lib/libcupti.so.13",
+            "cusparselt/lib/libcusparseLt.so.0",
+            "nvshmem/lib/libnvshmem_host.so.3",
+            "nccl/lib/libnccl.so.2 (2.28.9)",
+            "cudnn/lib/libcudnn.so.9 (9.19.0)",
+        ] {
+            assert!(
+                text.contains(&format!("{SITE}/nvidia/{lib}")),
+                "{lib}: {text}"
+            );
+        }
+        assert!(
+            text.contains("/usr/local/nvidia/lib64/libcuda.so.580.159.04 (580.159.04, CUDA 13.0)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("33 libraries of the image's wheels mapped, each from the wheel's copy"),
+            "{text}"
+        );
+    }
+
+    /// Every class of copy the loader can bind for a soname a wheel provides: the wheel's,
+    /// another found by the plain search (LD_LIBRARY_PATH), another the plain search does not
+    /// find first, one it does not find at all, a versioned file name (the soname's file is
+    /// a link to it), and two copies of one soname at once; a library no wheel provides is
+    /// not judged.
+    #[test]
+    fn a_library_mapped_from_another_copy_than_the_wheels_fails_naming_both() {
+        let rank = with_listing();
+        let wheel_jitlink = format!("{SITE}/nvidia/cu13/lib/libnvJitLink.so.13");
+        let other = "/usr/local/cuda-13.0/lib64/libnvJitLink.so.13.0.88";
+        let mut moved = rank.clone();
+        for m in moved["maps"].as_array_mut().unwrap() {
+            if m["path"] == wheel_jitlink.as_str() {
+                m["path"] = json!("/usr/local/cuda/lib64/libnvJitLink.so.13");
+                m["real"] = json!(other);
+            }
+        }
+        let through_ld_library_path =
+            |s: &str| (s == "libnvJitLink.so.13").then(|| (other.to_string(), "LD_LIBRARY_PATH"));
+        let (status, text) = mapped_libraries(&moved, Some(&through_ld_library_path));
+        assert_eq!(status, Status::Fail, "{text}");
+        assert!(
+            text.contains(&format!(
+                "libnvJitLink.so.13 is mapped from {other}, not from the image's wheel \
+                 ({wheel_jitlink}): a plain dlopen of libnvJitLink.so.13 finds it through \
+                 LD_LIBRARY_PATH"
+            )),
+            "{text}"
+        );
+        let elsewhere = |_: &str| {
+            Some((
+                "/usr/lib/x86_64-linux-gnu/libnvJitLink.so.13".to_string(),
+                "/etc/ld.so.cache",
+            ))
+        };
+        let (_, text) = mapped_libraries(&moved, Some(&elsewhere));
+        assert!(
+            text.contains("finds /usr/lib/x86_64-linux-gnu/libnvJitLink.so.13 through /etc/ld.so.cache, so the asking object's DT_RUNPATH or DT_RPATH, or a path, chose this one"),
+            "{text}"
+        );
+        let (_, text) = mapped_libraries(&moved, Some(&|_: &str| None));
+        assert!(text.contains("finds no copy"), "{text}");
+
+        // A second NCCL beside the wheel's, from the system.
+        let mut two = rank.clone();
+        two["maps"].as_array_mut().unwrap().push(json!({
+            "path": "/usr/lib/x86_64-linux-gnu/libnccl.so.2",
+            "real": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3",
+        }));
+        let (status, text) = mapped_libraries(&two, None);
+        assert_eq!(status, Status::Fail, "{text}");
+        assert!(
+            text.contains("libnccl.so.2 is mapped from /usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3, not from the image's wheel"),
+            "{text}"
+        );
+        assert!(!text.contains("libnvJitLink"), "{text}");
+
+        // The system's libraries that no wheel provides are not judged.
+        let mut system = rank.clone();
+        system["maps"].as_array_mut().unwrap().push(json!({
+            "path": "/usr/lib/x86_64-linux-gnu/libz.so.1",
+            "real": "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13",
+        }));
+        assert_eq!(mapped_libraries(&system, None).0, Status::Pass);
+    }
+
+    #[test]
+    fn a_versioned_file_answers_to_the_soname_ld_so_looks_up() {
+        let provided: BTreeMap<String, Vec<String>> = [
+            ("libnvJitLink.so.12", "/a/libnvJitLink.so.12"),
+            ("libcudnn.so.9", "/a/libcudnn.so.9"),
+            ("libcudnn_graph.so.9", "/a/libcudnn_graph.so.9"),
+            ("libnvrtc-builtins.so.13.0", "/a/libnvrtc-builtins.so.13.0"),
+            ("libtorch.so", "/a/libtorch.so"),
+        ]
+        .into_iter()
+        .map(|(s, p)| (s.to_string(), vec![p.to_string()]))
+        .collect();
+        for (name, want) in [
+            ("libnvJitLink.so.12", Some("libnvJitLink.so.12")),
+            ("libnvJitLink.so.12.4.127", Some("libnvJitLink.so.12")),
+            ("libnvJitLink.so.13", None),
+            ("libnvJitLink.so.120", None),
+            ("libcudnn_graph.so.9.1.0", Some("libcudnn_graph.so.9")),
+            (
+                "libnvrtc-builtins.so.13.0.88",
+                Some("libnvrtc-builtins.so.13.0"),
+            ),
+            ("libnvrtc.so.13", None),
+            ("libtorch.so.2", Some("libtorch.so")),
+            ("libtorch_cpu.so", None),
+        ] {
+            assert_eq!(provided_soname(name, &provided), want, "{name}");
+        }
     }
 
     #[test]

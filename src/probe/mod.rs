@@ -262,6 +262,7 @@ fn framework_phase(
         nccl: measured_nccl,
         allreduce: allreduce.as_ref(),
         gemm_floor: floor.as_ref().map(|(f, m)| (*f, m.as_str())),
+        loader: Some(&framework::loader_here),
     };
     match framework::run(&run) {
         Ok(ranks) => framework::judge(&ranks, !gpus.is_empty(), lock, &measured, report),
