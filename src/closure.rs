@@ -90,6 +90,9 @@ pub struct WheelEntry {
     /// Its digests by algorithm.
     #[serde(default)]
     pub hashes: BTreeMap<String, String>,
+    /// When the index received it (PEP 751 `upload-time`, which uv writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_time: Option<toml::value::Datetime>,
 }
 
 /// What a closure was resolved from: if any of it changes, the closure is stale.
@@ -772,6 +775,21 @@ impl Closure {
     /// What it was resolved from, as its `[tool.gpubake]` table says.
     pub fn inputs(&self) -> Option<Inputs> {
         recorded_inputs(&self.pylock)
+    }
+
+    /// The newest upload time among the wheels it installs, as a Unix timestamp; None when
+    /// the lock records none (PEP 751 makes `upload-time` optional).
+    pub fn newest_upload(&self) -> Option<u64> {
+        let installed: std::collections::HashSet<&str> =
+            self.wheels.iter().map(|w| w.url.as_str()).collect();
+        self.pylock
+            .packages
+            .iter()
+            .flat_map(|p| &p.wheels)
+            .filter(|w| w.url.as_deref().is_some_and(|u| installed.contains(u)))
+            .filter_map(|w| w.upload_time.as_ref())
+            .filter_map(|t| crate::units::parse_rfc3339(&t.to_string()))
+            .max()
     }
 }
 

@@ -276,8 +276,12 @@ impl Lock {
     /// The lock of an image built on `base` as the build read it: a base read from elsewhere
     /// than the recipe's registry reference is not the one the base label names, so the label
     /// goes, and the lock the image carries says what its config says.
-    pub fn built_on(&mut self, base: &crate::image::Transport) {
-        if !base.is_registry_reference(&self.base) {
+    /// `named` is the registry reference the base is a copy of (`--base-name`), which the
+    /// label names instead.
+    pub fn built_on(&mut self, base: &crate::image::Transport, named: Option<&str>) {
+        if let Some(name) = named {
+            self.labels.insert(BASE_NAME.to_string(), name.to_string());
+        } else if !base.is_registry_reference(&self.base) {
             self.labels.shift_remove(BASE_NAME);
         }
     }

@@ -49,8 +49,10 @@ pub struct Subject<'a> {
     pub base_source: &'a str,
     /// The digest of the built image's manifest (`sha256:…`).
     pub image_digest: &'a str,
-    /// The build's timestamp (`SOURCE_DATE_EPOCH`), which the document is dated by.
+    /// The build's file timestamp (`SOURCE_DATE_EPOCH`, else 0).
     pub epoch: u64,
+    /// The image's creation time, which the document is dated by.
+    pub created: u64,
 }
 
 /// The wheels an SBOM lists from several platforms' closures: each once, by its sha256, in
@@ -85,7 +87,7 @@ impl Subject<'_> {
     pub fn spdx(&self) -> Result<Value> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
         let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
-        let created = crate::units::rfc3339(self.epoch);
+        let created = crate::units::rfc3339(self.created);
         let creator = format!("Tool: {TOOL}-{}", env!("CARGO_PKG_VERSION"));
         let lock = self.lock;
         let base = ImageName::parse(self.base_source);
@@ -253,7 +255,7 @@ impl Subject<'_> {
             ),
             "version": 1,
             "metadata": {
-                "timestamp": crate::units::rfc3339(self.epoch),
+                "timestamp": crate::units::rfc3339(self.created),
                 "tools": {"components": [{
                     "type": "application",
                     "name": TOOL,
@@ -564,6 +566,7 @@ mod tests {
             base_source: "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
             image_digest: image,
             epoch: 1_700_000_000,
+            created: 1_700_000_000,
         }
     }
 

@@ -25,6 +25,13 @@ pub fn rfc3339_now() -> String {
     rfc3339(now)
 }
 
+/// The Unix timestamp of an RFC 3339 time (`2025-03-07T01:40:01Z`, any offset); None for
+/// text that is not one or a time before 1970.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let time = chrono::DateTime::parse_from_rfc3339(text.trim()).ok()?;
+    u64::try_from(time.timestamp()).ok()
+}
+
 /// RFC 3339 UTC time of a Unix timestamp.
 pub fn rfc3339(epoch: u64) -> String {
     let days = (epoch / 86_400) as i64;

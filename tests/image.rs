@@ -181,6 +181,89 @@ fn two_builds_give_the_same_digest() {
     assert_ne!(a["manifest"], c["manifest"]);
 }
 
+/// The image's date and its base's name as an image tool shows them: `created` is the newest
+/// date of the inputs (here the base's own), or SOURCE_DATE_EPOCH; a base read from a layout
+/// is named only when `--base-name` says what registry image it is a copy of.
+#[test]
+fn the_image_is_dated_by_its_inputs_and_names_the_base_it_is_told() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let config_of = |image: &str| -> Value {
+        serde_json::from_str(&run(
+            Command::new("skopeo").args(["inspect", "--config", "--raw", image])
+        ))
+        .unwrap()
+    };
+    let annotations_of = |image: &str| -> Value {
+        serde_json::from_str::<Value>(&run(
+            Command::new("skopeo").args(["inspect", "--raw", image])
+        ))
+        .unwrap()["annotations"]
+            .clone()
+    };
+    let base_created = config_of(&from_base())["created"]
+        .as_str()
+        .expect("umoci dates the base")
+        .to_string();
+    assert!(!base_created.starts_with("1970"), "{base_created}");
+    const NAME: &str = "org.opencontainers.image.base.name";
+
+    let plain = oci(&dir.path().join("plain"), "x");
+    let report = build(&recipe, &plain, &[]);
+    let config = config_of(&plain);
+    assert_eq!(
+        gpubake::units::parse_rfc3339(config["created"].as_str().unwrap()),
+        gpubake::units::parse_rfc3339(&base_created),
+        "{config}"
+    );
+    assert_eq!(report["created"], config["created"], "{report}");
+    assert!(config["config"]["Labels"].get(NAME).is_none(), "{config}");
+    assert!(annotations_of(&plain).get(NAME).is_none());
+
+    let named = oci(&dir.path().join("named"), "x");
+    build(
+        &recipe,
+        &named,
+        &["--base-name", "docker.io/library/busybox:1.36"],
+    );
+    let config = config_of(&named);
+    assert_eq!(
+        config["config"]["Labels"][NAME], "docker.io/library/busybox:1.36",
+        "{config}"
+    );
+    assert_eq!(
+        annotations_of(&named)[NAME],
+        "docker.io/library/busybox:1.36"
+    );
+    // The lock the image carries says what its config says: verify holds the labels to it.
+    let verified = gpubake(&["verify", &named]);
+    assert_exit(&verified, 0);
+    let unpacked = dir.path().join("unpacked");
+    run(Command::new("umoci")
+        .args(["raw", "unpack", "--rootless", "--image"])
+        .arg(format!("{}:x", dir.path().join("named").display()))
+        .arg(&unpacked));
+    let lock = std::fs::read_to_string(unpacked.join("etc/gpubake/lock.yaml")).unwrap();
+    assert!(lock.contains("docker.io/library/busybox:1.36"), "{lock}");
+
+    let dated = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(build_args(
+            &recipe,
+            &from_base(),
+            &oci(&dir.path().join("dated"), "x"),
+            &[],
+        ))
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .output()
+        .unwrap();
+    assert_exit(&dated, 0);
+    let config = config_of(&oci(&dir.path().join("dated"), "x"));
+    assert_eq!(config["created"], "2023-11-14T22:13:20Z", "{config}");
+}
+
 #[test]
 fn a_preset_change_rewrites_only_the_small_layers() {
     if !common::tools() {

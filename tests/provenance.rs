@@ -55,6 +55,7 @@ fn two_builds_of_one_lock_have_one_subject_and_one_provenance_but_for_its_times(
             base_source: &from,
             image_digest: &report.manifest,
             epoch: 0,
+            created: 0,
         };
         let run = Run {
             started: started.into(),

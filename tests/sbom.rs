@@ -320,6 +320,7 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
         base_source: &format!("oci:{}:bookworm", base.display()),
         image_digest: &report.manifest,
         epoch: 0,
+        created: 0,
     };
 
     let spdx_path = dir.path().join("stack.spdx.json");

@@ -26,6 +26,14 @@ version = "1.17.0"
 wheels = [{ url = "https://files.pythonhosted.org/packages/b7/ce/149a00dd41f10bc29e5921b496af8b574d8413afcd5e30dfa0ed46c2cc5e/six-1.17.0-py2.py3-none-any.whl", size = 11050, hashes = { sha256 = "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274" } }]
 "#;
 
+/// pip 25.3, which a recipe that wants pip in its image lists in `pip:`.
+const PIP: &str = r#"
+[[packages]]
+name = "pip"
+version = "25.3"
+wheels = [{ url = "https://files.pythonhosted.org/packages/44/3c/d717024885424591d5376220b5e836c2d5293ce2011523c9de23ff7bf068/pip-25.3-py3-none-any.whl", upload-time = 2025-10-25T00:55:39.247292Z, size = 1778622, hashes = { sha256 = "9655943313a94722b7774661c21049070f6bbb0a1516bf02f7c8d5d9201514cd" } }]
+"#;
+
 fn recipe(dir: &Path, python: &str, pip: &[&str]) -> (LoadedRecipe, Resolved) {
     let text = format!(
         "name: stack-test\nbase: debian:bookworm\npython: \"{python}\"\npytorch: \"2.9\"\n\
@@ -334,6 +342,74 @@ fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
         daemonless, engine_built,
         "the two build paths installed different trees"
     );
+}
+
+/// The venv has no pip unless the recipe lists it; listed, it is installed like any wheel and
+/// runs in the container, as `pip` and as `python -m pip`, and sees the image's packages.
+#[test]
+fn pip_is_in_the_image_only_when_the_recipe_lists_it() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    if !common::tools() || !have("docker", "info") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (loaded, resolved) = recipe(dir.path(), "3.11", &["tqdm==4.67.1", "pip==25.3"]);
+    let tag = format!("gpubake-stack-pip:{}", std::process::id());
+    build(
+        &loaded,
+        &resolved,
+        small_closure(PIP),
+        &base,
+        &format!("docker-daemon:{tag}"),
+    )
+    .unwrap();
+    let (ok, text) = docker(&[
+        "run",
+        "--rm",
+        &tag,
+        "sh",
+        "-c",
+        "command -v pip && pip --version && python3 -m pip list --disable-pip-version-check",
+    ]);
+    let (_, created) = docker(&["image", "inspect", "--format", "{{.Created}}", &tag]);
+    let _ = docker(&["rmi", "-f", &tag]);
+    assert!(ok, "{text}");
+    assert!(text.contains("/opt/gpubake/venv/bin/pip\n"), "{text}");
+    assert!(
+        text.contains("pip 25.3 from /opt/gpubake/venv/lib/python3.11/site-packages/pip"),
+        "{text}"
+    );
+    assert!(text.contains("tqdm") && text.contains("4.67.1"), "{text}");
+    // Dated by its newest input: the base's own date or markupsafe's wheel (2026-10-02, the
+    // newest of the closure), whichever is later.
+    let base_config = Command::new("skopeo")
+        .args(["inspect", "--config", "--raw"])
+        .arg(format!("oci:{}:bookworm", base.display()))
+        .output()
+        .unwrap();
+    let base_config: serde_json::Value = serde_json::from_slice(&base_config.stdout).unwrap();
+    let at = |t: &str| gpubake::units::parse_rfc3339(t).unwrap_or_else(|| panic!("{t}"));
+    let want = at(base_config["created"]
+        .as_str()
+        .unwrap_or("1970-01-01T00:00:00Z"))
+    .max(at("2026-10-02T23:04:41Z"));
+    assert_eq!(at(created.trim()), want, "{created} {base_config}");
+
+    let without = format!("gpubake-stack-nopip:{}", std::process::id());
+    let (loaded, resolved) = recipe(dir.path(), "3.11", &["tqdm==4.67.1"]);
+    build(
+        &loaded,
+        &resolved,
+        small_closure(""),
+        &base,
+        &format!("docker-daemon:{without}"),
+    )
+    .unwrap();
+    let (ok, text) = docker(&["run", "--rm", &without, "python3", "-m", "pip", "--version"]);
+    let _ = docker(&["rmi", "-f", &without]);
+    assert!(!ok && text.contains("No module named pip"), "{text}");
 }
 
 #[test]

@@ -117,8 +117,16 @@ pub struct BuildOptions {
     pub from: Option<Transport>,
     /// Layer compression.
     pub compression: Compression,
-    /// The timestamp of every new file and of the image (`SOURCE_DATE_EPOCH`, else 0).
+    /// The timestamp of every new file (`SOURCE_DATE_EPOCH`, else 0): one value for every
+    /// image, so that images share the layers of the wheels they share.
     pub epoch: u64,
+    /// The image's creation time: `SOURCE_DATE_EPOCH` when set; None dates the image by its
+    /// inputs ([`image_created`]).
+    pub created: Option<u64>,
+    /// The registry reference the base given as `from` is a copy of (`--base-name`): the
+    /// image names it as its base. Without it, only a base pulled by the recipe's own
+    /// reference is named.
+    pub base_name: Option<String>,
     /// Write every layer again instead of trusting the cache (which knows files by path,
     /// size and mtime, as make and rsync do).
     pub no_cache: bool,
@@ -190,6 +198,10 @@ pub struct BuildReport {
     /// What went to the engine, for a build into one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineLayers>,
+    /// The image's creation time (of the first platform, for an index), RFC 3339.
+    pub created: String,
+    /// The registry reference the image names as its base, when the build knows one.
+    pub base_name: Option<String>,
     /// Where the time went.
     pub timings: BuildTimings,
 }
@@ -213,16 +225,36 @@ fn engine_reference(dest: &Transport) -> String {
     }
 }
 
-/// The timestamp reproducible builds use: `SOURCE_DATE_EPOCH` when set, else 0.
-pub fn source_date_epoch() -> Result<u64> {
+/// The timestamp reproducible builds use: `SOURCE_DATE_EPOCH` when set.
+pub fn source_date_epoch() -> Result<Option<u64>> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| {
             Error::Usage(format!(
                 "SOURCE_DATE_EPOCH=`{v}` is not a number of seconds"
             ))
         }),
-        _ => Ok(0),
+        _ => Ok(None),
     }
+}
+
+/// When the image was made, reproducibly: `given` (`SOURCE_DATE_EPOCH`) when set, else the
+/// newest date its inputs carry: the base's `created` and the upload time of every wheel it
+/// installs. The same inputs give the same date, and `docker images` says how new the
+/// newest part of the image is; 1970 only when no input is dated.
+pub fn image_created(
+    given: Option<u64>,
+    base_config: &Value,
+    closure: Option<&crate::closure::Closure>,
+) -> u64 {
+    given.unwrap_or_else(|| {
+        let base = base_config["created"]
+            .as_str()
+            .and_then(crate::units::parse_rfc3339);
+        base.into_iter()
+            .chain(closure.and_then(crate::closure::Closure::newest_upload))
+            .max()
+            .unwrap_or(0)
+    })
 }
 
 /// Which of the lock's platforms a build makes, and the probe binary of each platform the
@@ -412,6 +444,8 @@ fn build_plan(
             Vec::new()
         },
         engine: engine_layers,
+        created: crate::units::rfc3339(first.created),
+        base_name: base_name(opts, &base_ref, plan),
         timings: BuildTimings {
             resolve_s: 0.0,
             base_s: built.iter().map(|b| b.base_s).sum(),
@@ -662,6 +696,7 @@ struct PlatformBuilt {
     base_s: f64,
     layers_s: f64,
     fetch: FetchTimes,
+    created: u64,
 }
 
 impl PlatformBuilt {
@@ -797,16 +832,21 @@ fn build_platform(
     }
 
     let layers_s = layers_started.elapsed().as_secs_f64();
-    let created = crate::units::rfc3339(opts.epoch);
+    let created_at = image_created(opts.created, &config, closure);
+    let created = crate::units::rfc3339(created_at);
     edit_config(&mut config, plan, &extra_env, &built, &created);
     what_it_is(&mut config, plan, closure.is_some());
-    let from_recipe = base_ref.is_registry_reference(plan.base());
-    if !from_recipe && let Some(labels) = config["config"]["Labels"].as_object_mut() {
-        labels.remove(BASE_NAME);
+    // The base by the digest really used; by name only when the build knows its registry
+    // reference: the recipe's, when the base was pulled by it, or `--base-name` (a layout,
+    // an archive or the engine is no registry, and naming where on the build host would make
+    // the digest depend on it).
+    let base_name = base_name(opts, base_ref, plan);
+    if let Some(labels) = config["config"]["Labels"].as_object_mut() {
+        match &base_name {
+            Some(name) => labels.insert(BASE_NAME.to_string(), json!(name)),
+            None => labels.remove(BASE_NAME),
+        };
     }
-    // The base by the digest really used; by the recipe's name only when it came from there
-    // (a layout, an archive or the engine is no registry, and naming where on the build host
-    // would make the digest depend on it).
     let mut annotations = HashMap::from([
         (
             "org.opencontainers.image.base.digest".to_string(),
@@ -814,8 +854,8 @@ fn build_platform(
         ),
         ("org.opencontainers.image.created".to_string(), created),
     ]);
-    if from_recipe {
-        annotations.insert(BASE_NAME.to_string(), plan.base().to_string());
+    if let Some(name) = base_name {
+        annotations.insert(BASE_NAME.to_string(), name);
     }
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
     let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
@@ -843,6 +883,16 @@ fn build_platform(
         base_s,
         layers_s,
         fetch: cache.times(),
+        created: created_at,
+    })
+}
+
+/// The registry reference the image names as its base, if the build knows one.
+fn base_name(opts: &BuildOptions, base_ref: &Transport, plan: Plan) -> Option<String> {
+    opts.base_name.clone().or_else(|| {
+        base_ref
+            .is_registry_reference(plan.base())
+            .then(|| plan.base().to_string())
     })
 }
 
@@ -1079,6 +1129,53 @@ fn import(base: &Image, store: &Layout, base_ref: &Transport) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every class of input to the image's date: SOURCE_DATE_EPOCH given or not; the base
+    /// dated, undated or unreadable; the closure absent, undated, or with wheels newer and
+    /// older than the base, and a listed wheel the build does not install.
+    #[test]
+    fn the_image_is_dated_by_its_newest_input_unless_source_date_epoch_is_set() {
+        let small = crate::closure::parse(
+            Path::new("pylock.small.toml"),
+            include_str!("../../tests/fixtures/pylock.small.toml"),
+        )
+        .unwrap();
+        // markupsafe's wheel, uploaded 2026-10-02T23:04:41Z, is the newest of the fixture.
+        let newest_wheel = crate::units::parse_rfc3339("2026-10-02T23:04:41Z").unwrap();
+        assert_eq!(small.newest_upload(), Some(newest_wheel));
+        let mut undated = small.clone();
+        for p in &mut undated.pylock.packages {
+            for w in &mut p.wheels {
+                w.upload_time = None;
+            }
+        }
+        assert_eq!(undated.newest_upload(), None);
+        // A wheel the lock lists but the build does not install does not date the image.
+        let mut listed_only = small.clone();
+        listed_only.wheels.retain(|w| w.name != "markupsafe");
+        assert!(listed_only.newest_upload().unwrap() < newest_wheel);
+
+        let old_base = json!({"created": "2024-01-02T03:04:05Z"});
+        let new_base = json!({"created": "2026-11-30T00:00:00+01:00"});
+        let new_base_at = crate::units::parse_rfc3339("2026-11-29T23:00:00Z").unwrap();
+        for (given, base, closure, want) in [
+            (Some(7), &new_base, Some(&small), 7),
+            (Some(0), &new_base, None, 0),
+            (None, &old_base, Some(&small), newest_wheel),
+            (None, &new_base, Some(&small), new_base_at),
+            (None, &new_base, None, new_base_at),
+            (None, &json!({}), Some(&small), newest_wheel),
+            (None, &json!({"created": "yesterday"}), Some(&undated), 0),
+            (None, &json!({}), None, 0),
+        ] {
+            assert_eq!(
+                image_created(given, base, closure),
+                want,
+                "{given:?} {base} {:?}",
+                closure.map(|c| c.newest_upload())
+            );
+        }
+    }
 
     #[test]
     fn only_the_recipes_own_registry_reference_is_its_base() {

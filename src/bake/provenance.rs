@@ -118,6 +118,7 @@ mod tests {
             base_source: "oci:base:bookworm",
             image_digest: "sha256:ff",
             epoch: 0,
+            created: 0,
         };
         let run = Run {
             started: "2026-12-03T10:00:00Z".into(),

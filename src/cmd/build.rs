@@ -25,6 +25,12 @@ pub struct Args {
     /// (`nvidia/cuda:TAG` from Docker Hub, `HOST:PORT/NAME:TAG` from HOST:PORT).
     #[arg(long, value_name = "BASE")]
     from: Option<String>,
+    /// The registry reference the --from base is a copy of (`docker.io/library/debian:
+    /// bookworm`): the image names it as its base (label and annotation
+    /// org.opencontainers.image.base.name). Without it, a base read from a layout, an archive
+    /// or the engine is named by digest alone.
+    #[arg(long, value_name = "REFERENCE", requires = "from")]
+    base_name: Option<String>,
     /// Layer compression.
     #[arg(long, value_enum, default_value = "gzip")]
     compression: crate::image::Compression,
@@ -178,7 +184,7 @@ pub fn run(mut args: Args) -> Result<i32> {
     let all: Vec<&Closure> = closures.iter().map(|(_, c)| c).collect();
     crate::closure::settle(&mut resolved.lock, &all)?;
     if let Some(base) = &from {
-        resolved.lock.built_on(base);
+        resolved.lock.built_on(base, args.base_name.as_deref());
     }
     let closure = match closures.as_slice() {
         [(_, one)] => Some(one.clone()),
@@ -238,7 +244,9 @@ fn build_options(
         to,
         from,
         compression: args.compression,
-        epoch: crate::bake::build::source_date_epoch()?,
+        epoch: crate::bake::build::source_date_epoch()?.unwrap_or(0),
+        created: crate::bake::build::source_date_epoch()?,
+        base_name: args.base_name.clone(),
         no_cache: args.no_cache,
         closure,
         offline: args.offline,
@@ -512,6 +520,7 @@ fn subject<'a>(
         base_source,
         image_digest: report.manifest.as_str(),
         epoch: opts.epoch,
+        created: crate::units::parse_rfc3339(&report.created).unwrap_or(opts.epoch),
     }
 }
 
@@ -531,7 +540,7 @@ fn write_sbom(
         path,
         &opts.to,
         &report.manifest,
-        &crate::units::rfc3339(opts.epoch),
+        &report.created,
     )?;
     eprintln!("wrote the SBOM to {}", path.display());
     if let Some(artifact) = attached {
@@ -681,7 +690,13 @@ fn engine_build(
     };
     match from {
         None => {}
-        Some(Transport::DockerDaemon(base)) => lock.rebase(base.clone()),
+        Some(Transport::DockerDaemon(base)) => {
+            lock.rebase(base.clone());
+            if let Some(name) = &args.base_name {
+                lock.labels
+                    .insert(crate::lock::BASE_NAME.to_string(), name.clone());
+            }
+        }
         Some(other) => {
             return Err(Error::Usage(format!(
                 "--engine-build reads its base from the engine: use --from docker-daemon:NAME:TAG, not {other}"

@@ -46,7 +46,7 @@ pub fn run(args: Args) -> Result<i32> {
         offline: args.offline,
         ..Default::default()
     };
-    let epoch = crate::bake::build::source_date_epoch()?;
+    let epoch = crate::bake::build::source_date_epoch()?.unwrap_or(0);
     let start = std::time::Instant::now();
     let files = crate::bake::stack::install_into(root, &closure, &python, &cache, &fetch, epoch)?;
     println!(

@@ -16,13 +16,16 @@ pub fn wheel_cache() -> PathBuf {
 }
 
 /// The options of a stack build from `from` into `to` (transports as written), with the
-/// shared wheel cache, gzip, SOURCE_DATE_EPOCH 0 and the tested binary as the probe.
+/// shared wheel cache, gzip, files dated 0, the image dated by its inputs and the tested
+/// binary as the probe.
 pub fn build_options(from: &str, to: &str, closure: Option<Closure>) -> BuildOptions {
     BuildOptions {
         to: to.parse().unwrap(),
         from: Some(from.parse().unwrap()),
         compression: Compression::Gzip,
         epoch: 0,
+        created: None,
+        base_name: None,
         no_cache: false,
         closure,
         offline: false,
