@@ -3,7 +3,7 @@
 //! The data flows recipe -> lock -> image -> probe -> verdict, and the modules stand on floors
 //! in that order (tests/layering.rs keeps every import on its floor or below):
 //! - foundation: [`error`], [`fsutil`], [`interrupt`], [`document`] (YAML with positions),
-//!   [`version`], [`child`], [`units`], [`verdict`] (the check, status and verdict with its
+//!   [`version`], [`child`], [`units`], [`progress`], [`verdict`] (the check, status and verdict with its
 //!   exit code that lint, verify, the probe and certify share), [`nccl`] (NCCL's parameters and
 //!   how it parses them),
 //!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API),
@@ -41,6 +41,7 @@ pub mod nccl;
 pub mod net;
 pub mod preset;
 pub mod probe;
+pub mod progress;
 pub mod recipe;
 pub mod resolve;
 pub mod runtime;

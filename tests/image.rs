@@ -181,6 +181,39 @@ fn two_builds_give_the_same_digest() {
     assert_ne!(a["manifest"], c["manifest"]);
 }
 
+/// Without a terminal a long step prints lines saying how far it is (every
+/// GPUBAKE_PROGRESS_SECONDS, here at every update), and the last one at the end.
+#[test]
+fn long_steps_print_progress_lines_without_a_terminal() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let image = oci(&dir.path().join("out"), "x");
+    build(&recipe, &image, &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(["inspect", "--libraries", &image])
+        .env("GPUBAKE_PROGRESS_SECONDS", "0")
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let err = stderr(&out);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("unpacking the layers: "))
+        .collect();
+    assert!(lines.len() >= 3, "{err}");
+    assert!(lines.last().unwrap().contains("(100%)"), "{err}");
+    // By default a short step prints nothing.
+    let out = gpubake(&["inspect", "--libraries", &image]);
+    assert!(
+        !stderr(&out).contains("unpacking the layers"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// The image's date and its base's name as an image tool shows them: `created` is the newest
 /// date of the inputs (here the base's own), or SOURCE_DATE_EPOCH; a base read from a layout
 /// is named only when `--base-name` says what registry image it is a copy of.

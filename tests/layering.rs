@@ -20,6 +20,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "version",
             "child",
             "units",
+            "progress",
             "verdict",
             "nccl",
             "compat",

@@ -997,16 +997,16 @@ impl Write for CountingSink {
     }
 }
 
-/// Counts bytes into a progress bar on their way to the compressor.
-struct Progress<W> {
+/// Counts bytes into the layer's progress on their way to the compressor.
+struct Counting<'a, W> {
     inner: W,
-    bar: indicatif::ProgressBar,
+    progress: &'a crate::progress::Progress,
 }
 
-impl<W: Write> Write for Progress<W> {
+impl<W: Write> Write for Counting<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;
-        self.bar.inc(n as u64);
+        self.progress.inc(n as u64);
         Ok(n)
     }
 
@@ -1015,9 +1015,9 @@ impl<W: Write> Write for Progress<W> {
     }
 }
 
-/// A byte progress bar on stderr for large layers; indicatif draws nothing when stderr is
-/// not a terminal.
-fn progress_bar(spec: &LayerSpec) -> indicatif::ProgressBar {
+/// The progress of writing a layer: shown for large layers only (a bar on a terminal, else a
+/// line every few seconds); every layer's counts its tar bytes.
+fn layer_progress(spec: &LayerSpec) -> crate::progress::Progress {
     let total: u64 = spec
         .entries
         .iter()
@@ -1028,22 +1028,11 @@ fn progress_bar(spec: &LayerSpec) -> indicatif::ProgressBar {
             _ => 0,
         })
         .sum();
+    let label = format!("layer {}", spec.name);
     if total < 64 << 20 {
-        return indicatif::ProgressBar::hidden();
+        return crate::progress::Progress::silent(label);
     }
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(total),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{prefix:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
-        )
-        .expect("the template is valid")
-        .progress_chars("=> "),
-    );
-    bar.set_prefix(spec.name.clone());
-    bar
+    crate::progress::Progress::new(label, crate::progress::Unit::Bytes, Some(total))
 }
 
 /// Writes the entries, with their parent directories and in path order, as one tar stream
@@ -1158,17 +1147,17 @@ fn write_layer_on(
     let blobs = layout.root().join("blobs");
     let io_err = |e: io::Error| Error::io(&blobs, e);
     let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
-    let bar = progress_bar(spec);
-    let mut tar = tar::Builder::new(Progress {
+    let progress = layer_progress(spec);
+    let mut tar = tar::Builder::new(Counting {
         inner: encoder,
-        bar: bar.clone(),
+        progress: &progress,
     });
     let install_before = crate::units::thread_cpu_seconds();
     append_entries(&mut tar, &spec.entries, epoch, &blobs)?;
     let encoder = tar.into_inner().map_err(io_err)?.inner;
     let install_s = crate::units::thread_cpu_seconds() - install_before;
-    bar.finish_and_clear();
-    let tar_bytes = bar.position();
+    let tar_bytes = progress.done();
+    progress.finish();
     let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
     // zstd's workers are its own threads: they are what the process used beyond the rest.

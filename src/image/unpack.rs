@@ -43,11 +43,19 @@ fn unpack_where(image: &Image, root: &Path, wanted: &dyn Fn(&Path) -> bool) -> R
             ),
         ));
     }
+    let total = layers.iter().map(|l| l.size()).sum();
+    let progress = crate::progress::Progress::new(
+        "unpacking the layers",
+        crate::progress::Unit::Bytes,
+        Some(total),
+    );
     for layer in &layers {
         layer
             .read_tar(true, |archive, end| apply(archive, end, root, wanted))
             .map_err(|e| Error::image(image.describe(), e))?;
+        progress.inc(layer.size());
     }
+    progress.finish();
     Ok(())
 }
 
