@@ -1196,7 +1196,10 @@ mod tests {
         let env = [("LD_LIBRARY_PATH".to_string(), "/opt/cuda/lib64".to_string())];
         assert_eq!(
             plain_search(root, &env, "libfoo.so.12").unwrap(),
-            Some(("/opt/cuda/lib64/libfoo.so.12.4".to_string(), Via::LdLibraryPath))
+            Some((
+                "/opt/cuda/lib64/libfoo.so.12.4".to_string(),
+                Via::LdLibraryPath
+            ))
         );
         assert_eq!(plain_search(root, &[], "libfoo.so.12").unwrap(), None);
         assert_eq!(plain_search(root, &env, "libbar.so.1").unwrap(), None);
