@@ -595,9 +595,12 @@ fn layers(opened: &Image, opts: &CertifyOptions, report: &mut Report) {
     );
 }
 
-/// The image's link closure (src/image/links.rs): a library bound from another copy than its
-/// siblings, or one a file of the Python stack needs and nothing provides, fails; a
-/// duplicate copy or a compat libcuda the loader reaches deserves a look.
+/// The image's link closure (src/image/links.rs), judged by what a job loads: a library that a
+/// program or a Python extension module needs and nothing provides, or one bound from another
+/// copy than its siblings, fails; so does a plugin that cannot load here when the image's own
+/// settings select it. A plugin that cannot load here and that nothing in the image selects is
+/// named in the detail; one data/plugins.yaml does not know, a duplicate copy or a compat
+/// libcuda the loader reaches deserves a look.
 fn link_closure(opened: &Image, report: &mut Report) {
     const NAME: &str = "link closure";
     let unpacked = match crate::image::links::Unpacked::of(opened) {
@@ -609,50 +612,99 @@ fn link_closure(opened: &Image, report: &mut Report) {
         Ok(l) => l,
         Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
     };
-    let missing: Vec<String> = links
+    let (status, detail) = judge_links(&links);
+    report.push("static", NAME, status, detail);
+}
+
+/// The verdict of [`link_closure`] on an analyzed image.
+fn judge_links(links: &crate::image::links::LinkReport) -> (Status, String) {
+    let missing = links
         .unresolved
         .iter()
-        .filter(|u| !u.driver && crate::image::links::in_python_stack(&u.file))
-        .map(|u| format!("{} needs {} (not found)", u.file, u.needed))
-        .collect();
-    let crossed: Vec<String> = links
-        .cross_copy
+        .filter(|u| !u.driver)
+        .map(|u| format!("{} needs {} (not found)", u.file, u.needed));
+    let crossed = links.cross_copy.iter().map(|x| {
+        format!(
+            "{} binds {} from {} but {} from {}",
+            x.file, x.soname, x.bound, x.sibling, x.sibling_bound
+        )
+    });
+    let selected = links.cannot_load.iter().filter_map(|p| {
+        let by = p.selected_by.as_ref()?;
+        Some(format!(
+            "{} needs {} (not found), and the image selects it: {by}",
+            p.file,
+            p.missing.join(", ")
+        ))
+    });
+    let failed: Vec<String> = crossed.chain(missing).chain(selected).collect();
+    let unknown: Vec<String> = links
+        .cannot_load
         .iter()
-        .map(|x| {
+        .filter(|p| p.loader.is_none())
+        .map(|p| format!("{} needs {}", p.file, p.missing.join(", ")))
+        .collect();
+    let unselected: Vec<String> = links
+        .cannot_load
+        .iter()
+        .filter(|p| p.loader.is_some() && p.selected_by.is_none())
+        .map(|p| {
             format!(
-                "{} binds {} from {} but {} from {}",
-                x.file, x.soname, x.bound, x.sibling, x.sibling_bound
+                "{} (needs {}; selected by {})",
+                file_name(&p.file),
+                p.missing.join(", "),
+                p.selectors.join(" or ")
             )
         })
         .collect();
-    let (status, detail) = if !crossed.is_empty() || !missing.is_empty() {
-        let mut all = crossed;
-        all.extend(missing);
-        (Status::Fail, all.join("; "))
-    } else if !links.duplicates.is_empty() || !links.compat_libcuda.is_empty() {
-        (
-            Status::Warn,
-            format!(
-                "{} sonames with more than one copy ({} bound by nothing){}",
-                links.duplicates.len(),
-                human_size(links.dead_bytes),
-                if links.compat_libcuda.is_empty() {
-                    String::new()
-                } else {
-                    format!("; the loader reaches {}", links.compat_libcuda.join(", "))
-                }
-            ),
-        )
+    let unselected = if unselected.is_empty() {
+        String::new()
     } else {
+        format!(
+            "; plugins that cannot load here, which nothing in the image selects: {}",
+            unselected.join(", ")
+        )
+    };
+    if !failed.is_empty() {
+        return (Status::Fail, failed.join("; "));
+    }
+    let mut looks = Vec::new();
+    if !unknown.is_empty() {
+        looks.push(format!(
+            "shared objects nothing needs that cannot load here, opened by no known loader: {}",
+            unknown.join("; ")
+        ));
+    }
+    if !links.duplicates.is_empty() {
+        looks.push(format!(
+            "{} sonames with more than one copy ({} bound by nothing)",
+            links.duplicates.len(),
+            human_size(links.dead_bytes)
+        ));
+    }
+    if !links.compat_libcuda.is_empty() {
+        looks.push(format!(
+            "the loader reaches {}",
+            links.compat_libcuda.join(", ")
+        ));
+    }
+    if looks.is_empty() {
         (
             Status::Pass,
             format!(
-                "{} ELF files, every library resolved, one copy each",
-                links.elf_files
+                "{} ELF files, {} programs and extension modules: every library they need \
+                 resolved, one copy each{unselected}",
+                links.elf_files, links.roots
             ),
         )
-    };
-    report.push("static", NAME, status, detail);
+    } else {
+        (Status::Warn, format!("{}{unselected}", looks.join("; ")))
+    }
+}
+
+/// The last component of `path`.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Where the image's NCCL settings ask for the IB transport (`nccl::needs`): whether the

@@ -378,6 +378,8 @@ pub struct Binding {
 pub struct Closure {
     /// The file taken as the main object.
     pub file: String,
+    /// What a job does with the file.
+    pub role: Role,
     /// Every DT_NEEDED of the closure, in load order.
     pub libraries: Vec<Binding>,
 }
@@ -508,6 +510,7 @@ impl<'a> Linker<'a> {
         let process = self.start(file)?;
         Some(Closure {
             file: file.to_string(),
+            role: Role::Plugin,
             libraries: process.libraries,
         })
     }
@@ -745,6 +748,44 @@ pub struct Unresolved {
     pub driver: bool,
 }
 
+/// What a job does with an ELF file: starts it (a program), imports it (a Python extension
+/// module), loads it because one of those needs it, or nothing by DT_NEEDED at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// An ELF file with an interpreter (PT_INTERP): the kernel starts it.
+    Program,
+    /// A shared object CPython's importer takes as an extension module.
+    Extension,
+    /// A library in the DT_NEEDED closure of a program or an extension module.
+    Needed,
+    /// A shared object no program or extension module needs: whatever opens it does so with
+    /// dlopen, when something selects it.
+    Plugin,
+}
+
+impl Role {
+    /// Whether a job starts or imports the file itself.
+    pub fn is_root(self) -> bool {
+        matches!(self, Role::Program | Role::Extension)
+    }
+}
+
+/// A plugin whose own needs the image cannot resolve: it cannot load here.
+#[derive(Debug, Clone, Serialize)]
+pub struct CannotLoad {
+    /// The plugin.
+    pub file: String,
+    /// The names nothing in the image provides (the driver's own left out).
+    pub missing: Vec<String>,
+    /// For a plugin of data/plugins.yaml: the library that opens it.
+    pub loader: Option<String>,
+    /// For a plugin of data/plugins.yaml: what would select it, one line per way.
+    pub selectors: Vec<String>,
+    /// The image's own settings that select it; None when nothing the image sets does.
+    pub selected_by: Option<String>,
+}
+
 /// The link closure of a whole image.
 #[derive(Debug, Clone, Serialize)]
 pub struct LinkReport {
@@ -754,8 +795,12 @@ pub struct LinkReport {
     pub ld_library_path: Vec<String>,
     /// Entries of /etc/ld.so.cache (None: the image has none).
     pub ld_so_cache: Option<usize>,
-    /// Every unresolved DT_NEEDED.
+    /// Programs and extension modules: what a job starts or imports.
+    pub roots: usize,
+    /// Every unresolved DT_NEEDED in the closure of a program or an extension module.
     pub unresolved: Vec<Unresolved>,
+    /// Plugins whose own needs the image cannot resolve.
+    pub cannot_load: Vec<CannotLoad>,
     /// Sonames with more than one provider.
     pub duplicates: Vec<Duplicate>,
     /// Libraries bound from another copy than their siblings.
@@ -810,7 +855,26 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
             files.push(inside);
         }
     }
-    let closures: Vec<Closure> = files.iter().filter_map(|f| linker.closure(f)).collect();
+    let mut closures: Vec<Closure> = files.iter().filter_map(|f| linker.closure(f)).collect();
+    for c in &mut closures {
+        let info = linker.info(&c.file).expect("read above");
+        if info.interpreter.is_some() {
+            c.role = Role::Program;
+        } else if extension_module(root, &c.file) {
+            c.role = Role::Extension;
+        }
+    }
+    // What a job loads: the roots and everything their closures bind.
+    let needed: BTreeSet<String> = closures
+        .iter()
+        .filter(|c| c.role.is_root())
+        .flat_map(|c| c.libraries.iter().filter_map(|b| b.real.clone()))
+        .collect();
+    for c in &mut closures {
+        if c.role == Role::Plugin && needed.contains(&c.file) {
+            c.role = Role::Needed;
+        }
+    }
 
     // Providers: every shared library by its DT_SONAME, and a file without one (a plugin, a
     // program) only under the names it is bound by.
@@ -847,15 +911,17 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
                         .or_default()
                         .insert(c.file.clone());
                 }
-                None => unresolved.push(Unresolved {
+                None if c.role.is_root() => unresolved.push(Unresolved {
                     file: c.file.clone(),
                     needed: b.needed.clone(),
                     by: b.by.clone(),
                     driver: driver_library(&b.needed),
                 }),
+                None => {}
             }
         }
     }
+    let cannot_load = cannot_load(&tree, env, &closures);
     let bytes = |linker: &mut Linker, p: &str| linker.info(p).map(|i| i.bytes).unwrap_or(0);
     let mut duplicates = Vec::new();
     let mut dead = Vec::new();
@@ -889,7 +955,9 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
         elf_files: files.len(),
         ld_library_path: search.ld_library_path.clone(),
         ld_so_cache: search.cache.as_ref().map(Vec::len),
+        roots: closures.iter().filter(|c| c.role.is_root()).count(),
         unresolved,
+        cannot_load,
         duplicates,
         cross_copy,
         compat_libcuda,
@@ -897,6 +965,87 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
         dead_bytes,
         closures,
     })
+}
+
+/// The plugins whose closures miss a library the image does not provide (the driver's own,
+/// mounted at run time, left out), each with what selects it when data/plugins.yaml knows it
+/// and whether the image's own settings do.
+fn cannot_load(tree: &Root, env: &[(String, String)], closures: &[Closure]) -> Vec<CannotLoad> {
+    let read = |path: &str| -> Option<Vec<u8>> {
+        let real = real_path(tree, path)?;
+        tree.read(&real).ok()
+    };
+    let settings = crate::image::plugins::Settings { env, read: &read };
+    closures
+        .iter()
+        .filter(|c| c.role == Role::Plugin)
+        .filter_map(|c| {
+            let mut missing: Vec<String> = c
+                .libraries
+                .iter()
+                .filter(|b| b.real.is_none() && !driver_library(&b.needed))
+                .map(|b| b.needed.clone())
+                .collect();
+            missing.dedup();
+            if missing.is_empty() {
+                return None;
+            }
+            let known = crate::image::plugins::known(&c.file);
+            Some(CannotLoad {
+                file: c.file.clone(),
+                missing,
+                loader: known.map(|p| p.loader.clone()),
+                selectors: known.map(|p| p.selectors()).unwrap_or_default(),
+                selected_by: known.and_then(|p| p.selected_by(&settings)),
+            })
+        })
+        .collect()
+}
+
+/// Whether CPython's importer takes the shared object at `path` (inside the image at `root`)
+/// as an extension module. Python/dynload_shlib.c lists the suffixes it tries after a module's
+/// name, `.<SOABI>.so` (`.cpython-311-x86_64-linux-gnu.so`), `.abi3.so` and a bare `.so`,
+/// and imports the file only when it defines `PyInit_<name>`. A tagged suffix says the file
+/// was built as a module; a bare `.so` is also what every library without a version is named
+/// (`libtorch_cuda.so`), so there the symbol decides.
+fn extension_module(root: &Path, path: &str) -> bool {
+    if !in_python_stack(path) {
+        return false;
+    }
+    let name = Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let Some((module, suffix)) = name.split_once('.') else {
+        return false;
+    };
+    let identifier = !module.is_empty()
+        && !module.starts_with(|c: char| c.is_ascii_digit())
+        && module.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !identifier {
+        return false;
+    }
+    let tagged = suffix == "abi3.so" || (suffix.starts_with("cpython-") && suffix.ends_with(".so"));
+    tagged
+        || (suffix == "so"
+            && defines(
+                &root.join(path.trim_start_matches('/')),
+                &format!("PyInit_{module}"),
+            ))
+}
+
+/// Whether the ELF file at `path` defines the dynamic symbol `symbol`.
+fn defines(path: &Path, symbol: &str) -> bool {
+    use object::{Object, ObjectSymbol};
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let data = ReadCache::new(file);
+    let Ok(elf) = object::File::parse(&data) else {
+        return false;
+    };
+    elf.dynamic_symbols()
+        .any(|s| s.is_definition() && s.name_bytes() == Ok(symbol.as_bytes()))
 }
 
 /// Siblings: two duplicated sonames that one directory provides both of. A closure that
@@ -1000,7 +1149,16 @@ impl LinkReport {
                 None => "absent (ld.so reads no ld.so.conf without it)".into(),
             }
         );
-        let _ = writeln!(s, "\nUnresolved libraries: {}", self.unresolved.len());
+        let _ = writeln!(
+            s,
+            "Programs and Python extension modules (what a job starts or imports): {}",
+            self.roots
+        );
+        let _ = writeln!(
+            s,
+            "\nUnresolved libraries of programs and extension modules: {}",
+            self.unresolved.len()
+        );
         for u in &self.unresolved {
             let _ = writeln!(
                 s,
@@ -1014,6 +1172,29 @@ impl LinkReport {
                     ""
                 }
             );
+        }
+        let _ = writeln!(
+            s,
+            "\nPlugins that cannot load here (nothing needs them; a loader opens them when selected): {}",
+            self.cannot_load.len()
+        );
+        for p in &self.cannot_load {
+            let _ = writeln!(s, "  {} needs {}", p.file, p.missing.join(", "));
+            match (&p.loader, &p.selected_by) {
+                (Some(loader), Some(by)) => {
+                    let _ = writeln!(s, "    opened by {loader}; the image selects it: {by}");
+                }
+                (Some(loader), None) => {
+                    let _ = writeln!(
+                        s,
+                        "    opened by {loader} when {}; the image does not select it",
+                        p.selectors.join(" or ")
+                    );
+                }
+                _ => {
+                    let _ = writeln!(s, "    not a known plugin: what opens it is unknown");
+                }
+            }
         }
         let _ = writeln!(
             s,

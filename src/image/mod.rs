@@ -11,6 +11,7 @@ pub mod layer;
 pub mod layout;
 pub mod links;
 pub mod model;
+pub mod plugins;
 pub mod referrers;
 pub mod registry;
 pub mod sbom;
