@@ -5,7 +5,7 @@
 //! inside a container of the image on the GPUs asked for, and folds its report in.
 
 use crate::bake::fs::read_file;
-use crate::bake::inspect::{Verification, verify_image};
+use crate::bake::inspect::{Verification, verify_image, verify_image_with};
 use crate::engine::{Engine, Gpus, RunOutcome};
 use crate::error::{Error, Result};
 use crate::image::digest::Digest;
@@ -325,7 +325,10 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.digest()));
 
-    let verification = verify_image(&opened, image)?;
+    // One pass over the layers: unpacking checks each blob's digest and diff id as it reads,
+    // and the checks after it read the tree (a 4 GB image is read once, not once a check).
+    let (unpacked, layers_read) = crate::image::links::Unpacked::checked(&opened)?;
+    let verification = verify_image_with(&opened, image, Some(&layers_read))?;
     report.checks.extend(verification.checks);
     // From here on a damaged image is a failed check in the certificate, not an error: CI
     // gets its verdict (exit 1) and its JSON and JUnit files either way.
@@ -347,10 +350,11 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     require_cuda(&env, lock.as_ref(), &mut report);
     secrets(&env, &mut report);
     layers(&opened, opts, &mut report);
-    if let Err(e) = contents(&opened, &config, lock.as_ref(), &mut report) {
+    if let Err(e) = contents(&unpacked, &config, lock.as_ref(), &mut report) {
         report.push("static", "pins vs content", Status::Fail, e.to_string());
     }
-    link_closure(&opened, &mut report);
+    link_closure(&unpacked, &mut report);
+    drop(unpacked);
 
     let damaged = report
         .checks
@@ -601,13 +605,9 @@ fn layers(opened: &Image, opts: &CertifyOptions, report: &mut Report) {
 /// settings select it. A plugin that cannot load here and that nothing in the image selects is
 /// named in the detail; one data/plugins.yaml does not know, a duplicate copy or a compat
 /// libcuda the loader reaches deserves a look.
-fn link_closure(opened: &Image, report: &mut Report) {
+fn link_closure(unpacked: &crate::image::links::Unpacked, report: &mut Report) {
     const NAME: &str = "link closure";
-    let unpacked = match crate::image::links::Unpacked::of(opened) {
-        Ok(u) => u,
-        Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
-    };
-    ib_transport(&unpacked, report);
+    ib_transport(unpacked, report);
     let links = match crate::image::links::analyze(unpacked.root(), &unpacked.env) {
         Ok(l) => l,
         Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
@@ -745,7 +745,7 @@ fn ib_transport(unpacked: &crate::image::links::Unpacked, report: &mut Report) {
 /// Pins in the lock against what the layers install: every `==` requirement against the
 /// distribution's own METADATA, and NCCL also against the version compiled into libnccl.
 fn contents(
-    opened: &Image,
+    unpacked: &crate::image::links::Unpacked,
     config: &Value,
     lock: Option<&Lock>,
     report: &mut Report,
@@ -759,7 +759,7 @@ fn contents(
         );
         return Ok(());
     };
-    let found = crate::bake::fs::contents(opened)?;
+    let found = crate::bake::fs::contents_of_tree(unpacked.root())?;
     let preflight = ConfigView::parse(config).is_ok_and(|c| c.label(STACK_LABEL) == Some("none"));
     if preflight && !found.dists.contains_key("torch") {
         report.push(

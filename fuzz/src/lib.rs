@@ -256,6 +256,8 @@ fn read_image(root: &Path, scratch: &Path) {
         from: Some(image),
         compression: gpubake::image::Compression::Gzip,
         epoch: 0,
+        created: None,
+        base_name: None,
         no_cache: false,
         closure: None,
         offline: true,

@@ -3,11 +3,12 @@
 //! (`contents`), and its glibc (`base_glibc`). Later layers replace earlier ones and whiteouts
 //! delete, as the image spec says.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::image::model::{Image, LayerEntry};
 use serde::Serialize;
 use std::io::Read;
 use std::ops::ControlFlow;
+use std::path::Path;
 
 /// Where the merged preset, with provenance, is stored in the image.
 pub const PRESET_PATH_IN_IMAGE: &str = "/etc/gpubake/preset.yaml";
@@ -254,6 +255,39 @@ pub fn contents(image: &Image) -> Result<Contents> {
         }
         Ok(())
     })?;
+    Ok(out)
+}
+
+/// [`contents`] of an image already unpacked at `root`: the same findings from the files a
+/// runtime would see, without reading the layers again.
+pub fn contents_of_tree(root: &Path) -> Result<Contents> {
+    let mut out = Contents::default();
+    for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
+        let entry = entry.map_err(|e| Error::io(root, e.into()))?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let path = entry.path();
+        let inside = path
+            .strip_prefix(root)
+            .expect("walkdir stays under its root")
+            .to_string_lossy()
+            .into_owned();
+        let (dir, name) = inside.rsplit_once('/').unwrap_or(("", &inside));
+        if name == "METADATA" && dir.ends_with(".dist-info") {
+            let mut text = String::new();
+            let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let _ = file.take(1 << 20).read_to_string(&mut text);
+            if let Some((dist, version)) = metadata_name_version(&text) {
+                out.dists
+                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
+            }
+        } else if name.starts_with("libnccl.so") {
+            let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let version = nccl_version(&mut file).map_err(|e| Error::io(path, e))?;
+            out.nccl.insert(inside.clone(), version);
+        }
+    }
     Ok(out)
 }
 

@@ -265,9 +265,14 @@ impl Search {
         };
         // Debian and Ubuntu build glibc with multiarch directories first; others (RHEL,
         // Fedora, SUSE) with lib64 on 64-bit machines. `ld.so --help` lists them.
+        // Such a glibc searches its multiarch directories whichever of them the image has
+        // (a minimal base may hold only /lib/x86_64-linux-gnu).
         let multiarch = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
             .into_iter()
-            .find(|t| real_path(tree, &format!("/usr/lib/{t}")).is_some());
+            .find(|t| {
+                real_path(tree, &format!("/usr/lib/{t}")).is_some()
+                    || real_path(tree, &format!("/lib/{t}")).is_some()
+            });
         let system = match multiarch {
             Some(t) => vec![
                 format!("/lib/{t}"),
@@ -1281,6 +1286,29 @@ impl Unpacked {
             root,
             env,
         })
+    }
+
+    /// Unpacks `image` in one pass that also checks it, going on past a layer that does not
+    /// read: each layer's result (its blob digest and diff id checked while it is read), for
+    /// a caller whose other checks read the tree instead of the layers again.
+    pub fn checked(
+        image: &crate::image::Image,
+    ) -> Result<(Self, Vec<std::result::Result<(), String>>)> {
+        let env = image
+            .typed_config()
+            .map(|c| c.env_pairs())
+            .unwrap_or_default();
+        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        let root = dir.path().join("rootfs");
+        let layers = crate::image::unpack::unpack_checked(image, &root)?;
+        Ok((
+            Unpacked {
+                _dir: dir,
+                root,
+                env,
+            },
+            layers,
+        ))
     }
 
     /// The image's `/`.

@@ -18,6 +18,31 @@ pub fn unpack(image: &Image, root: &Path) -> Result<()> {
     unpack_where(image, root, &|_| true)
 }
 
+/// Unpacks every layer of `image` under `root`, going on past a layer that does not read:
+/// each layer's own result (its blob digest and diff id checked while it is read), for a
+/// caller that judges every layer rather than stopping at the first bad one. What lies above
+/// a bad layer may be missing from the tree.
+pub fn unpack_checked(image: &Image, root: &Path) -> Result<Vec<std::result::Result<(), String>>> {
+    std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    let layers = image.layers();
+    let total = layers.iter().map(|l| l.size()).sum();
+    let progress = crate::progress::Progress::new(
+        "unpacking the layers",
+        crate::progress::Unit::Bytes,
+        Some(total),
+    );
+    let results = layers
+        .iter()
+        .map(|layer| {
+            let result = layer.read_tar(true, |archive, end| apply(archive, end, root, &|_| true));
+            progress.inc(layer.size());
+            result
+        })
+        .collect();
+    progress.finish();
+    Ok(results)
+}
+
 /// Unpacks only what lies under `paths` (relative, such as `etc/apt`) and the directories
 /// above them: the few files a step reads from a base of gigabytes.
 pub fn unpack_paths(image: &Image, root: &Path, paths: &[&str]) -> Result<()> {

@@ -606,6 +606,8 @@ mod tests {
         ("framework", "torch.distributed all-reduce", "NCCL error: unhandled system error", "worker_failed"),
         ("framework", "torch.distributed all-reduce", "2 ranks summed to Some(2.0), not Some(3.0)", "silent_data_corruption"),
         ("framework", "torch's NCCL", "torch binds NCCL 2.21.5 from /opt/venv/lib/libnccl.so.2, but the lock pins 2.27.3", "image_defect"),
+        ("framework", "libraries torch mapped", "libnvJitLink.so.12 is mapped from /usr/local/cuda-12.4/lib64/libnvJitLink.so.12.4.127, not from the image's wheel (/opt/gpubake/venv/lib/python3.11/site-packages/nvidia/nvjitlink/lib/libnvJitLink.so.12): a plain dlopen of libnvJitLink.so.12 finds it through LD_LIBRARY_PATH", "image_defect"),
+        ("framework", "libraries torch mapped", "the rank listed no site-packages, so the copies torch bound cannot be held to the image's wheels", "not_measured"),
         // src/probe/burn.rs: level 3
         ("burn", "GPU 0 GEMMs", "the worker's result: missing field `tflops`", "worker_failed"),
         ("burn", "GPU 0 GEMMs", "libcublas.so could not be loaded: level 3's GEMMs need cuBLAS", "image_defect"),
@@ -685,7 +687,7 @@ mod tests {
         ("src/probe/burn.rs", 18),
         ("src/probe/causes.rs", 6),
         ("src/probe/effective.rs", 4),
-        ("src/probe/framework.rs", 16),
+        ("src/probe/framework.rs", 18),
         ("src/probe/judge.rs", 15),
         ("src/probe/limits.rs", 2),
         ("src/probe/mod.rs", 25),

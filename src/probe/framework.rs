@@ -151,8 +151,11 @@ pub struct Measured<'a> {
     /// Where a plain `dlopen(soname)` lands on this node, and by which step of the loader's
     /// search (`links::plain_search` over `/` with the ranks' environment): what names the
     /// step that chose a copy other than the wheel's.
-    pub loader: Option<&'a dyn Fn(&str) -> Option<(String, &'static str)>>,
+    pub loader: Option<&'a LoaderSearch>,
 }
+
+/// Where a plain `dlopen(soname)` lands: the real path and the name of the search step.
+pub type LoaderSearch = dyn Fn(&str) -> Option<(String, &'static str)>;
 
 /// The loader's plain search on this node's root, with this process's environment (which
 /// the ranks inherit), for [`Measured::loader`].
@@ -799,10 +802,7 @@ mod tests {
 
     const SITE: &str = "/opt/torch/.venv/lib/python3.12/site-packages";
 
-    fn mapped_libraries(
-        rank: &Value,
-        loader: Option<&dyn Fn(&str) -> Option<(String, &'static str)>>,
-    ) -> (Status, String) {
+    fn mapped_libraries(rank: &Value, loader: Option<&LoaderSearch>) -> (Status, String) {
         let maps = rank["maps"].as_array().unwrap();
         let measured = Measured {
             loader,

@@ -1,0 +1,112 @@
+//! The README's own example image and the shipped example recipes, used as the README tells a
+//! new user to: `scripts/make-debian-base`, `resolve -o`, `build --from --to`, then `certify
+//! --gpus none`, which must certify them. One test builds them all so that the training images
+//! share one download of the wheels and one write of their layers (the multi-node image takes
+//! every stack layer from the cache), and removes its images as it goes: a PyTorch image is
+//! about 4 GB.
+
+mod common;
+
+use common::{assert_exit, gpubake_in, stderr, stdout};
+use std::path::Path;
+
+/// `resolve --from -o` then `build` of `recipe` (a path under examples/) on the Debian base
+/// into a layout in `dir`, as the README's tour runs them (`--from`: the base's glibc and apt
+/// sources, which a recipe with `system:` resolves against); returns the image's reference.
+fn build_example(dir: &Path, recipe: &str, base: &str) -> String {
+    let lock = dir.join(format!("{}.lock", recipe.replace('/', "-")));
+    let out = gpubake_in(
+        &common::root(),
+        &[
+            "resolve",
+            recipe,
+            "--from",
+            base,
+            "-o",
+            lock.to_str().unwrap(),
+        ],
+    );
+    assert_exit(&out, 0);
+    let image = format!("oci:{}:v1", dir.join("out").display());
+    let out = gpubake_in(
+        &common::root(),
+        &[
+            "build",
+            recipe,
+            "--pylock",
+            dir.join(closure_name(recipe)).to_str().unwrap(),
+            "--lock",
+            lock.to_str().unwrap(),
+            "--from",
+            base,
+            "--to",
+            &image,
+        ],
+    );
+    assert_exit(&out, 0);
+    image
+}
+
+/// The pylock `resolve -o` writes beside the lock for `recipe`: pylock.NAME.toml, NAME the
+/// recipe's `name:`.
+fn closure_name(recipe: &str) -> String {
+    let text = std::fs::read_to_string(common::root().join(recipe)).unwrap();
+    let name = text
+        .lines()
+        .find_map(|l| l.strip_prefix("name: "))
+        .expect("the recipe has a name")
+        .trim();
+    gpubake::closure::file_name(name)
+}
+
+/// `certify IMAGE --gpus none` certifies it, on its static checks: exit 0, no check failed, the
+/// link closure judged.
+fn certifies(image: &str) -> String {
+    let out = gpubake_in(&common::root(), &["certify", image, "--gpus", "none"]);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{image}:\n{text}\n{}",
+        stderr(&out)
+    );
+    assert!(
+        text.contains("certified on the static checks only"),
+        "{text}"
+    );
+    assert!(!text.contains("FAIL "), "{text}");
+    let closure = text
+        .lines()
+        .find(|l| l.contains("link closure"))
+        .unwrap_or_else(|| panic!("no link closure check:\n{text}"));
+    assert!(!closure.trim_start().starts_with("SKIP"), "{closure}");
+    text
+}
+
+#[test]
+fn the_readme_image_and_the_example_recipes_build_and_certify() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    if !common::tools() || !common::have("uv", "--version") {
+        return;
+    }
+    let base = format!("oci:{}:bookworm", base.display());
+    let dir = tempfile::tempdir().unwrap();
+
+    // The README's image: PyTorch 2.9 with its CUDA wheels on Debian bookworm.
+    let train = dir.path().join("train");
+    std::fs::create_dir_all(&train).unwrap();
+    let image = build_example(&train, "examples/debian-pytorch2.9.yaml", &base);
+    let text = certifies(&image);
+    assert!(text.contains("pins vs content"), "{text}");
+    let _ = std::fs::remove_dir_all(&train);
+
+    // The multi-node image: the same stack and the RDMA userspace, numactl and ssh.
+    let multi = dir.path().join("multinode");
+    std::fs::create_dir_all(&multi).unwrap();
+    let image = build_example(&multi, "examples/debian-multinode.yaml", &base);
+    let text = certifies(&image);
+    assert!(text.contains("IB transport libraries"), "{text}");
+    let _ = std::fs::remove_dir_all(&multi);
+}
