@@ -476,7 +476,16 @@ fn preset_lint(env: &[(String, String)], lock: Option<&Lock>, report: &mut Repor
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for (name, value) in env {
-        for issue in check_var(name, value, &ctx) {
+        // The warnings the preset accepted for this very value (`allow:` in the lock), as
+        // lint of the recipe drops them.
+        let allowed = lock
+            .and_then(|l| l.env.0.get(name))
+            .filter(|var| var.value == *value)
+            .map_or(&[][..], |var| &var.allow);
+        let issues = check_var(name, value, &ctx)
+            .into_iter()
+            .filter(|i| i.severity == Severity::Error || !allowed.iter().any(|a| a == i.code));
+        for issue in issues {
             match issue.severity {
                 Severity::Error => errors.push(format!("{name}: {}", issue.message)),
                 Severity::Warning => warnings.push(format!("{name}: {}", issue.code)),
