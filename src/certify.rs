@@ -181,11 +181,26 @@ pub fn judge_certificate(
             certificate["facts"]["manifest"]
         ));
     }
-    let failed = certificate["checks"]
-        .as_array()
-        .is_none_or(|c| c.iter().any(|c| c["status"] == "FAIL"));
-    if verdict != Some("certified") || failed {
-        return Err(format!("its verdict is {}", verdict.unwrap_or("missing")));
+    let Some(checks) = certificate["checks"].as_array() else {
+        return Err("it lists no checks".to_string());
+    };
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| c["status"] == "FAIL")
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["name"].as_str().unwrap_or("unnamed"),
+                c["detail"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if verdict != Some("certified") || !failed.is_empty() {
+        let verdict = verdict.unwrap_or("missing");
+        return Err(match failed.as_slice() {
+            [] => format!("its verdict is {verdict}"),
+            _ => format!("its verdict is {verdict}; failed: {}", failed.join("; ")),
+        });
     }
     let scope = Scope::of(certificate);
     if !scope.probed() && !static_ok {

@@ -848,3 +848,94 @@ fn build_timings_name_each_phase_and_each_layer_written() {
     );
     assert!(!stdout(&plain).contains("timings"), "{}", stdout(&plain));
 }
+
+/// `lint --help` says which exit code is which: 1 for a finding that is an error, 2 for a
+/// file it cannot read as a recipe, preset or nccl.conf, as an unknown preset or field is
+/// (issue 40, finding 8).
+#[test]
+fn lint_help_names_each_exit_code_and_lint_keeps_to_it() {
+    let help = stdout(&gpubake(&["lint", "--help"]));
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("1 when a") && help.contains("2 when a file cannot be read"),
+        "{help}"
+    );
+    assert!(
+        help.contains("an unknown field") && help.contains("a preset that does not exist"),
+        "{help}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let preset = write(
+        dir.path(),
+        "preset.yaml",
+        "name: t\nbase: x\npytorch: '2.9'\npresets: [base, nvlnk]\n",
+    );
+    assert_exit(&gpubake(&["lint", &preset]), 2);
+    let field = write(
+        dir.path(),
+        "field.yaml",
+        &recipe("pytorch: '2.9'\nsytem: [numactl]\n"),
+    );
+    assert_exit(&gpubake(&["lint", &field]), 2);
+    let error = write(
+        dir.path(),
+        "error.yaml",
+        &recipe("pytorch: '2.9'\nenv: {NCCL_NTHREADS: '1000'}\n"),
+    );
+    assert_exit(&gpubake(&["lint", &error]), 1);
+}
+
+/// A mistyped field gets the field meant, and the list of fields once; a mistyped preset
+/// names the recipe once, at the place it is named (issue 40, finding 9).
+#[test]
+fn a_mistyped_field_or_preset_is_named_once_with_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let field = write(dir.path(), "field.yaml", &recipe("sytem: [numactl]\n"));
+    let out = gpubake(&["resolve", &field, "--no-closure"]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("did you mean `system`"), "{err}");
+    assert_eq!(err.matches("platforms").count(), 1, "{err}");
+
+    let nested = write(
+        dir.path(),
+        "nested.yaml",
+        "description: x\nenv:\n  NCCL_DEBUG: {value: WARN, reasn: x}\n",
+    );
+    let out = gpubake(&["lint", &nested]);
+    let text = stdout(&out);
+    assert!(text.contains("did you mean `reason`"), "{text}");
+    assert!(!text.contains("expected one of"), "{text}");
+
+    let preset = write(
+        dir.path(),
+        "preset.yaml",
+        "name: t\nbase: x\npytorch: '2.9'\npresets: [base, nvlnk]\n",
+    );
+    let text = stdout(&gpubake(&["lint", &preset]));
+    let line = text.lines().next().unwrap();
+    assert_eq!(line.matches("preset.yaml").count(), 1, "{text}");
+    assert!(
+        line.contains("preset.yaml:4:") && line.contains("did you mean `nvlink`"),
+        "{text}"
+    );
+}
+
+/// A certificate refused for its verdict names the checks that failed (issue 40, finding 9).
+#[test]
+fn a_refused_certificate_names_the_failed_check() {
+    let digest = format!("sha256:{}", "1".repeat(64));
+    let certificate = serde_json::json!({
+        "facts": {"manifest": digest, "scope": {"level": "static", "gpus": "none"}},
+        "checks": [
+            {"name": "manifest", "status": "PASS", "detail": "ok"},
+            {"name": "NCCL preset lint", "status": "FAIL", "detail": "NCCL_NTHREADS: 1000"},
+        ],
+    });
+    let why = gpubake::certify::judge_certificate(&certificate, Some("failed"), &digest, true)
+        .unwrap_err();
+    assert!(
+        why.contains("its verdict is failed") && why.contains("NCCL preset lint: NCCL_NTHREADS"),
+        "{why}"
+    );
+}

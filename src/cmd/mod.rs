@@ -170,8 +170,10 @@ enum Command {
     /// Check the NCCL settings of recipes, presets and nccl.conf files.
     ///
     /// Reports unknown names, values NCCL rejects, clamps or misparses, variables the pinned
-    /// NCCL does not read, and production risks. Exits 1 on errors (and on warnings with
-    /// --strict).
+    /// NCCL does not read, and production risks. Exits 0 when the files are clean, 1 when a
+    /// finding is an error (and on warnings with --strict), 2 when a file cannot be read as a
+    /// recipe, preset or nccl.conf at all: a missing file, YAML that does not parse, an
+    /// unknown field, a preset that does not exist.
     ///
     /// Example: gpubake lint recipes/*.yaml env-presets/*.yaml /etc/nccl.conf
     Lint(lint::Args),
