@@ -939,3 +939,31 @@ fn a_refused_certificate_names_the_failed_check() {
         "{why}"
     );
 }
+
+/// The probe's report ends with a verdict line, as certify's does; a file it cannot write
+/// is named by the flag that asked for it, and said before the probe runs (issue 40,
+/// findings 9 and 10).
+#[test]
+fn the_probe_ends_with_its_verdict_and_names_the_flag_of_a_file_it_cannot_write() {
+    let out = gpubake(&[
+        "probe",
+        "--emit",
+        "prometheus:/nonexistent/gpu.prom",
+        "--junit",
+        "/nonexistent/probe.xml",
+    ]);
+    let text = stdout(&out);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with("verdict: "), "{text}");
+    let err = stderr(&out);
+    for flag in [
+        "--emit prometheus:/nonexistent/gpu.prom: ",
+        "--junit /nonexistent/probe.xml: ",
+    ] {
+        assert_eq!(err.matches(flag).count(), 2, "{flag}: {err}");
+    }
+    assert!(
+        err.starts_with("warning: ") && err.contains("does not exist"),
+        "{err}"
+    );
+}
