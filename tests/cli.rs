@@ -967,3 +967,90 @@ fn the_probe_ends_with_its_verdict_and_names_the_flag_of_a_file_it_cannot_write(
         "{err}"
     );
 }
+
+/// `presets show` says when a local file takes the place of a built-in preset, as resolve
+/// does (issue 40, finding 10).
+#[test]
+fn presets_show_says_a_local_preset_shadows_the_builtin() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "env-presets/base.yaml",
+        "description: local\nenv:\n  NCCL_DEBUG: {value: INFO, reason: loud}\n",
+    );
+    let out = gpubake_in(dir.path(), &["presets", "show", "base"]);
+    assert_exit(&out, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("preset `base` is read from env-presets/base.yaml")
+            && err.contains("takes the place of the built-in preset"),
+        "{err}"
+    );
+}
+
+/// The unconfirmed driver floor is said where it matters, with how to settle it, and not
+/// to a recipe whose fleet floor is on a later branch (issue 40, finding 10).
+#[test]
+fn the_unconfirmed_driver_floor_warning_is_settled_by_a_fleet_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let without = write(dir.path(), "without.yaml", &recipe("pytorch: '2.9'\n"));
+    let err = stderr(&gpubake(&["resolve", &without, "--no-closure"]));
+    assert!(
+        err.contains("driver floor 525.60.13") && err.contains("--driver"),
+        "{err}"
+    );
+    let err = stderr(&gpubake(&[
+        "resolve",
+        &without,
+        "--no-closure",
+        "--driver",
+        "570.86",
+    ]));
+    assert!(!err.contains("driver floor"), "{err}");
+    let fleet = write(
+        dir.path(),
+        "fleet.yaml",
+        &recipe("pytorch: '2.9'\ndriver: '>=550'\n"),
+    );
+    let err = stderr(&gpubake(&["resolve", &fleet, "--no-closure"]));
+    assert!(!err.contains("driver floor"), "{err}");
+}
+
+/// `build --help` says that --key also signs the manifest of a docker:// image (issue 40,
+/// finding 10).
+#[test]
+fn build_help_says_key_also_signs_the_manifest() {
+    let help = stdout(&gpubake(&["build", "--help"]));
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("--key <KEY>") && words.contains("and sign the image's manifest"),
+        "{help}"
+    );
+}
+
+/// `built … in N s` counts from the command's start, resolution included: the total of
+/// --timings (issue 40, finding 10).
+#[test]
+fn the_built_line_counts_resolution_too() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", &recipe("pytorch: \"2.9\"\n"));
+    let from = common::from_base();
+    let args = common::build_args(&recipe, &from, "oci:./o:1", &["--timings"]);
+    let out = gpubake_in(dir.path(), &args);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let built = text
+        .lines()
+        .find_map(|l| l.strip_prefix("built oci:./o:1 in "))
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let total = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("total"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(built, total, "{text}");
+}
