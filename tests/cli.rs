@@ -1054,3 +1054,30 @@ fn the_built_line_counts_resolution_too() {
         .unwrap_or_else(|| panic!("{text}"));
     assert_eq!(built, total, "{text}");
 }
+
+/// A build to a registry that does not answer fails before anything else is read or built,
+/// and speaks of connecting, not of a login nobody set up (issue 40, finding 9).
+#[test]
+fn a_build_to_a_registry_that_is_down_fails_first_without_speaking_of_a_login() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", &recipe("pytorch: '2.9'\n"));
+    let to = format!("docker://127.0.0.1:{port}/app:v1");
+    // The base does not exist: a build that went on before asking the registry would fail
+    // on the base, exit 2.
+    let out = gpubake_in(
+        dir.path(),
+        &common::build_args(&recipe, "oci:./no-base:latest", &to, &[]),
+    );
+    assert_exit(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the registry did not answer") && err.contains("no login is set up"),
+        "{err}"
+    );
+    assert!(!err.contains("logging in"), "{err}");
+}

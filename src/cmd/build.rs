@@ -137,6 +137,7 @@ pub fn run(mut args: Args) -> Result<i32> {
     let started = crate::units::rfc3339_now();
     let key = crate::sign::signing_key(args.key.as_deref(), args.passphrase_file.as_deref())?;
     let to = args.registry.transport(&args.to)?.destination()?;
+    check_destination(&to)?;
     signs_something(&args, &to)?;
     let explicit = args.from.is_some();
     let from = base(&args, &loaded)?;
@@ -217,6 +218,15 @@ pub fn run(mut args: Args) -> Result<i32> {
     Ok(0)
 }
 
+/// A registry destination is asked for push access before anything is built: one that is
+/// down, or refuses the login, fails the build in seconds rather than after it.
+fn check_destination(to: &Transport) -> Result<()> {
+    match to {
+        Transport::Registry(remote) => crate::image::registry::check_push_access(remote),
+        _ => Ok(()),
+    }
+}
+
 /// An error reading the base. Reading the recipe's own base (no --from) is where a build
 /// machine that cannot reach its registry fails: those errors say how to build from a local
 /// copy instead.
@@ -275,6 +285,7 @@ fn probe_image(mut args: Args, loaded: &LoadedRecipe, began: std::time::Instant)
         ));
     }
     let to = args.registry.transport(&args.to)?.destination()?;
+    check_destination(&to)?;
     let explicit = args.from.is_some();
     let from = match &args.from {
         Some(f) => args.registry.transport(f)?,
