@@ -250,6 +250,10 @@ enum Command {
     /// Show an image's pins (its io.gpubake.* labels), other labels, layers, presets and
     /// environment.
     ///
+    /// For a docker:// image, also the artifacts attached to it. Their verdicts are the
+    /// listing's annotations, which anyone who can push writes, and are labelled unchecked;
+    /// with --key PUB.pem each bundle's signature is checked and the signed verdict shown.
+    ///
     /// With --libraries, show instead its link closure, read statically for any image (built
     /// by gpubake or not): every ELF file's DT_NEEDED resolved as glibc's ld.so would inside
     /// the image (DT_RPATH, the config's LD_LIBRARY_PATH, DT_RUNPATH with $ORIGIN,
