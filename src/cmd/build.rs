@@ -152,9 +152,10 @@ pub fn run(mut args: Args) -> Result<i32> {
         }
         _ => None,
     };
+    // Cloned, not taken: a hint to resolve again names them (see `resolve_command`).
     let options = Options {
-        driver: args.driver.take(),
-        preset_dirs: std::mem::take(&mut args.preset_dir),
+        driver: args.driver.clone(),
+        preset_dirs: args.preset_dir.clone(),
         base_glibc,
     };
     let mut resolved = resolve::resolve_recipe(&loaded, &options)?;
@@ -216,6 +217,46 @@ pub fn run(mut args: Args) -> Result<i32> {
     }
     print_report(&report, args.json, args.timings);
     Ok(0)
+}
+
+/// The `resolve` that writes this build's closure where the build reads it (beside the
+/// recipe), with the flags of the build that resolution reads too: a closure hint that left
+/// out `--from` sent a recipe with `system:` to its registry's base, which fails elsewhere.
+fn resolve_command(args: &Args) -> Option<String> {
+    let recipe = args.recipe.as_deref()?;
+    let mut command = format!(
+        "gpubake resolve {} -o {}",
+        recipe.display(),
+        recipe.with_extension("lock").display()
+    );
+    if let Some(from) = &args.from {
+        command.push_str(&format!(" --from {from}"));
+    }
+    for dir in &args.preset_dir {
+        command.push_str(&format!(" --preset-dir {}", dir.display()));
+    }
+    if let Some(driver) = &args.driver {
+        command.push_str(&format!(" --driver {driver}"));
+    }
+    Some(command)
+}
+
+/// A stale or missing closure's hint, which names `resolve` in general, with the command
+/// itself.
+fn with_resolve_command(e: Error, command: Option<&str>) -> Error {
+    const GENERAL: [&str; 2] = [
+        "run `gpubake resolve RECIPE -o LOCK` again",
+        "write it with `gpubake resolve RECIPE -o LOCK` where",
+    ];
+    match (e, command) {
+        (Error::Closure(mut m), Some(c)) => {
+            for hint in GENERAL {
+                m = m.replace(hint, &hint.replace("gpubake resolve RECIPE -o LOCK", c));
+            }
+            Error::Closure(m)
+        }
+        (e, _) => e,
+    }
 }
 
 /// A registry destination is asked for push access before anything is built: one that is
@@ -368,7 +409,8 @@ fn print_timings(report: &BuildReport) {
 }
 
 /// Each platform's closure: read from its own file or resolved into the cache (none for an
-/// image without Python).
+/// image without Python). An error names the recipe's `pip:` entry uv blames, and a hint to
+/// resolve again is the command that does it.
 fn closures(
     args: &Args,
     loaded: &LoadedRecipe,
@@ -387,6 +429,8 @@ fn closures(
         cache_dir,
     };
     crate::closure::for_build_platforms(lock, &source, only)
+        .map_err(|e| super::at_pip_entry(e, loaded))
+        .map_err(|e| with_resolve_command(e, resolve_command(args).as_deref()))
 }
 
 /// The recipe's `system:` packages, resolved against the base build reads (`from`; for an

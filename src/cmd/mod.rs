@@ -439,6 +439,36 @@ pub fn system_pins(
     crate::bake::system::resolve(base, loaded, dir)
 }
 
+/// A closure uv could not resolve, placed at the recipe's `pip:` entry uv names, when it
+/// names one: the recipe's line is where the fix goes.
+pub fn at_pip_entry(e: Error, loaded: &crate::recipe::LoadedRecipe) -> Error {
+    let Error::Closure(message) = &e else {
+        return e;
+    };
+    let Some((_, uv)) = message.split_once(crate::closure::UV_SAYS) else {
+        return e;
+    };
+    let name_of = |req: &str| {
+        let end = req
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .unwrap_or(req.len());
+        crate::closure::normalize(&req[..end])
+    };
+    let blamed = loaded.recipe.pip.iter().position(|req| {
+        let name = name_of(req);
+        !name.is_empty()
+            && uv
+                .split(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ','))
+                .any(|word| name_of(word) == name)
+    });
+    match blamed {
+        Some(i) => loaded
+            .doc
+            .invalid(&["pip", &i.to_string()], message.clone(), None),
+        None => e,
+    }
+}
+
 /// An error reading the recipe's own base, with the way around it: most bases are on
 /// registries a build machine may not reach.
 pub fn with_local_copy_hint(e: Error) -> Error {
