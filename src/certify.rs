@@ -181,11 +181,26 @@ pub fn judge_certificate(
             certificate["facts"]["manifest"]
         ));
     }
-    let failed = certificate["checks"]
-        .as_array()
-        .is_none_or(|c| c.iter().any(|c| c["status"] == "FAIL"));
-    if verdict != Some("certified") || failed {
-        return Err(format!("its verdict is {}", verdict.unwrap_or("missing")));
+    let Some(checks) = certificate["checks"].as_array() else {
+        return Err("it lists no checks".to_string());
+    };
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| c["status"] == "FAIL")
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["name"].as_str().unwrap_or("unnamed"),
+                c["detail"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if verdict != Some("certified") || !failed.is_empty() {
+        let verdict = verdict.unwrap_or("missing");
+        return Err(match failed.as_slice() {
+            [] => format!("its verdict is {verdict}"),
+            _ => format!("its verdict is {verdict}; failed: {}", failed.join("; ")),
+        });
     }
     let scope = Scope::of(certificate);
     if !scope.probed() && !static_ok {
@@ -480,7 +495,16 @@ fn preset_lint(env: &[(String, String)], lock: Option<&Lock>, report: &mut Repor
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for (name, value) in env {
-        for issue in check_var(name, value, &ctx) {
+        // The warnings the preset accepted for this very value (`allow:` in the lock), as
+        // lint of the recipe drops them.
+        let allowed = lock
+            .and_then(|l| l.env.0.get(name))
+            .filter(|var| var.value == *value)
+            .map_or(&[][..], |var| &var.allow);
+        let issues = check_var(name, value, &ctx)
+            .into_iter()
+            .filter(|i| i.severity == Severity::Error || !allowed.iter().any(|a| a == i.code));
+        for issue in issues {
             match issue.severity {
                 Severity::Error => errors.push(format!("{name}: {}", issue.message)),
                 Severity::Warning => warnings.push(format!("{name}: {}", issue.code)),

@@ -1153,12 +1153,26 @@ fn uv_failure(inputs: &Inputs, stderr: &str) -> Error {
         ))
     } else {
         Error::Closure(format!(
-            "no closure for [{}] on CPython {} / {} from {index}:\n{text}",
+            "no closure for [{}] on CPython {} / {} from {index}; {UV_SAYS}\n{}",
             inputs.requirements.join(", "),
             inputs.python,
-            inputs.platform
+            inputs.platform,
+            uv_said(text)
         ))
     }
+}
+
+/// What precedes uv's own words in an error: callers that know the recipe look after it for
+/// the requirement uv blames.
+pub const UV_SAYS: &str = "uv says:";
+
+/// uv's words indented under gpubake's, without the `error:` uv starts with, which would
+/// repeat the one gpubake prints.
+fn uv_said(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("  {}", l.strip_prefix("error: ").unwrap_or(l)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

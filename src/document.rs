@@ -151,7 +151,7 @@ impl Document {
                 })
                 .collect();
             let inner = err.into_inner();
-            let mut message = bare_message(&inner.to_string(), &path);
+            let mut message = unknown_field_message(bare_message(&inner.to_string(), &path));
             // serde names the Rust type (`expected struct Recipe`); the user wrote YAML.
             if let Some(i) = message.find("expected struct ") {
                 message = format!(
@@ -297,6 +297,27 @@ fn bare_message(message: &str, path: &str) -> String {
         _ => message,
     };
     message.to_string()
+}
+
+/// serde's `unknown field `sytem`, expected one of `name`, ...` lists the fields, which the
+/// error's help lists again: keep the name with the likely one meant, and leave the list to
+/// the help.
+fn unknown_field_message(message: String) -> String {
+    // Nested fields come as `env.NCCL_DEBUG: unknown field ...`; the error names the field.
+    let Some(rest) = message
+        .find("unknown field `")
+        .map(|i| &message[i + "unknown field `".len()..])
+    else {
+        return message;
+    };
+    let Some((name, expected)) = rest.split_once('`') else {
+        return message;
+    };
+    let fields = expected.split('`').skip(1).step_by(2);
+    match crate::nccl::suggest::closest(name, fields) {
+        Some(meant) => format!("unknown field `{name}` (did you mean `{meant}`?)"),
+        None => format!("unknown field `{name}`"),
+    }
 }
 
 /// True when a parse error's path is the document itself (a top-level field).

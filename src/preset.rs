@@ -311,6 +311,10 @@ pub struct MergedVar {
     /// Earlier values this one replaced, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced: Vec<Replaced>,
+    /// Lint warnings the setter accepts knowingly (a preset's `allow:`), kept so that lint
+    /// of the lock, the image's nccl.conf and certify give the answer lint of the recipe gives.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
 }
 
 /// The merged environment of several layers, sorted by variable name.
@@ -319,7 +323,8 @@ pub struct MergedVar {
 pub struct MergedEnv(pub IndexMap<String, MergedVar>);
 
 impl MergedEnv {
-    /// Sets `name`, recording what it replaces.
+    /// Sets `name`, recording what it replaces. The new value accepts no lint warnings: an
+    /// allowance belongs to the value its setter wrote.
     pub fn set(&mut self, name: &str, value: &str, origin: Origin, reason: Option<String>) {
         let mut replaced = Vec::new();
         if let Some(old) = self.0.shift_remove(name) {
@@ -338,6 +343,7 @@ impl MergedEnv {
                 origin,
                 reason,
                 replaced,
+                allow: Vec::new(),
             },
         );
         self.0.sort_keys();
@@ -359,19 +365,55 @@ impl MergedEnv {
                     },
                     Some(setting.reason.clone()),
                 );
+                if let Some(var) = env.0.get_mut(name) {
+                    var.allow = setting.allow.clone();
+                }
             }
         }
         env
     }
 
-    /// The `NAME=value` lines of `/etc/nccl.conf`: the NCCL variables only.
+    /// The `NAME=value` lines of `/etc/nccl.conf`: the NCCL variables only. A variable whose
+    /// preset allows lint warnings gets an [`allow_comment`] line above it, so that `gpubake
+    /// lint /etc/nccl.conf` in the image drops the warnings the preset accepted.
     pub fn nccl_conf(&self) -> String {
         self.0
             .iter()
             .filter(|(name, _)| name.starts_with("NCCL_"))
-            .map(|(name, var)| format!("{name}={}\n", var.value))
+            .map(|(name, var)| {
+                let comment = if var.allow.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}\n", allow_comment(name, &var.allow))
+                };
+                format!("{comment}{name}={}\n", var.value)
+            })
             .collect()
     }
+
+    /// The lint warnings the setter of `name` accepts.
+    pub fn allowed(&self, name: &str) -> &[String] {
+        self.0.get(name).map_or(&[], |v| &v.allow)
+    }
+}
+
+/// How nccl.conf records the lint warnings a setting accepts: `# gpubake allow NCCL_NET:
+/// production-risk`. NCCL never reads it: the line starts with `#` (skipped since 2.26.2) and
+/// has no `=` (skipped by every release), see [`crate::nccl::conf`].
+pub const ALLOW_COMMENT: &str = "# gpubake allow ";
+
+/// The comment line that records `allow` for `name`.
+pub fn allow_comment(name: &str, allow: &[String]) -> String {
+    format!("{ALLOW_COMMENT}{name}: {}", allow.join(", "))
+}
+
+/// The variable and the allowed lint rules of an [`allow_comment`] line, or None for any
+/// other line.
+pub fn parse_allow_comment(line: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = line.trim().strip_prefix(ALLOW_COMMENT)?;
+    let (name, codes) = rest.split_once(':')?;
+    let codes = codes.split(',').map(str::trim).filter(|c| !c.is_empty());
+    Some((name.trim(), codes.collect()))
 }
 
 /// The NCCL constraint of every layer that states one, with the layer's name.

@@ -989,3 +989,48 @@ fn a_runtime_that_cannot_create_the_container_is_exit_3_in_its_own_words() {
     assert!(text.contains("could not create the container"), "{text}");
     assert!(text.contains("hybrid"), "{text}");
 }
+
+/// Lint of a recipe with the infiniband preset, certify's preset lint of the image and lint
+/// of the image's own /etc/nccl.conf give one answer: the preset's `allow: [production-risk]`
+/// on NCCL_NET is baked with the value (issue 40, finding 6).
+#[test]
+fn a_presets_allowance_gives_one_answer_in_lint_certify_and_the_baked_nccl_conf() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "ib.yaml",
+        "name: ib\nbase: x\npytorch: '2.9'\npresets: [base, infiniband]\n",
+    );
+    let lint = gpubake(&["lint", &recipe]);
+    assert!(
+        !stdout(&lint).contains("production-risk"),
+        "{}",
+        stdout(&lint)
+    );
+    let image = format!("oci:{}:v1", dir.path().join("out").display());
+    assert_exit(&gpubake(&build_args(&recipe, &from_base(), &image, &[])), 0);
+    // The busybox base has no libibverbs, which certify fails apart; the preset lint passes.
+    let (_, text) = certify(&image, &[]);
+    assert!(text.contains("PASS  NCCL preset lint"), "{text}");
+
+    let bundle = dir.path().join("bundle");
+    let out = Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(format!("{}:v1", dir.path().join("out").display()))
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let conf = bundle.join("rootfs/etc/nccl.conf");
+    let lint = gpubake(&["lint", "--nccl", "2.27.5", conf.to_str().unwrap()]);
+    assert_exit(&lint, 0);
+    assert!(
+        stdout(&lint).contains("1 file checked: 0 errors, 0 warnings"),
+        "{}\n{}",
+        std::fs::read_to_string(&conf).unwrap(),
+        stdout(&lint)
+    );
+}

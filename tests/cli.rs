@@ -848,3 +848,236 @@ fn build_timings_name_each_phase_and_each_layer_written() {
     );
     assert!(!stdout(&plain).contains("timings"), "{}", stdout(&plain));
 }
+
+/// `lint --help` says which exit code is which: 1 for a finding that is an error, 2 for a
+/// file it cannot read as a recipe, preset or nccl.conf, as an unknown preset or field is
+/// (issue 40, finding 8).
+#[test]
+fn lint_help_names_each_exit_code_and_lint_keeps_to_it() {
+    let help = stdout(&gpubake(&["lint", "--help"]));
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("1 when a") && help.contains("2 when a file cannot be read"),
+        "{help}"
+    );
+    assert!(
+        help.contains("an unknown field") && help.contains("a preset that does not exist"),
+        "{help}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let preset = write(
+        dir.path(),
+        "preset.yaml",
+        "name: t\nbase: x\npytorch: '2.9'\npresets: [base, nvlnk]\n",
+    );
+    assert_exit(&gpubake(&["lint", &preset]), 2);
+    let field = write(
+        dir.path(),
+        "field.yaml",
+        &recipe("pytorch: '2.9'\nsytem: [numactl]\n"),
+    );
+    assert_exit(&gpubake(&["lint", &field]), 2);
+    let error = write(
+        dir.path(),
+        "error.yaml",
+        &recipe("pytorch: '2.9'\nenv: {NCCL_NTHREADS: '1000'}\n"),
+    );
+    assert_exit(&gpubake(&["lint", &error]), 1);
+}
+
+/// A mistyped field gets the field meant, and the list of fields once; a mistyped preset
+/// names the recipe once, at the place it is named (issue 40, finding 9).
+#[test]
+fn a_mistyped_field_or_preset_is_named_once_with_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let field = write(dir.path(), "field.yaml", &recipe("sytem: [numactl]\n"));
+    let out = gpubake(&["resolve", &field, "--no-closure"]);
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("did you mean `system`"), "{err}");
+    assert_eq!(err.matches("platforms").count(), 1, "{err}");
+
+    let nested = write(
+        dir.path(),
+        "nested.yaml",
+        "description: x\nenv:\n  NCCL_DEBUG: {value: WARN, reasn: x}\n",
+    );
+    let out = gpubake(&["lint", &nested]);
+    let text = stdout(&out);
+    assert!(text.contains("did you mean `reason`"), "{text}");
+    assert!(!text.contains("expected one of"), "{text}");
+
+    let preset = write(
+        dir.path(),
+        "preset.yaml",
+        "name: t\nbase: x\npytorch: '2.9'\npresets: [base, nvlnk]\n",
+    );
+    let text = stdout(&gpubake(&["lint", &preset]));
+    let line = text.lines().next().unwrap();
+    assert_eq!(line.matches("preset.yaml").count(), 1, "{text}");
+    assert!(
+        line.contains("preset.yaml:4:") && line.contains("did you mean `nvlink`"),
+        "{text}"
+    );
+}
+
+/// A certificate refused for its verdict names the checks that failed (issue 40, finding 9).
+#[test]
+fn a_refused_certificate_names_the_failed_check() {
+    let digest = format!("sha256:{}", "1".repeat(64));
+    let certificate = serde_json::json!({
+        "facts": {"manifest": digest, "scope": {"level": "static", "gpus": "none"}},
+        "checks": [
+            {"name": "manifest", "status": "PASS", "detail": "ok"},
+            {"name": "NCCL preset lint", "status": "FAIL", "detail": "NCCL_NTHREADS: 1000"},
+        ],
+    });
+    let why = gpubake::certify::judge_certificate(&certificate, Some("failed"), &digest, true)
+        .unwrap_err();
+    assert!(
+        why.contains("its verdict is failed") && why.contains("NCCL preset lint: NCCL_NTHREADS"),
+        "{why}"
+    );
+}
+
+/// The probe's report ends with a verdict line, as certify's does; a file it cannot write
+/// is named by the flag that asked for it, and said before the probe runs (issue 40,
+/// findings 9 and 10).
+#[test]
+fn the_probe_ends_with_its_verdict_and_names_the_flag_of_a_file_it_cannot_write() {
+    let out = gpubake(&[
+        "probe",
+        "--emit",
+        "prometheus:/nonexistent/gpu.prom",
+        "--junit",
+        "/nonexistent/probe.xml",
+    ]);
+    let text = stdout(&out);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with("verdict: "), "{text}");
+    let err = stderr(&out);
+    for flag in [
+        "--emit prometheus:/nonexistent/gpu.prom: ",
+        "--junit /nonexistent/probe.xml: ",
+    ] {
+        assert_eq!(err.matches(flag).count(), 2, "{flag}: {err}");
+    }
+    assert!(
+        err.starts_with("warning: ") && err.contains("does not exist"),
+        "{err}"
+    );
+}
+
+/// `presets show` says when a local file takes the place of a built-in preset, as resolve
+/// does (issue 40, finding 10).
+#[test]
+fn presets_show_says_a_local_preset_shadows_the_builtin() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "env-presets/base.yaml",
+        "description: local\nenv:\n  NCCL_DEBUG: {value: INFO, reason: loud}\n",
+    );
+    let out = gpubake_in(dir.path(), &["presets", "show", "base"]);
+    assert_exit(&out, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("preset `base` is read from env-presets/base.yaml")
+            && err.contains("takes the place of the built-in preset"),
+        "{err}"
+    );
+}
+
+/// The unconfirmed driver floor is said where it matters, with how to settle it, and not
+/// to a recipe whose fleet floor is on a later branch (issue 40, finding 10).
+#[test]
+fn the_unconfirmed_driver_floor_warning_is_settled_by_a_fleet_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let without = write(dir.path(), "without.yaml", &recipe("pytorch: '2.9'\n"));
+    let err = stderr(&gpubake(&["resolve", &without, "--no-closure"]));
+    assert!(
+        err.contains("driver floor 525.60.13") && err.contains("--driver"),
+        "{err}"
+    );
+    let err = stderr(&gpubake(&[
+        "resolve",
+        &without,
+        "--no-closure",
+        "--driver",
+        "570.86",
+    ]));
+    assert!(!err.contains("driver floor"), "{err}");
+    let fleet = write(
+        dir.path(),
+        "fleet.yaml",
+        &recipe("pytorch: '2.9'\ndriver: '>=550'\n"),
+    );
+    let err = stderr(&gpubake(&["resolve", &fleet, "--no-closure"]));
+    assert!(!err.contains("driver floor"), "{err}");
+}
+
+/// `build --help` says that --key also signs the manifest of a docker:// image (issue 40,
+/// finding 10).
+#[test]
+fn build_help_says_key_also_signs_the_manifest() {
+    let help = stdout(&gpubake(&["build", "--help"]));
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("--key <KEY>") && words.contains("and sign the image's manifest"),
+        "{help}"
+    );
+}
+
+/// `built … in N s` counts from the command's start, resolution included: the total of
+/// --timings (issue 40, finding 10).
+#[test]
+fn the_built_line_counts_resolution_too() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", &recipe("pytorch: \"2.9\"\n"));
+    let from = common::from_base();
+    let args = common::build_args(&recipe, &from, "oci:./o:1", &["--timings"]);
+    let out = gpubake_in(dir.path(), &args);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let built = text
+        .lines()
+        .find_map(|l| l.strip_prefix("built oci:./o:1 in "))
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let total = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("total"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(built, total, "{text}");
+}
+
+/// A build to a registry that does not answer fails before anything else is read or built,
+/// and speaks of connecting, not of a login nobody set up (issue 40, finding 9).
+#[test]
+fn a_build_to_a_registry_that_is_down_fails_first_without_speaking_of_a_login() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(dir.path(), "r.yaml", &recipe("pytorch: '2.9'\n"));
+    let to = format!("docker://127.0.0.1:{port}/app:v1");
+    // The base does not exist: a build that went on before asking the registry would fail
+    // on the base, exit 2.
+    let out = gpubake_in(
+        dir.path(),
+        &common::build_args(&recipe, "oci:./no-base:latest", &to, &[]),
+    );
+    assert_exit(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the registry did not answer") && err.contains("no login is set up"),
+        "{err}"
+    );
+    assert!(!err.contains("logging in"), "{err}");
+}

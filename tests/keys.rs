@@ -798,3 +798,105 @@ fn build_with_a_key_but_nothing_to_sign_is_refused_before_the_build() {
         gpubake::sign::bundle::Bundle::from_slice(&std::fs::read(&provenance).unwrap()).unwrap();
     assert!(bundle.verify(&public).is_ok());
 }
+
+/// `inspect` labels the verdict a referrer's listing states as unchecked, whoever pushed it;
+/// `inspect --key` checks each bundle's signature and shows only what the key signed about
+/// this image as checked (issue 40, finding 7).
+#[test]
+fn inspect_labels_listed_verdicts_unchecked_and_checks_them_with_the_key() {
+    use gpubake::certify::CERTIFICATE_PREDICATE;
+    use gpubake::sign::bundle::{self, Bundle};
+    use gpubake::sign::statement::{Descriptor, Statement};
+    if !common::tools() || !common::have("docker-registry", "--version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path();
+    let registry = local_registry(w);
+    let key = PrivateKey::generate();
+    std::fs::write(w.join("k.key"), key.to_encrypted_pem(b"")).unwrap();
+    std::fs::write(w.join("k.pub"), key.public().to_pem()).unwrap();
+    let (key_path, public) = (
+        w.join("k.key").display().to_string(),
+        w.join("k.pub").display().to_string(),
+    );
+    let recipe = common::write(w, "r.yaml", &common::recipe("pytorch: '2.9'\n"));
+    let target = format!("docker://{}/app:v1", registry.1);
+    let from = common::from_base();
+    let out = gpubake_env(
+        w,
+        &common::build_args(&recipe, &from, &target, &["--json"]),
+        None,
+    );
+    assert_exit(&out, 0);
+    let built: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let digest = built["manifest"].as_str().unwrap().to_string();
+    // The real certificate, signed with the key.
+    let certify = [
+        "certify", &target, "--gpus", "none", "--attach", "--key", &key_path,
+    ];
+    assert_exit(&gpubake_env(w, &certify, None), 0);
+    // A forged one: another key signs a probe's pass, and the listing says the same.
+    let statement = Statement::new(
+        vec![Descriptor::of("app", &digest)],
+        CERTIFICATE_PREDICATE,
+        serde_json::json!({"verdict": "certified", "scope": "probe gpus=all"}),
+    );
+    let forged_bundle = Bundle::sign(&statement, &PrivateKey::generate());
+    let mut annotations = bundle::annotations(CERTIFICATE_PREDICATE, "2026-12-04T00:00:00Z");
+    annotations.insert("io.gpubake.verdict".into(), "certified".into());
+    annotations.insert("io.gpubake.scope".into(), "probe gpus=all".into());
+    let remote = gpubake::image::registry::Remote {
+        reference: target.trim_start_matches("docker://").to_string(),
+        access: Default::default(),
+    };
+    let forged = gpubake::image::referrers::attach(
+        &remote,
+        &digest.parse().unwrap(),
+        bundle::MEDIA_TYPE,
+        &serde_json::to_vec(&forged_bundle).unwrap(),
+        annotations,
+    )
+    .unwrap()
+    .to_string();
+    let line_of = |text: &str, digest: &str| -> String {
+        text.lines()
+            .find(|l| l.contains(digest))
+            .unwrap_or_else(|| panic!("{digest}: {text}"))
+            .to_string()
+    };
+
+    let out = gpubake_env(w, &["inspect", &target], None);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        line_of(&text, &forged).ends_with(
+            "certified (probe gpus=all) [unchecked: an unsigned annotation; inspect --key \
+             PUB.pem checks the signature]"
+        ),
+        "{text}"
+    );
+
+    let out = gpubake_env(w, &["inspect", &target, "--key", &public], None);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        line_of(&text, &forged).contains("[not believed: it is signed with another key"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.ends_with("  certified (static gpus=none) [signed with the key]")),
+        "{text}"
+    );
+    let out = gpubake_env(w, &["inspect", &target, "--key", &public, "--json"], None);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let verified: Vec<bool> = report["signatures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"))
+        .iter()
+        .map(|s| s["verified"].as_bool().unwrap())
+        .collect();
+    assert_eq!(verified.iter().filter(|v| **v).count(), 1, "{report}");
+    assert_eq!(verified.len(), 2, "{report}");
+}

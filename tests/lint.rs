@@ -521,3 +521,55 @@ fn variables_gpubake_owns_are_refused_in_recipes_at_lint_and_resolve() {
         );
     }
 }
+
+/// A preset's `allow:` travels with its value into the lock and the nccl.conf the image bakes
+/// from it: lint of the recipe and lint of that file give one answer (issue 40, finding 6).
+#[test]
+fn a_presets_allowance_holds_in_the_nccl_conf_baked_from_the_lock() {
+    use gpubake::recipe::LoadedRecipe;
+    use gpubake::resolve::{Options, resolve_recipe};
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "ib.yaml",
+        "name: ib\nbase: debian:bookworm\npytorch: '2.9'\npresets: [base, infiniband]\n\
+         system: [libibverbs1, ibverbs-providers]\n",
+    );
+    let (code, findings) = lint(&recipe, &[]);
+    assert_eq!((code, findings.len()), (0, 0), "{findings:?}");
+
+    let loaded = LoadedRecipe::read(std::path::Path::new(&recipe)).unwrap();
+    let lock = resolve_recipe(&loaded, &Options::default()).unwrap().lock;
+    assert!(
+        lock.to_yaml().contains("allow:\n    - production-risk"),
+        "{}",
+        lock.to_yaml()
+    );
+    let conf = lock.env.nccl_conf();
+    // NCCL reads nothing of the allowance: the line starts with `#` and has no `=`.
+    assert!(
+        conf.contains("# gpubake allow NCCL_NET: production-risk\nNCCL_NET=IB\n"),
+        "{conf}"
+    );
+    let baked = common::write(dir.path(), "nccl.conf", &conf);
+    let (code, findings) = lint(&baked, &["--nccl", "2.27.5"]);
+    assert_eq!((code, findings.len()), (0, 0), "{findings:?}");
+
+    // Without the comment, the same setting is warned of; a comment cannot allow an error.
+    let bare = common::write(dir.path(), "bare.conf", "NCCL_NET=IB\n");
+    let (_, findings) = lint(&bare, &[]);
+    assert!(
+        findings
+            .iter()
+            .any(|(_, code, var)| code == "production-risk" && var == "NCCL_NET"),
+        "{findings:?}"
+    );
+    let error = common::write(
+        dir.path(),
+        "error.conf",
+        "# gpubake allow NCCL_NTHREADS: production-risk, out-of-range\nNCCL_NTHREADS=1024\n",
+    );
+    let (code, findings) = lint(&error, &[]);
+    assert_eq!(code, 1, "{findings:?}");
+    assert!(findings.iter().any(|(_, code, _)| code == "out-of-range"));
+}

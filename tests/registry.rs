@@ -998,7 +998,7 @@ fn a_certificate_attached_as_a_referrer_is_found_by_the_tag_schema() {
     let out = reg.trusted("auth", &["inspect", &target]);
     assert!(
         stdout(&out).contains(&format!(
-            "{artifact} application/vnd.dev.sigstore.bundle.v0.3+json  certified (static gpus=none) [unsigned annotation]"
+            "{artifact} application/vnd.dev.sigstore.bundle.v0.3+json  certified (static gpus=none) [unchecked: an unsigned annotation; inspect --key PUB.pem checks the signature]"
         )),
         "{}",
         stdout(&out)

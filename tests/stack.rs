@@ -456,6 +456,41 @@ fn a_tampered_pylock_hash_is_refused_naming_the_wheel() {
     assert_eq!(err.exit_code(), 2, "{text}");
 }
 
+/// A requirement uv cannot find is placed at the recipe's `pip:` entry, with uv's words
+/// under gpubake's and one `error:` (issue 40, finding 9).
+#[test]
+fn a_pip_typo_is_named_at_its_recipe_line_with_uvs_words_once() {
+    if !have("uv", "--version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = common::write(
+        dir.path(),
+        "r.yaml",
+        "name: typo\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\npip:\n  - tqdm==4.67.1\n  - numpyy==2.3.4\n",
+    );
+    let lock = dir.path().join("r.lock");
+    let out = common::gpubake(&["resolve", &recipe, "-o", lock.to_str().unwrap()]);
+    let err = common::stderr(&out);
+    if err.contains("cannot be reached") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: PyPI is not reachable");
+        return;
+    }
+    assert_exit(&out, 2);
+    assert!(
+        err.contains(&format!(
+            "\nerror: {recipe}:8:5: field `pip[1]`: no closure"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("uv says:\n  ") && err.contains("numpyy"),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+}
+
 #[test]
 fn resolve_writes_the_closure_beside_the_lock_with_every_hash() {
     if !have("uv", "--version") {
@@ -539,6 +574,12 @@ fn resolve_writes_the_closure_beside_the_lock_with_every_hash() {
         err.contains("is stale") && err.contains("tqdm==4.67.0"),
         "{err}"
     );
+    // The hint is the command that writes it, with the build's --from (issue 40, finding 9).
+    let again = format!(
+        "run `gpubake resolve {recipe} -o {} --from {from}` again",
+        dir.path().join("r.lock").display()
+    );
+    assert!(err.contains(&again), "{err}");
 
     // A closure that disagrees with the lock is refused, naming both versions.
     let tampered = text.replace("version = \"2.27.5\"", "version = \"2.27.3\"");

@@ -11,6 +11,8 @@ use crate::image::referrers::{self, Referrer};
 use crate::image::transport::Transport;
 use crate::lock::{KIND_LABEL, LOCK_PATH_IN_IMAGE, Lock, PROBE_KIND, VERSION_LABEL};
 use crate::preset::MergedEnv;
+use crate::sign::bundle::{self, Bundle};
+use crate::sign::keys::PublicKey;
 use crate::verdict::{Check, Verdict};
 use oci_spec::image::MediaType;
 use serde::Serialize;
@@ -58,6 +60,22 @@ pub struct Inspection {
     /// For an image in a registry: the artifacts attached to it (certificates, SBOMs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub referrers: Option<Vec<Referrer>>,
+    /// With `inspect --key`: what each signed (or signable) referrer says once its signature
+    /// is checked with the key, or why it is not believed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<SignatureCheck>,
+}
+
+/// One referrer's signature checked with a public key (`inspect --key`).
+#[derive(Debug, Serialize)]
+pub struct SignatureCheck {
+    /// The referrer's digest.
+    pub digest: Digest,
+    /// The signature verifies with the key and the signed statement is about this image.
+    pub verified: bool,
+    /// What the signed statement says (a certificate's verdict and scope, else its predicate
+    /// type), or why it is not believed.
+    pub says: String,
 }
 
 /// Reads an image's pins, presets, layers and environment. For an index, the image of
@@ -118,10 +136,41 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
             Transport::Registry(remote) => Some(referrers::referrers(remote, img.digest())?),
             _ => None,
         },
+        signatures: Vec::new(),
     })
 }
 
 impl Inspection {
+    /// Checks the signature of every attached bundle with `key` (`inspect --key`): the
+    /// listing's annotations are written by whoever pushed, so only a statement signed with
+    /// the key, about this very manifest, is shown as checked.
+    pub fn check_signatures(&mut self, image: &Transport, key: &PublicKey) -> Result<()> {
+        let Transport::Registry(remote) = image else {
+            return Err(Error::Usage(format!(
+                "{image}: --key checks the signatures of artifacts attached in a registry; name \
+                 the image as docker://REGISTRY/NAME:TAG"
+            )));
+        };
+        let manifest = self.manifest.as_str().to_string();
+        for r in self.referrers.iter().flatten() {
+            let judged = if r.artifact_type == referrers::CERTIFICATE_TYPE {
+                Err("an unsigned certificate: anyone who can push could have written it".into())
+            } else if r.artifact_type == bundle::MEDIA_TYPE {
+                referrers::artifact_content(remote, &r.digest)
+                    .map_err(|e| format!("unreadable: {e}"))
+                    .and_then(|content| signed_claim(&content, key, &manifest))
+            } else {
+                continue;
+            };
+            self.signatures.push(SignatureCheck {
+                digest: r.digest.clone(),
+                verified: judged.is_ok(),
+                says: judged.unwrap_or_else(|why| why),
+            });
+        }
+        Ok(())
+    }
+
     /// The human view: pins, layers, presets with provenance, environment.
     pub fn to_text(&self) -> String {
         let info = self;
@@ -184,8 +233,19 @@ impl Inspection {
         if let Some(referrers) = &info.referrers {
             out.push_str("referrers\n");
             for r in referrers {
+                out.push_str(&format!("  {} {}", r.digest, r.artifact_type));
+                let checked = self.signatures.iter().find(|c| c.digest == r.digest);
+                if let Some(SignatureCheck {
+                    verified: true,
+                    says,
+                    ..
+                }) = checked
+                {
+                    out.push_str(&format!("  {says} [signed with the key]\n"));
+                    continue;
+                }
                 // The listing's annotations are unsigned: what they say is shown as said by
-                // whoever pushed, and only `verify --certified --key` believes a verdict.
+                // whoever pushed, and labelled so.
                 let verdict = r
                     .annotations
                     .get(referrers::VERDICT)
@@ -196,15 +256,14 @@ impl Inspection {
                     .get(referrers::SCOPE)
                     .map(|s| format!(" ({s})"))
                     .unwrap_or_default();
-                let unsigned = if verdict.is_empty() && scope.is_empty() {
-                    ""
-                } else {
-                    " [unsigned annotation]"
+                let label = match checked {
+                    Some(refused) => format!(" [not believed: {}]", refused.says),
+                    None if verdict.is_empty() && scope.is_empty() => String::new(),
+                    None => " [unchecked: an unsigned annotation; inspect --key PUB.pem checks \
+                             the signature]"
+                        .to_string(),
                 };
-                out.push_str(&format!(
-                    "  {} {}{verdict}{scope}{unsigned}\n",
-                    r.digest, r.artifact_type
-                ));
+                out.push_str(&format!("{verdict}{scope}{label}\n"));
             }
         }
         out.push_str("env\n");
@@ -213,6 +272,28 @@ impl Inspection {
         }
         out
     }
+}
+
+/// What a bundle signed with `key` says about the manifest `digest`: a certificate's verdict
+/// and scope (both inside the signed statement), else its predicate type; Err: why it is not
+/// believed.
+fn signed_claim(
+    content: &[u8],
+    key: &PublicKey,
+    digest: &str,
+) -> std::result::Result<String, String> {
+    let statement = Bundle::from_slice(content)?.verify(key)?;
+    if !statement.about(digest) {
+        return Err(format!("it is signed for another image, not {digest}"));
+    }
+    let predicate = &statement.predicate;
+    Ok(match predicate["verdict"].as_str() {
+        Some(verdict) => match predicate["scope"].as_str() {
+            Some(scope) => format!("{verdict} ({scope})"),
+            None => verdict.to_string(),
+        },
+        None => statement.predicate_type.clone(),
+    })
 }
 
 /// What `inspect` and `copy` say beside a manifest digest that gpubake made.

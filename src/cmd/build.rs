@@ -99,7 +99,9 @@ pub struct Args {
     probe_binary: Vec<(Platform, PathBuf)>,
     /// Sign the build's provenance (an in-toto statement with an SLSA provenance v1
     /// predicate: the recipe, the base and every wheel and .deb by digest) with this private
-    /// key and, for a docker:// image, attach it there as a Sigstore bundle.
+    /// key. For a docker:// image, also attach the provenance there as a Sigstore bundle and
+    /// sign the image's manifest (the `sha256-<hex>.sig` signature podman, skopeo and cosign
+    /// check at pull, and `verify --key` checks).
     #[arg(long, value_name = "KEY", conflicts_with = "engine_build")]
     key: Option<PathBuf>,
     /// The key's passphrase: the file's first line (default: $GPUBAKE_KEY_PASSPHRASE, else
@@ -141,6 +143,7 @@ pub fn run(mut args: Args) -> Result<i32> {
     let started = crate::units::rfc3339_now();
     let key = crate::sign::signing_key(args.key.as_deref(), args.passphrase_file.as_deref())?;
     let to = args.registry.transport(&args.to)?.destination()?;
+    check_destination(&to)?;
     signs_something(&args, &to)?;
     let explicit = args.from.is_some();
     let from = base(&args, &loaded)?;
@@ -155,9 +158,10 @@ pub fn run(mut args: Args) -> Result<i32> {
         }
         _ => None,
     };
+    // Cloned, not taken: a hint to resolve again names them (see `resolve_command`).
     let options = Options {
-        driver: args.driver.take(),
-        preset_dirs: std::mem::take(&mut args.preset_dir),
+        driver: args.driver.clone(),
+        preset_dirs: args.preset_dir.clone(),
         base_glibc,
     };
     let mut resolved = resolve::resolve_recipe(&loaded, &options)?;
@@ -191,7 +195,6 @@ pub fn run(mut args: Args) -> Result<i32> {
         _ => None,
     };
     let opts = build_options(&args, (to, from), cache_dir, closure)?;
-    let start = std::time::Instant::now();
     let platforms = crate::bake::PlatformOptions {
         only,
         probes: std::mem::take(&mut args.probe_binary),
@@ -218,8 +221,57 @@ pub fn run(mut args: Args) -> Result<i32> {
         write_provenance(signed, (&resolved, &wheels), &opts, &report)?;
         sign_image(key, &opts.to, &report)?;
     }
-    print_report(&report, start, args.json, args.timings);
+    print_report(&report, args.json, args.timings);
     Ok(0)
+}
+
+/// The `resolve` that writes this build's closure where the build reads it (beside the
+/// recipe), with the flags of the build that resolution reads too: a closure hint that left
+/// out `--from` sent a recipe with `system:` to its registry's base, which fails elsewhere.
+fn resolve_command(args: &Args) -> Option<String> {
+    let recipe = args.recipe.as_deref()?;
+    let mut command = format!(
+        "gpubake resolve {} -o {}",
+        recipe.display(),
+        recipe.with_extension("lock").display()
+    );
+    if let Some(from) = &args.from {
+        command.push_str(&format!(" --from {from}"));
+    }
+    for dir in &args.preset_dir {
+        command.push_str(&format!(" --preset-dir {}", dir.display()));
+    }
+    if let Some(driver) = &args.driver {
+        command.push_str(&format!(" --driver {driver}"));
+    }
+    Some(command)
+}
+
+/// A stale or missing closure's hint, which names `resolve` in general, with the command
+/// itself.
+fn with_resolve_command(e: Error, command: Option<&str>) -> Error {
+    const GENERAL: [&str; 2] = [
+        "run `gpubake resolve RECIPE -o LOCK` again",
+        "write it with `gpubake resolve RECIPE -o LOCK` where",
+    ];
+    match (e, command) {
+        (Error::Closure(mut m), Some(c)) => {
+            for hint in GENERAL {
+                m = m.replace(hint, &hint.replace("gpubake resolve RECIPE -o LOCK", c));
+            }
+            Error::Closure(m)
+        }
+        (e, _) => e,
+    }
+}
+
+/// A registry destination is asked for push access before anything is built: one that is
+/// down, or refuses the login, fails the build in seconds rather than after it.
+fn check_destination(to: &Transport) -> Result<()> {
+    match to {
+        Transport::Registry(remote) => crate::image::registry::check_push_access(remote),
+        _ => Ok(()),
+    }
 }
 
 /// An error reading the base. Reading the recipe's own base (no --from) is where a build
@@ -282,6 +334,7 @@ fn probe_image(mut args: Args, loaded: &LoadedRecipe, began: std::time::Instant)
         ));
     }
     let to = args.registry.transport(&args.to)?.destination()?;
+    check_destination(&to)?;
     let explicit = args.from.is_some();
     let from = match &args.from {
         Some(f) => args.registry.transport(f)?,
@@ -307,12 +360,11 @@ fn probe_image(mut args: Args, loaded: &LoadedRecipe, began: std::time::Instant)
         probes: std::mem::take(&mut args.probe_binary),
         closures: Vec::new(),
     };
-    let start = std::time::Instant::now();
     let resolve_s = began.elapsed().as_secs_f64();
     let mut report = crate::bake::build_probe(loaded, &probe, &opts, &platforms)?;
     report.timings.resolve_s = resolve_s;
     report.timings.total_s = began.elapsed().as_secs_f64();
-    print_report(&report, start, args.json, args.timings);
+    print_report(&report, args.json, args.timings);
     Ok(0)
 }
 
@@ -365,7 +417,8 @@ fn print_timings(report: &BuildReport) {
 }
 
 /// Each platform's closure: read from its own file or resolved into the cache (none for an
-/// image without Python).
+/// image without Python). An error names the recipe's `pip:` entry uv blames, and a hint to
+/// resolve again is the command that does it.
 fn closures(
     args: &Args,
     loaded: &LoadedRecipe,
@@ -384,6 +437,8 @@ fn closures(
         cache_dir,
     };
     crate::closure::for_build_platforms(lock, &source, only)
+        .map_err(|e| super::at_pip_entry(e, loaded))
+        .map_err(|e| with_resolve_command(e, resolve_command(args).as_deref()))
 }
 
 /// The recipe's `system:` packages, resolved against the base build reads (`from`; for an
@@ -617,24 +672,21 @@ fn sign_image(
 }
 
 /// What was built, as JSON or text.
-fn print_report(report: &BuildReport, start: std::time::Instant, json: bool, timings: bool) {
+fn print_report(report: &BuildReport, json: bool, timings: bool) {
     if json {
         super::print_json(report);
         return;
     }
-    print_layers(report, start);
+    print_layers(report);
     if timings {
         print_timings(report);
     }
 }
 
-/// The human report: the image, its manifest and its layers.
-fn print_layers(report: &BuildReport, start: std::time::Instant) {
-    println!(
-        "built {} in {:.2} s",
-        report.image,
-        start.elapsed().as_secs_f64()
-    );
+/// The human report: the image, its manifest and its layers. The time is the command's
+/// whole run, resolution and the base included, as a user timing the command sees it.
+fn print_layers(report: &BuildReport) {
+    println!("built {} in {:.2} s", report.image, report.timings.total_s);
     if report.platforms.len() > 1 {
         println!("  index    {}", report.manifest);
         for p in &report.platforms {

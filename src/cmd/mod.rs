@@ -170,8 +170,10 @@ enum Command {
     /// Check the NCCL settings of recipes, presets and nccl.conf files.
     ///
     /// Reports unknown names, values NCCL rejects, clamps or misparses, variables the pinned
-    /// NCCL does not read, and production risks. Exits 1 on errors (and on warnings with
-    /// --strict).
+    /// NCCL does not read, and production risks. Exits 0 when the files are clean, 1 when a
+    /// finding is an error (and on warnings with --strict), 2 when a file cannot be read as a
+    /// recipe, preset or nccl.conf at all: a missing file, YAML that does not parse, an
+    /// unknown field, a preset that does not exist.
     ///
     /// Example: gpubake lint recipes/*.yaml env-presets/*.yaml /etc/nccl.conf
     Lint(lint::Args),
@@ -247,6 +249,10 @@ enum Command {
     Install(install::Args),
     /// Show an image's pins (its io.gpubake.* labels), other labels, layers, presets and
     /// environment.
+    ///
+    /// For a docker:// image, also the artifacts attached to it. Their verdicts are the
+    /// listing's annotations, which anyone who can push writes, and are labelled unchecked;
+    /// with --key PUB.pem each bundle's signature is checked and the signed verdict shown.
     ///
     /// With --libraries, show instead its link closure, read statically for any image (built
     /// by gpubake or not): every ELF file's DT_NEEDED resolved as glibc's ld.so would inside
@@ -431,6 +437,36 @@ pub fn system_pins(
         .and_then(std::path::Path::parent)
         .unwrap_or(std::path::Path::new("."));
     crate::bake::system::resolve(base, loaded, dir)
+}
+
+/// A closure uv could not resolve, placed at the recipe's `pip:` entry uv names, when it
+/// names one: the recipe's line is where the fix goes.
+pub fn at_pip_entry(e: Error, loaded: &crate::recipe::LoadedRecipe) -> Error {
+    let Error::Closure(message) = &e else {
+        return e;
+    };
+    let Some((_, uv)) = message.split_once(crate::closure::UV_SAYS) else {
+        return e;
+    };
+    let name_of = |req: &str| {
+        let end = req
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .unwrap_or(req.len());
+        crate::closure::normalize(&req[..end])
+    };
+    let blamed = loaded.recipe.pip.iter().position(|req| {
+        let name = name_of(req);
+        !name.is_empty()
+            && uv
+                .split(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ','))
+                .any(|word| name_of(word) == name)
+    });
+    match blamed {
+        Some(i) => loaded
+            .doc
+            .invalid(&["pip", &i.to_string()], message.clone(), None),
+        None => e,
+    }
 }
 
 /// An error reading the recipe's own base, with the way around it: most bases are on

@@ -46,6 +46,16 @@ pub fn run(args: Args) -> Result<i32> {
     };
     let merged = |name: &str| -> Result<MergedEnv> {
         let layers = catalog.layers(&[(name.to_string(), here.clone())], None)?;
+        // A local file of a built-in preset's name wins without a word otherwise, and the
+        // values shown would not be the ones the name means elsewhere.
+        for layer in layers.iter().filter(|l| l.shadows_builtin()) {
+            eprintln!(
+                "note: preset `{}` is read from {}, which takes the place of the built-in \
+                 preset of that name",
+                layer.name,
+                layer.doc.name()
+            );
+        }
         Ok(MergedEnv::from_layers(&layers))
     };
     match args.action {

@@ -80,6 +80,25 @@ pub struct Args {
 /// Probes this node (or, with --world, every rank's), prints the report and exits with its
 /// verdict.
 pub fn run(args: Args) -> Result<i32> {
+    // The probe runs anyway (its verdict and exit code matter more than the files), but a
+    // file that cannot be written is said before a burn of minutes, not only after it.
+    let outputs = (args
+        .junit
+        .iter()
+        .map(|p| (format!("--junit {}", p.display()), p.as_path())))
+    .chain(args.emit.iter().map(|e| (e.to_string(), e.path())));
+    for (flag, path) in outputs {
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+        {
+            eprintln!(
+                "warning: {flag}: the directory {} does not exist, so the file will not be \
+                 written (the probe runs and reports all the same)",
+                dir.display()
+            );
+        }
+    }
     let opts = crate::probe::ProbeOptions {
         devices: args.devices,
         quick: args.quick,
@@ -119,15 +138,20 @@ pub fn run(args: Args) -> Result<i32> {
             ),
         }
     }
+    if !args.json {
+        println!("{}", report.verdict_line());
+    }
     // The verdict is printed before the files are written, so a file that cannot be
     // written (a missing directory) never hides it.
-    let junit = args
-        .junit
-        .map(|path| crate::fsutil::write_atomic(&path, report.to_junit().as_bytes()));
+    // Each error names the flag that asked for the file.
+    let junit = args.junit.map(|path| {
+        crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())
+            .map_err(|e| format!("--junit {}: {e}", path.display()))
+    });
     let emits = args
         .emit
         .iter()
-        .map(|emit| crate::probe::emit::write(&report, emit));
+        .map(|emit| crate::probe::emit::write(&report, emit).map_err(|e| format!("{emit}: {e}")));
     let mut unwritten = false;
     for written in junit.into_iter().chain(emits) {
         if let Err(e) = written {

@@ -85,7 +85,8 @@ pub fn run(args: Args) -> Result<i32> {
             loaded.recipe.index.as_deref(),
             args.pylock.as_deref(),
             &dir,
-        )?;
+        )
+        .map_err(|e| super::at_pip_entry(e, &loaded))?;
     }
     if args.explain {
         explain(&resolved);

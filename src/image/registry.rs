@@ -271,6 +271,15 @@ impl Session {
 
     /// The error for a failed request, saying what to do where there is something to do.
     pub(super) fn failed(&self, doing: &str, e: OciDistributionError) -> Error {
+        // Without credentials the first request only reaches the registry; "logging in"
+        // would send the reader after a login nobody set up.
+        let anonymous;
+        let doing = if self.creds_from.is_none() {
+            anonymous = doing.replace("logging in", "connecting (no login is set up)");
+            anonymous.as_str()
+        } else {
+            doing
+        };
         let text = without_queries(&e.to_string());
         if is_unauthorized(&e) {
             return self.refused(doing);
@@ -783,7 +792,18 @@ pub fn push(image: &Image, remote: &Remote) -> Result<Digest> {
         .block_on(push_async(&session, image, &reference))
 }
 
-async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result<Digest> {
+/// Asks `remote`'s registry for push access, as a push begins: a build calls it before it
+/// builds, so a registry that is down or refuses is found out in seconds, not after the
+/// build.
+pub fn check_push_access(remote: &Remote) -> Result<()> {
+    let reference = remote.parsed()?;
+    let session = Session::open(remote, &reference)?;
+    session
+        .runtime
+        .block_on(log_in_to_push(&session, &reference))
+}
+
+async fn log_in_to_push(s: &Session, reference: &Reference) -> Result<()> {
     // The token server is asked first, by gpubake, so that its refusal is reported as one.
     s.authorization(
         &[super::wire::scope(reference, "pull,push")],
@@ -794,6 +814,11 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
         .auth(reference, &s.auth, RegistryOperation::Push)
         .await
         .map_err(|e| s.failed("pushing: logging in", e))?;
+    Ok(())
+}
+
+async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result<Digest> {
+    log_in_to_push(s, reference).await?;
     let mount_from = image.origin().and_then(|o| {
         (o.registry == reference.resolve_registry() && o.repository != reference.repository())
             .then(|| Reference::with_tag(o.registry.clone(), o.repository.clone(), "latest".into()))

@@ -9,6 +9,7 @@ use crate::error::Location;
 use crate::nccl::conf::{self, Line, MAX_LEN, STRIPS_CR_SINCE, Setting};
 use crate::nccl::params::{Kind, ParamTable};
 use crate::nccl::value::strtoll;
+use crate::preset::parse_allow_comment;
 use crate::version::Version;
 use std::collections::HashMap;
 
@@ -28,6 +29,20 @@ pub(super) fn lint_nccl_conf(doc: &Document, opts: &LintOptions) -> FileReport {
     let mut findings = Vec::new();
     let mut first_seen: HashMap<&str, (usize, &str)> = HashMap::new();
     let mut crlf_reported = false;
+    // The warnings the preset behind a baked file accepted, recorded in comments by
+    // `MergedEnv::nccl_conf`, so that this lint agrees with lint of the recipe.
+    let allowed: HashMap<&str, Vec<String>> = doc
+        .text()
+        .lines()
+        .filter_map(parse_allow_comment)
+        .map(|(name, codes)| {
+            let codes = codes
+                .into_iter()
+                .filter(|c| crate::nccl::ALLOWABLE.contains(c));
+            (name, codes.map(String::from).collect())
+        })
+        .collect();
+    let no_allow = Vec::new();
     for (number, line) in conf::read(doc.text()) {
         let setting = match line {
             Line::Blank | Line::Comment => continue,
@@ -74,7 +89,8 @@ pub(super) fn lint_nccl_conf(doc: &Document, opts: &LintOptions) -> FileReport {
         let (mut issues, meant_name, meant_value) = differences(&setting);
         issues.extend(check_var(meant_name, meant_value, &ctx));
         let spots = (at(number, 1), at(number, setting.name.len() + 2));
-        findings.extend(place(issues, spots, meant_name, &[]));
+        let allow = allowed.get(meant_name).unwrap_or(&no_allow);
+        findings.extend(place(issues, spots, meant_name, allow));
     }
     FileReport {
         file: doc.name().to_string(),

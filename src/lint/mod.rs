@@ -355,6 +355,16 @@ fn error_finding(file: &str, err: &Error) -> Finding {
             },
             inv.help.clone(),
         ),
+        // These name their own place; the finding is printed at it, so the message leaves
+        // it out rather than naming the file twice.
+        Error::UnknownPreset {
+            referenced_at: at, ..
+        }
+        | Error::PresetCycle { at, .. } => {
+            let text = err.to_string();
+            let message = text.strip_prefix(&format!("{at}: ")).unwrap_or(&text);
+            (at.clone(), message.to_string(), None)
+        }
         other => (
             Location {
                 file: file.to_string(),

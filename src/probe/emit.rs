@@ -61,6 +61,25 @@ fn file_name(f: &str) -> Result<String, String> {
     }
 }
 
+impl std::fmt::Display for Emit {
+    /// As given on the command line: `--emit prometheus:FILE`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Emit::Prometheus(path) => write!(f, "--emit prometheus:{}", path.display()),
+            Emit::Nfd(path) => write!(f, "--emit nfd:{}", path.display()),
+        }
+    }
+}
+
+impl Emit {
+    /// The file it writes.
+    pub fn path(&self) -> &Path {
+        match self {
+            Emit::Prometheus(path) | Emit::Nfd(path) => path,
+        }
+    }
+}
+
 /// Writes `report` as `emit` asks.
 pub fn write(report: &Report, emit: &Emit) -> crate::Result<()> {
     let now = SystemTime::now();

@@ -66,6 +66,25 @@ impl Report {
         self.verdict().exit_code()
     }
 
+    /// The line under the probe's table that says what the verdict means, as certify's
+    /// report ends with its own: the failed checks by name, or what the machine lacks.
+    pub fn verdict_line(&self) -> String {
+        let failed: Vec<&str> = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| c.name.as_str())
+            .collect();
+        match self.verdict() {
+            Verdict::Pass => "verdict: passed".to_string(),
+            Verdict::Fail => format!("verdict: FAILED: {}", failed.join(", ")),
+            Verdict::Lacking => format!(
+                "verdict: not judged: no GPU to probe here (failed above: {})",
+                failed.join(", ")
+            ),
+        }
+    }
+
     /// The human table.
     pub fn to_text(&self) -> String {
         let mut out = String::new();

@@ -674,15 +674,23 @@ fn driver_pin(
     let family = db
         .family_floor(variant.cuda.major())
         .expect("every CUDA major has a floor");
-    if family.unconfirmed {
+    // What is unconfirmed is the exact number within the floor's driver branch (the branch
+    // itself is NVIDIA's word): a fleet floor on a later branch meets every number the floor
+    // could be, so the doubt does not concern that fleet and is not repeated on every run.
+    let fleet_settles_it = fleet
+        .as_ref()
+        .is_some_and(|(v, _)| v.major() > family.min_driver.major());
+    if family.unconfirmed && !fleet_settles_it {
         warnings.push(format!(
-            "driver floor {} for CUDA {}: {}",
+            "driver floor {} for CUDA {}: {}; a fleet floor above the {} branch (`driver:` in \
+             the recipe, or --driver) settles it and silences this warning",
             family.min_driver,
             variant.cuda.major(),
             family
                 .note
                 .as_deref()
-                .unwrap_or("exact number not confirmed")
+                .unwrap_or("exact number not confirmed"),
+            family.min_driver.major()
         ));
     }
     let recommended = db.toolkit(&variant.cuda).and_then(|t| t.ga_driver.clone());
