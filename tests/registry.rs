@@ -2475,3 +2475,98 @@ fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout()
     assert_exit(&out, 2);
     assert_eq!(common::layout_state(&existing), before);
 }
+
+impl Registry {
+    /// The file the registry stores blob `digest` in.
+    fn stored_blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Flips one byte in the middle of the blob `digest` as the registry stores it, as a disk
+    /// or a hand on the storage would.
+    fn corrupt_blob(&self, digest: &str) {
+        let path = self.stored_blob(digest);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x01;
+        std::fs::write(&path, bytes).unwrap();
+    }
+
+    /// The layer digests of `name`'s manifest, as the registry stores it.
+    fn layer_digests(&self, name: &str) -> Vec<String> {
+        self.skopeo_json(&["--raw"], name)["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["digest"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// [`Self::gpubake`] with the `auth` login and the blob cache in `cache`.
+    fn with_cache(&self, cache: &Path, args: &[&str]) -> Output {
+        self.command("auth", args)
+            .env("GPUBAKE_CACHE_DIR", cache)
+            .output()
+            .expect("the gpubake binary runs")
+    }
+}
+
+/// `--tls-verify=true` written out means HTTPS with a checked certificate, on loopback too,
+/// as skopeo reads it; left out, a loopback registry that speaks plain HTTP is reached so.
+#[test]
+fn an_explicit_tls_verify_true_means_https_even_on_loopback() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let target = reg.image("tls/base:1");
+    assert_exit(&reg.gpubake("auth", &["copy", &from_base(), &target]), 0);
+    assert_exit(&reg.gpubake("auth", &["inspect", &target]), 0);
+
+    let skopeo = Command::new("skopeo")
+        .args(["inspect", "--tls-verify=true"])
+        .args(["--creds", &format!("{USER}:{PASSWORD}")])
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(!skopeo.status.success(), "skopeo reached it over plain HTTP");
+    for args in [
+        vec!["inspect", &target, "--tls-verify=true"],
+        vec!["verify", &target, "--tls-verify=true"],
+    ] {
+        let out = reg.gpubake("auth", &args);
+        assert_exit(&out, 3);
+        assert!(
+            stderr(&out).contains("answers plain HTTP"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "copy",
+            &from_base(),
+            &reg.image("tls/other:1"),
+            "--tls-verify=true",
+        ],
+    );
+    assert_exit(&out, 3);
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "copy",
+            &target,
+            &format!("oci:{}:1", dir.path().join("back").display()),
+            "--tls-verify=true",
+        ],
+    );
+    assert_exit(&out, 3);
+    assert!(!dir.path().join("back").exists());
+}

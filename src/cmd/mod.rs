@@ -33,9 +33,10 @@ pub struct RegistryArgs {
     /// where HTTPS fails, tries plain HTTP, as skopeo does. Without the option, so it goes for
     /// a registry marked `insecure = true` in registries.conf or listed in docker's
     /// daemon.json `insecure-registries`, as skopeo and docker treat them; --tls-verify=true
-    /// checks those too. A loopback registry is reached over plain HTTP when it speaks only
-    /// that, as docker does. Credentials go over plain HTTP only to loopback or to a marked
-    /// registry.
+    /// checks those too. Without the option a loopback registry is reached over plain HTTP
+    /// when it speaks only that, as docker does; --tls-verify=true means HTTPS with a checked
+    /// certificate there too, as skopeo reads it. Credentials go over plain HTTP only to
+    /// loopback or to a marked registry.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     tls_verify: Option<bool>,
     /// Trust the CA certificates (*.crt, PEM) in this directory as well.

@@ -51,8 +51,9 @@ pub(super) const MANIFEST_TYPES: [&str; 4] = [
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
     /// Check the registry's TLS certificate (`--tls-verify=false` turns it off, and lets
-    /// plain HTTP be tried). None: check it unless the registry is marked insecure, as skopeo
-    /// does without the option.
+    /// plain HTTP be tried; `--tls-verify=true` means HTTPS, checked, even on loopback). None:
+    /// check it unless the registry is marked insecure, as skopeo does without the option,
+    /// and reach a loopback registry that speaks only plain HTTP over that, as docker does.
     pub tls_verify: Option<bool>,
     /// A directory of extra CA certificates (`*.crt`, PEM), as skopeo's `--cert-dir`.
     pub cert_dir: Option<PathBuf>,
@@ -148,7 +149,10 @@ impl Session {
             .enable_all()
             .build()
             .map_err(|e| Error::Environment(format!("cannot start an async runtime: {e}")))?;
-        let may_be_plain = !tls_verify || standing.loopback;
+        // Loopback may fall back to plain HTTP only while TLS is left to the default: an
+        // explicit --tls-verify=true asks for HTTPS with a checked certificate, as skopeo reads it.
+        let may_be_plain =
+            !tls_verify || (standing.loopback && remote.access.tls_verify.is_none());
         let scheme = runtime.block_on(scheme(&http, &registry, &what, may_be_plain))?;
         let mut config = ClientConfig {
             protocol: match scheme {
