@@ -321,7 +321,8 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
     let policy_id = identity_of(opts.policy.as_deref(), policy.as_deref());
     check_device_names(opts)?;
-    let opened = image.open_platform(opts.platform.as_ref())?;
+    // The bytes the registry serves now are judged, not the blob cache's copies of them.
+    let opened = image.open_as_served(opts.platform.as_ref())?;
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.digest()));
 

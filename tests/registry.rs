@@ -2570,3 +2570,57 @@ fn an_explicit_tls_verify_true_means_https_even_on_loopback() {
     assert_exit(&out, 3);
     assert!(!dir.path().join("back").exists());
 }
+
+/// A blob the registry serves damaged fails `verify` and `certify` (exit 1, every blob named,
+/// as for a layout), however warm the blob cache is: they judge what the registry serves now.
+#[test]
+fn verify_and_certify_judge_the_bytes_the_registry_serves_not_the_blob_cache() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("judge/app:v1");
+    let warm = dir.path().join("warm-cache");
+    let out = reg.with_cache(&warm, &build_args(&recipe, &from_base(), &target, &[]));
+    assert_exit(&out, 0);
+    // The cache now holds every blob: inspect and copy read them from there.
+    let back = format!("oci:{}:v1", dir.path().join("back").display());
+    assert_exit(&reg.with_cache(&warm, &["copy", &target, &back]), 0);
+    assert_exit(&reg.with_cache(&warm, &["verify", &target]), 0);
+
+    let layers = reg.layer_digests("judge/app:v1");
+    // The top layer holds the lock and /etc/nccl.conf that verify reads back.
+    let damaged = layers.last().unwrap().clone();
+    reg.corrupt_blob(&damaged);
+    let empty = dir.path().join("empty-cache");
+    for cache in [&warm, &empty] {
+        let out = reg.with_cache(cache, &["verify", &target]);
+        assert_exit(&out, 1);
+        let text = stdout(&out);
+        let failed: Vec<&str> = text.lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(
+            failed.iter().any(|l| l.contains(&damaged)),
+            "the damaged blob is not named:\n{text}"
+        );
+        // Every blob has its line, the damaged one failed and the others held.
+        for (i, layer) in layers.iter().enumerate() {
+            let line = text
+                .lines()
+                .find(|l| l.contains(&format!("layer {}", i + 1)))
+                .unwrap_or_else(|| panic!("no line for layer {}:\n{text}", i + 1));
+            assert_eq!(line.starts_with("FAIL"), *layer == damaged, "{line}");
+        }
+        assert!(text.contains("FAILED"), "{text}");
+
+        let out = reg.with_cache(cache, &["certify", &target, "--gpus", "none"]);
+        assert_exit(&out, 1);
+    }
+    // Judged, the registry's bytes stay out of the blob cache.
+    assert!(
+        !empty
+            .join("layout/blobs/sha256")
+            .join(damaged.trim_start_matches("sha256:"))
+            .exists()
+    );
+}

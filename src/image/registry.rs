@@ -588,14 +588,47 @@ fn is_index(media_type: &str) -> bool {
         || media_type == "application/vnd.docker.distribution.manifest.list.v2+json"
 }
 
+/// How a pull checks what the registry serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pulling {
+    /// Each blob against its digest, as it arrives (the blob cache: a build's base, inspect).
+    Digests,
+    /// Each blob kept as served, under the digest the manifest names, in a staging layout of
+    /// the pull's own, so that `verify` re-hashes it and fails a damaged one as it fails a
+    /// layout's (exit 1, every such blob named). Never for a layout that outlives the pull.
+    ToJudge,
+}
+
 /// Pulls the image into `into` (only the blobs it lacks) and returns it, read from there.
 /// `staging` is the directory `into` lives in when it is a temporary one.
 pub fn open(remote: &Remote, into: Layout, staging: Option<ScratchDir>) -> Result<Image> {
+    pull(remote, into, staging, Pulling::Digests)
+}
+
+/// Downloads every blob of the image as the registry serves it now into `into`, a fresh
+/// staging layout (its directory `staging`), for `verify` and `certify` to judge: nothing is
+/// taken from the blob cache, whose copies were verified when they were pulled and say
+/// nothing of what the registry serves now.
+pub fn open_as_served(remote: &Remote, into: Layout, staging: ScratchDir) -> Result<Image> {
+    pull(remote, into, Some(staging), Pulling::ToJudge)
+}
+
+/// The image pulled as `pulling` says.
+fn pull(
+    remote: &Remote,
+    into: Layout,
+    staging: Option<ScratchDir>,
+    pulling: Pulling,
+) -> Result<Image> {
     let reference = remote.parsed()?;
     let session = Session::open(remote, &reference)?;
-    let desc = session
-        .runtime
-        .block_on(pull_async(&session, remote, &reference, &into))?;
+    let desc = session.runtime.block_on(pull_async(
+        &session,
+        remote,
+        &reference,
+        &into,
+        pulling,
+    ))?;
     let image = Image::in_layout(into, &desc, &remote.access.platform, staging)?;
     let origin = Origin {
         registry: reference.resolve_registry().to_string(),
@@ -605,12 +638,50 @@ pub fn open(remote: &Remote, into: Layout, staging: Option<ScratchDir>) -> Resul
     Ok(image.with_origin(Some(origin)))
 }
 
-async fn pull_async(
+/// An image's manifest as the registry serves it, read without its layers: what a signature
+/// or a certificate is checked against, since the manifest's digest binds every blob.
+pub struct ManifestRead {
+    /// The manifest's digest (the platform's, for an index).
+    pub digest: Digest,
+    /// The manifest.
+    pub manifest: oci_spec::image::ImageManifest,
+    /// The config's bytes as served (checked against its digest), or why they could not be
+    /// had.
+    pub config: std::result::Result<Vec<u8>, String>,
+}
+
+/// Reads the image's manifest (descending an index for the access's platform, each checked
+/// against its digest) and its config, and none of its layers.
+pub fn read_manifest(remote: &Remote) -> Result<ManifestRead> {
+    let reference = remote.parsed()?;
+    let s = Session::open(remote, &reference)?;
+    s.runtime.block_on(async {
+        let (bytes, digest, _) = resolve_manifest(&s, remote, &reference).await?;
+        let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(&s.what, format!("manifest {digest}: {e}")))?;
+        let config = manifest.config();
+        let wanted = OciDescriptor {
+            digest: config.digest().to_string(),
+            size: i64::try_from(config.size()).unwrap_or(i64::MAX),
+            media_type: config.media_type().to_string(),
+            ..OciDescriptor::default()
+        };
+        let config = s.small_blob(&reference, &wanted, "reading the config").await;
+        Ok(ManifestRead {
+            digest: Digest::of(&bytes),
+            manifest,
+            config,
+        })
+    })
+}
+
+/// The image's manifest for the access's platform: its bytes (checked against the digest the
+/// registry gives), that digest, and its media type. An index is descended into, one level.
+async fn resolve_manifest(
     s: &Session,
     remote: &Remote,
     reference: &Reference,
-    into: &Layout,
-) -> Result<Descriptor> {
+) -> Result<(Vec<u8>, String, String)> {
     let (mut bytes, mut digest) = s.manifest_needed(reference, "reading the manifest").await?;
     let mut media_type = declared_type(&bytes);
     if is_index(&media_type) {
@@ -638,6 +709,17 @@ async fn pull_async(
             ));
         }
     }
+    Ok((bytes, digest, media_type))
+}
+
+async fn pull_async(
+    s: &Session,
+    remote: &Remote,
+    reference: &Reference,
+    into: &Layout,
+    pulling: Pulling,
+) -> Result<Descriptor> {
+    let (bytes, digest, media_type) = resolve_manifest(s, remote, reference).await?;
     // Session::manifest checked the bytes against their digest, which is what the image is
     // known by from here on.
     let ours = Digest::of(&bytes);
@@ -655,7 +737,7 @@ async fn pull_async(
         ));
     }
     for desc in std::iter::once(config).chain(manifest.layers()) {
-        fetch_blob(s, reference, desc, into).await?;
+        fetch_blob(s, reference, desc, into, pulling).await?;
     }
     into.write_blob(&bytes)?;
     Ok(descriptor(
@@ -666,12 +748,14 @@ async fn pull_async(
 }
 
 /// Downloads one blob into `into` unless it is there, resuming a broken transfer where it
-/// stopped (when the registry honours Range) and verifying the whole blob at the end.
+/// stopped (when the registry honours Range) and verifying the whole blob at the end, where
+/// a blob that does not match its digest is refused or kept as `pulling` says.
 async fn fetch_blob(
     s: &Session,
     reference: &Reference,
     desc: &Descriptor,
     into: &Layout,
+    pulling: Pulling,
 ) -> Result<()> {
     let digest = digest_of(desc)?;
     if into.has_blob(&digest, desc.size()) {
@@ -744,16 +828,22 @@ async fn fetch_blob(
             }
         }
         match broken {
-            None if have == desc.size() => {
+            // Every byte is here: an error after the last one (oci-client's own digest check
+            // of a whole-blob answer) is the commit's to name.
+            _ if have == desc.size() => {
                 let (got, _) = writer.commit()?;
-                if got != digest {
-                    let _ = std::fs::remove_file(into.blob_path(&got));
-                    return Err(Error::image(
-                        &s.what,
-                        format!("blob {digest} arrived with content {got}"),
-                    ));
+                if got == digest {
+                    return Ok(());
                 }
-                return Ok(());
+                if pulling == Pulling::ToJudge {
+                    let (from, to) = (into.blob_path(&got), into.blob_path(&digest));
+                    return std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e));
+                }
+                let _ = std::fs::remove_file(into.blob_path(&got));
+                return Err(Error::image(
+                    &s.what,
+                    format!("blob {digest} arrived with content {got}"),
+                ));
             }
             None => {
                 last = format!("the transfer ended after {have} of {} bytes", desc.size());

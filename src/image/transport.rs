@@ -291,6 +291,24 @@ impl Transport {
         Ok(image)
     }
 
+    /// Reads the image as its source serves it now, for `verify` and `certify` to judge, as
+    /// [`Transport::open_platform`] does. A registry image's blobs are all downloaded afresh
+    /// into a staging layout, never taken from the blob cache (whose copies were verified
+    /// once and would stand in for the registry's bytes), and a blob served with other content
+    /// is kept there under its digest, for verify to re-hash and fail as it fails a layout's.
+    pub fn open_as_served(&self, platform: Option<&Platform>) -> Result<Image> {
+        let Transport::Registry(remote) = self else {
+            return self.open_platform(platform);
+        };
+        let mut remote = remote.clone();
+        remote.access.platform = platform.cloned().unwrap_or_else(|| self.default_platform());
+        let staging = staging_dir()?;
+        let layout = Layout::create(staging.path())?.named(self.to_string());
+        let image = registry::open_as_served(&remote, layout, staging)?;
+        self.platform_of(&image, platform)?;
+        Ok(image)
+    }
+
     /// Reads the image; for an index, the entry for `platform`.
     pub fn open_for(&self, platform: &Platform) -> Result<Image> {
         let platform = platform.clone();
