@@ -1412,8 +1412,8 @@ fn a_certificate_is_believed_only_signed_with_the_key_for_this_digest_and_passin
         stdout(&out)
     );
 
-    // One flipped byte in a layer, as the registry stores it, fails verification at that
-    // layer, whatever is signed.
+    // One flipped byte in a layer, as the registry stores it, fails the full re-hash
+    // (--blobs) at that layer, whatever is signed; the gate alone reads no layer.
     let manifest = reg.skopeo_json(&["--raw"], "forged/app:v1");
     let layer = manifest["layers"][0]["digest"]
         .as_str()
@@ -1425,7 +1425,9 @@ fn a_certificate_is_believed_only_signed_with_the_key_for_this_digest_and_passin
         &hex[..2]
     ));
     common::flip_byte(&blob, 100);
-    let out = reg.trusted("auth", &passing);
+    let mut with_blobs = passing.to_vec();
+    with_blobs.push("--blobs");
+    let out = reg.trusted("auth", &with_blobs);
     assert_exit(&out, 1);
     assert!(
         stdout(&out).contains("FAIL") && stdout(&out).contains(&layer[..19]),
@@ -2623,4 +2625,70 @@ fn verify_and_certify_judge_the_bytes_the_registry_serves_not_the_blob_cache() {
             .join(damaged.trim_start_matches("sha256:"))
             .exists()
     );
+}
+
+/// The CI gate (`verify --certified --key`, `verify --key`) checks the signature or the
+/// certificate against the manifest's digest, which binds every layer, without downloading a
+/// layer; `--blobs` adds the full re-hash of what the registry serves.
+#[test]
+fn the_gate_checks_what_is_signed_for_the_digest_without_downloading_layers() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("gate/app:v1");
+    let (key, public) = keypair(dir.path());
+    let cache = dir.path().join("cache");
+    let out = reg.with_cache(
+        &cache,
+        &build_args(&recipe, &from_base(), &target, &["--key", &key]),
+    );
+    assert_exit(&out, 0);
+    let out = reg.with_cache(
+        &cache,
+        &[
+            "certify", &target, "--gpus", "none", "--attach", "--key", &key,
+        ],
+    );
+    assert_exit(&out, 0);
+
+    // Every layer damaged in the registry's storage: a gate that read one would fail.
+    let layers = reg.layer_digests("gate/app:v1");
+    for layer in &layers {
+        reg.corrupt_blob(layer);
+    }
+    let fresh = dir.path().join("fresh-cache");
+    let certified = [
+        "verify",
+        &target,
+        "--certified",
+        "--key",
+        &public,
+        "--static-ok",
+    ];
+    for gate in [&certified[..], &["verify", &target, "--key", &public]] {
+        let start = Instant::now();
+        let out = reg.with_cache(&fresh, gate);
+        let took = start.elapsed();
+        assert_exit(&out, 0);
+        let text = stdout(&out);
+        assert!(
+            text.contains(&format!("{} not downloaded", layers.len())),
+            "{text}"
+        );
+        eprintln!("{gate:?}: {:.2} s", took.as_secs_f64());
+        // The full re-hash is its own step, and judges the registry's bytes.
+        let mut with_blobs = gate.to_vec();
+        with_blobs.push("--blobs");
+        let out = reg.with_cache(&fresh, &with_blobs);
+        assert_exit(&out, 1);
+        let text = stdout(&out);
+        for layer in &layers {
+            assert!(
+                text.lines().any(|l| l.starts_with("FAIL") && l.contains(layer)),
+                "{layer} is not named:\n{text}"
+            );
+        }
+    }
 }
