@@ -2363,9 +2363,9 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     let out = reg.skopeo_inspect(&[], "team/t:1");
     assert!(!out.status.success(), "a refused copy left a tag");
 
-    // A blob changed on disk after the image was read: the registry refuses its upload (the
-    // digest is not the content's), and the message names the blob without the upload URL's
-    // state token.
+    // A blob changed on disk after the image was read: the push checks it as it streams and
+    // stops before the registry has it whole (the digest is not the content's), and the
+    // message names the blob and what it holds, without the upload URL's state token.
     let layout = dir.path().join("layout");
     run(Command::new("cp")
         .arg("-r")
@@ -2398,22 +2398,18 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     assert!(err.contains(&layer), "{err}");
     assert!(!err.contains("_state"), "{err}");
     assert!(
-        err.contains(&format!(
-            "pushing blob {layer}: the registry answered 400: provided digest did not match \
-             uploaded content (DIGEST_INVALID)"
-        )),
+        err.contains(&format!("blob {layer} has content sha256:")),
         "{err}"
     );
+    assert!(!reg.skopeo_inspect(&[], "team/refused:1").status.success());
 }
 
-#[test]
-fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout() {
+/// Pushes, with skopeo, the busybox base with a config that lists another diff id for its
+/// first layer to `remote`: every blob matches its digest, so skopeo pushes it as it is.
+/// Returns that layer's digest.
+fn push_wrong_diff_id(reg: &Registry, dir: &Path, remote: &str) -> String {
     use gpubake::image::layout::{Layout, descriptor, digest_of};
-    let Some(reg) = Registry::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    // The busybox base with a config that lists another diff id for its first layer: every
-    // blob matches its digest, so skopeo pushes it as it is.
-    let wrong = dir.path().join("wrong");
+    let wrong = dir.join("wrong");
     run(Command::new("cp").arg("-r").arg(common::base()).arg(&wrong));
     let store = Layout::open(&wrong).unwrap();
     let desc = store.find(Some("latest")).unwrap();
@@ -2443,12 +2439,27 @@ fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout()
             "latest",
         )
         .unwrap();
-    let remote = reg.image("bad/diff:1");
+    let reach = match reg.wire {
+        Wire::Tls => format!("--dest-cert-dir={}", reg.certs()),
+        Wire::Plain => "--dest-tls-verify=false".to_string(),
+    };
     run(Command::new("skopeo")
-        .args(["copy", "--dest-cert-dir", &reg.certs()])
+        .args(["copy", &reach])
         .args(["--dest-creds", &format!("{USER}:{PASSWORD}")])
         .arg(format!("oci:{}:latest", wrong.display()))
-        .arg(&remote));
+        .arg(remote));
+    manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let remote = reg.image("bad/diff:1");
+    push_wrong_diff_id(&reg, dir.path(), &remote);
 
     let fresh = dir.path().join("fresh");
     let out = reg.copy("auth", &remote, &format!("oci:{}:1", fresh.display()));
@@ -2536,7 +2547,10 @@ fn an_explicit_tls_verify_true_means_https_even_on_loopback() {
         .arg(&target)
         .output()
         .unwrap();
-    assert!(!skopeo.status.success(), "skopeo reached it over plain HTTP");
+    assert!(
+        !skopeo.status.success(),
+        "skopeo reached it over plain HTTP"
+    );
     for args in [
         vec!["inspect", &target, "--tls-verify=true"],
         vec!["verify", &target, "--tls-verify=true"],
@@ -2686,9 +2700,142 @@ fn the_gate_checks_what_is_signed_for_the_digest_without_downloading_layers() {
         let text = stdout(&out);
         for layer in &layers {
             assert!(
-                text.lines().any(|l| l.starts_with("FAIL") && l.contains(layer)),
+                text.lines()
+                    .any(|l| l.starts_with("FAIL") && l.contains(layer)),
                 "{layer} is not named:\n{text}"
             );
         }
     }
+}
+
+/// The names of the files created or moved into `dir` (not below it) while `during` runs.
+fn names_landing_in(dir: &Path, during: impl FnOnce()) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: inotify_init1 and inotify_add_watch take no pointers but the path, a valid C
+    // string that outlives the call.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(fd >= 0, "inotify_init1 failed");
+    let watch =
+        unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) };
+    assert!(watch >= 0, "inotify_add_watch failed");
+    during();
+    let mut names = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        // SAFETY: the buffer is valid for its length; the descriptor is ours and open.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0;
+        let header = std::mem::size_of::<libc::inotify_event>();
+        while at + header <= n as usize {
+            // The name's length sits after wd, mask and cookie, four bytes each.
+            let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+            let name = &buf[at + header..at + header + len];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(len);
+            names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+            at += header + len;
+        }
+    }
+    // SAFETY: closes the descriptor opened above, once.
+    unsafe { libc::close(fd) };
+    names
+}
+
+/// A pull checks each layer (digest, tar stream, diff id) while it streams into a temporary
+/// file, which takes the blob's name only when all hold: a layer that is not its diff id
+/// never appears in the layout, even for a moment.
+#[test]
+fn a_pulled_layer_is_checked_as_it_streams_and_lands_only_when_it_holds() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let remote = reg.image("bad/diff:1");
+    let layer = push_wrong_diff_id(&reg, dir.path(), &remote);
+    let layout = dir.path().join("existing");
+    gpubake::image::layout::Layout::create(&layout).unwrap();
+    let mut out = None;
+    let landed = names_landing_in(&layout.join("blobs/sha256"), || {
+        out = Some(reg.gpubake(
+            "auth",
+            &["copy", &remote, &format!("oci:{}:1", layout.display())],
+        ));
+    });
+    let out = out.unwrap();
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("but the config says"),
+        "{}",
+        stderr(&out)
+    );
+    let hex = layer.trim_start_matches("sha256:");
+    assert!(
+        !landed.iter().any(|n| n == hex),
+        "the bad layer took its name in the layout before it was checked: {landed:?}"
+    );
+    // Only temporary files came and went (and the config, which holds).
+    assert!(landed.iter().any(|n| n.starts_with(".tmp-")), "{landed:?}");
+}
+
+/// A push reads each blob once, checking it as it streams up: a layer that can be read only
+/// once (a FIFO written once) is pushed, and the image arrives whole.
+#[test]
+fn a_push_reads_each_blob_once() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("once");
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(common::base())
+        .arg(&layout));
+    let source: gpubake::image::Transport =
+        format!("oci:{}:latest", layout.display()).parse().unwrap();
+    let image = source.open().unwrap();
+    let layer = image.manifest().layers()[0].digest().to_string();
+    let blob = layout
+        .join("blobs/sha256")
+        .join(layer.trim_start_matches("sha256:"));
+    let bytes = std::fs::read(&blob).unwrap();
+    std::fs::remove_file(&blob).unwrap();
+    let fifo = std::ffi::CString::new(blob.display().to_string()).unwrap();
+    // SAFETY: mkfifo takes a valid C string that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let writer = std::thread::spawn(move || {
+        // Opening blocks until gpubake opens the FIFO to read; the bytes go out once.
+        std::fs::write(&blob, bytes).unwrap();
+    });
+    let target = reg.image("once/base:1");
+    let mut child = reg
+        .command(
+            "auth",
+            &["copy", &format!("oci:{}:latest", layout.display()), &target],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the copy waited for a second read of {layer}:\n{}",
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    writer.join().unwrap();
+    assert_eq!(
+        reg.skopeo_digest("once/base:1"),
+        layout_digest(&common::base(), "latest")
+    );
 }

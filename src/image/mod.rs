@@ -16,6 +16,7 @@ pub mod registry;
 pub mod sbom;
 pub mod signature;
 pub mod stream;
+pub mod streamcheck;
 pub mod tarstream;
 pub mod transport;
 pub mod unpack;
