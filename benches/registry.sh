@@ -5,6 +5,9 @@
 # certificate, as tests/registry.rs runs it. Each tool pushes to a repository of its own (so
 # neither finds the other's blobs) and pulls into a new OCI layout; each round starts with an
 # empty registry, and the rounds alternate which tool goes first. Prints a table; the raw timings go to OUT.
+# Then the CI gate on the same image: certified once (`certify --gpus none --attach`), it is
+# checked with `verify --certified --key` (manifest, config, certificate: no layer is
+# downloaded) and with `--blobs` added (every blob downloaded and re-hashed as well).
 # usage: benches/registry.sh GPUBAKE OUT [ROUNDS] [MIB]
 set -euo pipefail
 gpubake=$(realpath "$1")
@@ -15,7 +18,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 registry_pid=
 cleanup() {
-  [ -n "$registry_pid" ] && kill "$registry_pid" 2>/dev/null || true
+  # The rounds run in a subshell (piped to tee): the registry's pid comes from its file.
+  [ -f "$work/registry.pid" ] && kill "$(cat "$work/registry.pid")" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -44,6 +48,7 @@ serve() {
   rm -rf "$work/data"
   docker-registry serve "$work/config.yml" >>"$work/registry.log" 2>&1 &
   registry_pid=$!
+  echo "$registry_pid" > "$work/registry.pid"
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return; sleep 0.1; done
   echo "the registry did not start; see $work/registry.log" >&2
   exit 1
@@ -91,6 +96,20 @@ run() { # TOOL OP ROUND: one timed copy
       for tool in $order; do run "$tool" "$op" "$round"; done
     done
   done
+  # The gate, on the image as gpubake pushed it in the last round.
+  target="docker://$host/bench/gpubake-$rounds:v1"
+  GPUBAKE_KEY_PASSPHRASE= "$gpubake" key generate --output-prefix "$work/gate" >/dev/null 2>&1
+  GPUBAKE_KEY_PASSPHRASE= "$gpubake" certify "$target" --gpus none --attach --key "$work/gate.key" \
+    --cert-dir "$work/certs" >/dev/null 2>&1
+  for step in gate gate+blobs; do
+    extra=(); [ "$step" = gate+blobs ] && extra=(--blobs)
+    start=$(date +%s.%N)
+    rc=0
+    "$gpubake" verify "$target" --certified --static-ok --key "$work/gate.pub" "${extra[@]}" \
+      --cert-dir "$work/certs" >/dev/null 2>&1 || rc=$?
+    end=$(date +%s.%N)
+    echo "gpubake $step 1 $(echo "$end - $start" | bc) exit $rc"
+  done
 } | tee "$out" >/dev/null
 
 awk -v bytes="$bytes" '
@@ -103,4 +122,6 @@ awk -v bytes="$bytes" '
       g = t["gpubake " op] / n["gpubake " op]; s = t["skopeo " op] / n["skopeo " op]
       printf "%-6s %12.2f %12.2f %11.2fx %14.1f\n", op, g, s, g / s, bytes / g / 1e6
     }
+    printf "verify --certified --key (the gate): %.2f s; with --blobs: %.2f s\n", \
+      t["gpubake gate"], t["gpubake gate+blobs"]
   }' "$out"

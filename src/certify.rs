@@ -336,7 +336,8 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     let policy = opts.policy.as_deref().map(read_policy).transpose()?;
     let policy_id = identity_of(opts.policy.as_deref(), policy.as_deref());
     check_device_names(opts)?;
-    let opened = image.open_platform(opts.platform.as_ref())?;
+    // The bytes the registry serves now are judged, not the blob cache's copies of them.
+    let opened = image.open_as_served(opts.platform.as_ref())?;
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.digest()));
 
@@ -1160,13 +1161,78 @@ fn in_runtime(
     runtime.run(&bundle, wait).map_err(|e| e.to_string())
 }
 
-/// `verify`'s checks, and a check that the image's manifest carries a simple signature
-/// (`sha256-<hex>.sig`, as podman and skopeo check at pull) made with `key` for this
-/// repository (`verify --key`).
+/// The image's digest and the checks that read it, for a check of what is signed or
+/// attached for that digest. With `blobs`, every blob is downloaded as the registry serves
+/// it and `verify`'s checks are made. Without, only the manifest and the config are read,
+/// each checked against its digest: the manifest's digest binds every layer's, so a
+/// signature or certificate of it speaks for them, and the layers are left to a pull (which
+/// verifies each) or to `--blobs`.
+fn judged_digest(
+    image: &Transport,
+    remote: &crate::image::registry::Remote,
+    platform: Option<&Platform>,
+    blobs: bool,
+) -> Result<(Digest, Verification)> {
+    if blobs {
+        let img = image.open_as_served(platform)?;
+        let v = verify_image(&img, image)?;
+        return Ok((img.digest().clone(), v));
+    }
+    let mut remote = remote.clone();
+    if let Some(p) = platform {
+        remote.access.platform = p.clone();
+    }
+    let read = crate::image::registry::read_manifest(&remote)?;
+    let mut v = Verification {
+        image: image.to_string(),
+        checks: Vec::new(),
+    };
+    v.check(
+        "manifest",
+        crate::bake::inspect::manifest_check(&read.manifest, &read.digest),
+    );
+    let config_digest = read.manifest.config().digest().to_string();
+    let config = read.config.and_then(|bytes| {
+        serde_json::from_slice::<Value>(&bytes).map_err(|e| format!("config {config_digest}: {e}"))
+    });
+    if let (Ok(config), Some(want)) = (&config, platform)
+        && let (Some(os), Some(architecture)) =
+            (config["os"].as_str(), config["architecture"].as_str())
+    {
+        let has = Platform {
+            os: os.to_string(),
+            architecture: architecture.to_string(),
+            variant: config["variant"].as_str().map(String::from),
+        };
+        if !want.accepts(&has) {
+            return Err(Error::Usage(format!(
+                "{image}: the image is for {has} only, not {want}; leave --platform out or \
+                 name {has}"
+            )));
+        }
+    }
+    v.check("config blob", config.map(|_| config_digest));
+    let layers = read.manifest.layers().len();
+    v.checks.push(crate::verdict::Check::new(
+        "structure",
+        "layers",
+        Status::Skip,
+        format!(
+            "{layers} not downloaded: the manifest's digest binds them; --blobs re-hashes each \
+             as the registry serves it"
+        ),
+    ));
+    Ok((read.digest, v))
+}
+
+/// A check that the image's manifest carries a simple signature (`sha256-<hex>.sig`, as
+/// podman and skopeo check at pull) made with `key` for this repository (`verify --key`),
+/// after the checks of [`judged_digest`] (`verify`'s, with `blobs`).
 pub fn verify_signed(
     image: &Transport,
     platform: Option<&Platform>,
     key: &PublicKey,
+    blobs: bool,
 ) -> Result<Verification> {
     let Transport::Registry(remote) = image else {
         return Err(Error::Usage(format!(
@@ -1174,9 +1240,7 @@ pub fn verify_signed(
              the image as docker://REGISTRY/NAME:TAG"
         )));
     };
-    let img = image.open_platform(platform)?;
-    let mut v = verify_image(&img, image)?;
-    let digest = img.digest().clone();
+    let (digest, mut v) = judged_digest(image, remote, platform, blobs)?;
     let reference = remote.parsed()?;
     let repository = format!("{}/{}", reference.registry(), reference.repository());
     let mut why = Vec::new();
@@ -1227,15 +1291,16 @@ pub struct Requirements {
     pub policy_sha256: Option<String>,
 }
 
-/// `verify`'s checks, and a check that a registry holds a certificate of this exact image,
-/// signed with `key`, whose verdict passed and whose probe ran on GPUs (`verify
-/// --certified`). Unsigned certificates, and bundles that do not verify with the key, are
-/// named with the reason and never accepted.
+/// A check that a registry holds a certificate of this exact image, signed with `key`,
+/// whose verdict passed and whose probe ran on GPUs (`verify --certified`), after the checks
+/// of [`judged_digest`] (`verify`'s, with `blobs`). Unsigned certificates, and bundles that
+/// do not verify with the key, are named with the reason and never accepted.
 pub fn verify_certified(
     image: &Transport,
     platform: Option<&Platform>,
     key: &PublicKey,
     wanted: &Requirements,
+    blobs: bool,
 ) -> Result<Verification> {
     let Transport::Registry(remote) = image else {
         return Err(Error::Usage(format!(
@@ -1243,9 +1308,7 @@ pub fn verify_certified(
              as docker://REGISTRY/NAME:TAG"
         )));
     };
-    let img = image.open_platform(platform)?;
-    let mut v = verify_image(&img, image)?;
-    let digest = img.digest().clone();
+    let (digest, mut v) = judged_digest(image, remote, platform, blobs)?;
     let mut found = Vec::new();
     // Each referrer is judged on its own: one that cannot be read (pushed broken, or gone)
     // is named among the refused and never hides a good certificate beside it.

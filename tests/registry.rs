@@ -1412,8 +1412,8 @@ fn a_certificate_is_believed_only_signed_with_the_key_for_this_digest_and_passin
         stdout(&out)
     );
 
-    // One flipped byte in a layer, as the registry stores it, fails verification at that
-    // layer, whatever is signed.
+    // One flipped byte in a layer, as the registry stores it, fails the full re-hash
+    // (--blobs) at that layer, whatever is signed; the gate alone reads no layer.
     let manifest = reg.skopeo_json(&["--raw"], "forged/app:v1");
     let layer = manifest["layers"][0]["digest"]
         .as_str()
@@ -1425,7 +1425,9 @@ fn a_certificate_is_believed_only_signed_with_the_key_for_this_digest_and_passin
         &hex[..2]
     ));
     common::flip_byte(&blob, 100);
-    let out = reg.trusted("auth", &passing);
+    let mut with_blobs = passing.to_vec();
+    with_blobs.push("--blobs");
+    let out = reg.trusted("auth", &with_blobs);
     assert_exit(&out, 1);
     assert!(
         stdout(&out).contains("FAIL") && stdout(&out).contains(&layer[..19]),
@@ -2361,9 +2363,9 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     let out = reg.skopeo_inspect(&[], "team/t:1");
     assert!(!out.status.success(), "a refused copy left a tag");
 
-    // A blob changed on disk after the image was read: the registry refuses its upload (the
-    // digest is not the content's), and the message names the blob without the upload URL's
-    // state token.
+    // A blob changed on disk after the image was read: the push checks it as it streams and
+    // stops before the registry has it whole (the digest is not the content's), and the
+    // message names the blob and what it holds, without the upload URL's state token.
     let layout = dir.path().join("layout");
     run(Command::new("cp")
         .arg("-r")
@@ -2396,22 +2398,18 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     assert!(err.contains(&layer), "{err}");
     assert!(!err.contains("_state"), "{err}");
     assert!(
-        err.contains(&format!(
-            "pushing blob {layer}: the registry answered 400: provided digest did not match \
-             uploaded content (DIGEST_INVALID)"
-        )),
+        err.contains(&format!("blob {layer} has content sha256:")),
         "{err}"
     );
+    assert!(!reg.skopeo_inspect(&[], "team/refused:1").status.success());
 }
 
-#[test]
-fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout() {
+/// Pushes, with skopeo, the busybox base with a config that lists another diff id for its
+/// first layer to `remote`: every blob matches its digest, so skopeo pushes it as it is.
+/// Returns that layer's digest.
+fn push_wrong_diff_id(reg: &Registry, dir: &Path, remote: &str) -> String {
     use gpubake::image::layout::{Layout, descriptor, digest_of};
-    let Some(reg) = Registry::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    // The busybox base with a config that lists another diff id for its first layer: every
-    // blob matches its digest, so skopeo pushes it as it is.
-    let wrong = dir.path().join("wrong");
+    let wrong = dir.join("wrong");
     run(Command::new("cp").arg("-r").arg(common::base()).arg(&wrong));
     let store = Layout::open(&wrong).unwrap();
     let desc = store.find(Some("latest")).unwrap();
@@ -2441,12 +2439,27 @@ fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout()
             "latest",
         )
         .unwrap();
-    let remote = reg.image("bad/diff:1");
+    let reach = match reg.wire {
+        Wire::Tls => format!("--dest-cert-dir={}", reg.certs()),
+        Wire::Plain => "--dest-tls-verify=false".to_string(),
+    };
     run(Command::new("skopeo")
-        .args(["copy", "--dest-cert-dir", &reg.certs()])
+        .args(["copy", &reach])
         .args(["--dest-creds", &format!("{USER}:{PASSWORD}")])
         .arg(format!("oci:{}:latest", wrong.display()))
-        .arg(&remote));
+        .arg(remote));
+    manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let remote = reg.image("bad/diff:1");
+    push_wrong_diff_id(&reg, dir.path(), &remote);
 
     let fresh = dir.path().join("fresh");
     let out = reg.copy("auth", &remote, &format!("oci:{}:1", fresh.display()));
@@ -2474,4 +2487,355 @@ fn a_registry_image_whose_layer_is_not_its_diff_id_is_not_copied_into_a_layout()
     let out = reg.copy("auth", &remote, &format!("oci:{}:1", existing.display()));
     assert_exit(&out, 2);
     assert_eq!(common::layout_state(&existing), before);
+}
+
+impl Registry {
+    /// The file the registry stores blob `digest` in.
+    fn stored_blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Flips one byte in the middle of the blob `digest` as the registry stores it, as a disk
+    /// or a hand on the storage would.
+    fn corrupt_blob(&self, digest: &str) {
+        let path = self.stored_blob(digest);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x01;
+        std::fs::write(&path, bytes).unwrap();
+    }
+
+    /// The layer digests of `name`'s manifest, as the registry stores it.
+    fn layer_digests(&self, name: &str) -> Vec<String> {
+        self.skopeo_json(&["--raw"], name)["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["digest"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// [`Self::gpubake`] with the `auth` login and the blob cache in `cache`.
+    fn with_cache(&self, cache: &Path, args: &[&str]) -> Output {
+        self.command("auth", args)
+            .env("GPUBAKE_CACHE_DIR", cache)
+            .output()
+            .expect("the gpubake binary runs")
+    }
+}
+
+/// `--tls-verify=true` written out means HTTPS with a checked certificate, on loopback too,
+/// as skopeo reads it; left out, a loopback registry that speaks plain HTTP is reached so.
+#[test]
+fn an_explicit_tls_verify_true_means_https_even_on_loopback() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let target = reg.image("tls/base:1");
+    assert_exit(&reg.gpubake("auth", &["copy", &from_base(), &target]), 0);
+    assert_exit(&reg.gpubake("auth", &["inspect", &target]), 0);
+
+    let skopeo = Command::new("skopeo")
+        .args(["inspect", "--tls-verify=true"])
+        .args(["--creds", &format!("{USER}:{PASSWORD}")])
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(
+        !skopeo.status.success(),
+        "skopeo reached it over plain HTTP"
+    );
+    for args in [
+        vec!["inspect", &target, "--tls-verify=true"],
+        vec!["verify", &target, "--tls-verify=true"],
+    ] {
+        let out = reg.gpubake("auth", &args);
+        assert_exit(&out, 3);
+        assert!(
+            stderr(&out).contains("answers plain HTTP"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "copy",
+            &from_base(),
+            &reg.image("tls/other:1"),
+            "--tls-verify=true",
+        ],
+    );
+    assert_exit(&out, 3);
+    let out = reg.gpubake(
+        "auth",
+        &[
+            "copy",
+            &target,
+            &format!("oci:{}:1", dir.path().join("back").display()),
+            "--tls-verify=true",
+        ],
+    );
+    assert_exit(&out, 3);
+    assert!(!dir.path().join("back").exists());
+}
+
+/// A blob the registry serves damaged fails `verify` and `certify` (exit 1, every blob named,
+/// as for a layout), however warm the blob cache is: they judge what the registry serves now.
+#[test]
+fn verify_and_certify_judge_the_bytes_the_registry_serves_not_the_blob_cache() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("judge/app:v1");
+    let warm = dir.path().join("warm-cache");
+    let out = reg.with_cache(&warm, &build_args(&recipe, &from_base(), &target, &[]));
+    assert_exit(&out, 0);
+    // The cache now holds every blob: inspect and copy read them from there.
+    let back = format!("oci:{}:v1", dir.path().join("back").display());
+    assert_exit(&reg.with_cache(&warm, &["copy", &target, &back]), 0);
+    assert_exit(&reg.with_cache(&warm, &["verify", &target]), 0);
+
+    let layers = reg.layer_digests("judge/app:v1");
+    // The top layer holds the lock and /etc/nccl.conf that verify reads back.
+    let damaged = layers.last().unwrap().clone();
+    reg.corrupt_blob(&damaged);
+    let empty = dir.path().join("empty-cache");
+    for cache in [&warm, &empty] {
+        let out = reg.with_cache(cache, &["verify", &target]);
+        assert_exit(&out, 1);
+        let text = stdout(&out);
+        let failed: Vec<&str> = text.lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(
+            failed.iter().any(|l| l.contains(&damaged)),
+            "the damaged blob is not named:\n{text}"
+        );
+        // Every blob has its line, the damaged one failed and the others held.
+        for (i, layer) in layers.iter().enumerate() {
+            let line = text
+                .lines()
+                .find(|l| l.contains(&format!("layer {}", i + 1)))
+                .unwrap_or_else(|| panic!("no line for layer {}:\n{text}", i + 1));
+            assert_eq!(line.starts_with("FAIL"), *layer == damaged, "{line}");
+        }
+        assert!(text.contains("FAILED"), "{text}");
+
+        let out = reg.with_cache(cache, &["certify", &target, "--gpus", "none"]);
+        assert_exit(&out, 1);
+    }
+    // Judged, the registry's bytes stay out of the blob cache.
+    assert!(
+        !empty
+            .join("layout/blobs/sha256")
+            .join(damaged.trim_start_matches("sha256:"))
+            .exists()
+    );
+}
+
+/// The CI gate (`verify --certified --key`, `verify --key`) checks the signature or the
+/// certificate against the manifest's digest, which binds every layer, without downloading a
+/// layer; `--blobs` adds the full re-hash of what the registry serves.
+#[test]
+fn the_gate_checks_what_is_signed_for_the_digest_without_downloading_layers() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let target = reg.image("gate/app:v1");
+    let (key, public) = keypair(dir.path());
+    let cache = dir.path().join("cache");
+    let out = reg.with_cache(
+        &cache,
+        &build_args(&recipe, &from_base(), &target, &["--key", &key]),
+    );
+    assert_exit(&out, 0);
+    let out = reg.with_cache(
+        &cache,
+        &[
+            "certify", &target, "--gpus", "none", "--attach", "--key", &key,
+        ],
+    );
+    assert_exit(&out, 0);
+
+    // Every layer damaged in the registry's storage: a gate that read one would fail.
+    let layers = reg.layer_digests("gate/app:v1");
+    for layer in &layers {
+        reg.corrupt_blob(layer);
+    }
+    let fresh = dir.path().join("fresh-cache");
+    let certified = [
+        "verify",
+        &target,
+        "--certified",
+        "--key",
+        &public,
+        "--static-ok",
+    ];
+    for gate in [&certified[..], &["verify", &target, "--key", &public]] {
+        let start = Instant::now();
+        let out = reg.with_cache(&fresh, gate);
+        let took = start.elapsed();
+        assert_exit(&out, 0);
+        let text = stdout(&out);
+        assert!(
+            text.contains(&format!("{} not downloaded", layers.len())),
+            "{text}"
+        );
+        eprintln!("{gate:?}: {:.2} s", took.as_secs_f64());
+        // The full re-hash is its own step, and judges the registry's bytes.
+        let mut with_blobs = gate.to_vec();
+        with_blobs.push("--blobs");
+        let out = reg.with_cache(&fresh, &with_blobs);
+        assert_exit(&out, 1);
+        let text = stdout(&out);
+        for layer in &layers {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("FAIL") && l.contains(layer)),
+                "{layer} is not named:\n{text}"
+            );
+        }
+    }
+}
+
+/// The names of the files created or moved into `dir` (not below it) while `during` runs.
+fn names_landing_in(dir: &Path, during: impl FnOnce()) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: inotify_init1 and inotify_add_watch take no pointers but the path, a valid C
+    // string that outlives the call.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(fd >= 0, "inotify_init1 failed");
+    let watch =
+        unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) };
+    assert!(watch >= 0, "inotify_add_watch failed");
+    during();
+    let mut names = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        // SAFETY: the buffer is valid for its length; the descriptor is ours and open.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0;
+        let header = std::mem::size_of::<libc::inotify_event>();
+        while at + header <= n as usize {
+            // The name's length sits after wd, mask and cookie, four bytes each.
+            let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+            let name = &buf[at + header..at + header + len];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(len);
+            names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+            at += header + len;
+        }
+    }
+    // SAFETY: closes the descriptor opened above, once.
+    unsafe { libc::close(fd) };
+    names
+}
+
+/// A pull checks each layer (digest, tar stream, diff id) while it streams into a temporary
+/// file, which takes the blob's name only when all hold: a layer that is not its diff id
+/// never appears in the layout, even for a moment.
+#[test]
+fn a_pulled_layer_is_checked_as_it_streams_and_lands_only_when_it_holds() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let remote = reg.image("bad/diff:1");
+    let layer = push_wrong_diff_id(&reg, dir.path(), &remote);
+    let layout = dir.path().join("existing");
+    gpubake::image::layout::Layout::create(&layout).unwrap();
+    let mut out = None;
+    let landed = names_landing_in(&layout.join("blobs/sha256"), || {
+        out = Some(reg.gpubake(
+            "auth",
+            &["copy", &remote, &format!("oci:{}:1", layout.display())],
+        ));
+    });
+    let out = out.unwrap();
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("but the config says"),
+        "{}",
+        stderr(&out)
+    );
+    let hex = layer.trim_start_matches("sha256:");
+    assert!(
+        !landed.iter().any(|n| n == hex),
+        "the bad layer took its name in the layout before it was checked: {landed:?}"
+    );
+    // Only temporary files came and went (and the config, which holds).
+    assert!(landed.iter().any(|n| n.starts_with(".tmp-")), "{landed:?}");
+}
+
+/// A push reads each blob once, checking it as it streams up: a layer that can be read only
+/// once (a FIFO written once) is pushed, and the image arrives whole.
+#[test]
+fn a_push_reads_each_blob_once() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("once");
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(common::base())
+        .arg(&layout));
+    let source: gpubake::image::Transport =
+        format!("oci:{}:latest", layout.display()).parse().unwrap();
+    let image = source.open().unwrap();
+    let layer = image.manifest().layers()[0].digest().to_string();
+    let blob = layout
+        .join("blobs/sha256")
+        .join(layer.trim_start_matches("sha256:"));
+    let bytes = std::fs::read(&blob).unwrap();
+    std::fs::remove_file(&blob).unwrap();
+    let fifo = std::ffi::CString::new(blob.display().to_string()).unwrap();
+    // SAFETY: mkfifo takes a valid C string that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let writer = std::thread::spawn(move || {
+        // Opening blocks until gpubake opens the FIFO to read; the bytes go out once.
+        std::fs::write(&blob, bytes).unwrap();
+    });
+    let target = reg.image("once/base:1");
+    let mut child = reg
+        .command(
+            "auth",
+            &["copy", &format!("oci:{}:latest", layout.display()), &target],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the copy waited for a second read of {layer}:\n{}",
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    writer.join().unwrap();
+    assert_eq!(
+        reg.skopeo_digest("once/base:1"),
+        layout_digest(&common::base(), "latest")
+    );
 }

@@ -329,13 +329,10 @@ impl Verification {
 
 /// Re-hashes every blob and checks structure and consistency. A missing blob or an
 /// unreadable index is an error (exit 2); content that does not match is a failed check.
-/// For an index, the image of `platform` (the transport's default when None).
+/// For an index, the image of `platform` (the transport's default when None). A registry
+/// image is judged by the bytes the registry serves now, downloaded afresh.
 pub fn verify(image: &Transport, platform: Option<&Platform>) -> Result<Verification> {
-    verify_image(&open(image, platform)?, image)
-}
-
-fn open(image: &Transport, platform: Option<&Platform>) -> Result<Image> {
-    image.open_platform(platform)
+    verify_image(&image.open_as_served(platform)?, image)
 }
 
 /// [`verify`] on an image already read.
@@ -368,27 +365,7 @@ pub fn verify_image_with(
     }
 
     let m = img.manifest();
-    v.check(
-        "manifest",
-        if m.schema_version() != 2 {
-            Err(format!("schemaVersion is {}, not 2", m.schema_version()))
-        } else if m.media_type().as_ref().is_some_and(|t| {
-            *t != MediaType::ImageManifest
-                && t.to_string() != "application/vnd.docker.distribution.manifest.v2+json"
-        }) {
-            Err(format!(
-                "media type {:?} is not an image manifest",
-                m.media_type()
-            ))
-        } else {
-            Ok(format!(
-                "{} ({} layer{})",
-                img.digest(),
-                m.layers().len(),
-                if m.layers().len() == 1 { "" } else { "s" }
-            ))
-        },
-    );
+    v.check("manifest", manifest_check(m, img.digest()));
 
     // A damaged config does not stop the layers being read: each is checked against its
     // digest and read through, and only the diff ids go unchecked.
@@ -445,6 +422,31 @@ pub fn verify_image_with(
         consistency(img, config, &mut v)?;
     }
     Ok(v)
+}
+
+/// `verify`'s check of an image manifest (`digest`'s): schema version 2, an image
+/// manifest's media type.
+pub fn manifest_check(
+    m: &oci_spec::image::ImageManifest,
+    digest: &Digest,
+) -> std::result::Result<String, String> {
+    if m.schema_version() != 2 {
+        Err(format!("schemaVersion is {}, not 2", m.schema_version()))
+    } else if m.media_type().as_ref().is_some_and(|t| {
+        *t != MediaType::ImageManifest
+            && t.to_string() != "application/vnd.docker.distribution.manifest.v2+json"
+    }) {
+        Err(format!(
+            "media type {:?} is not an image manifest",
+            m.media_type()
+        ))
+    } else {
+        Ok(format!(
+            "{digest} ({} layer{})",
+            m.layers().len(),
+            if m.layers().len() == 1 { "" } else { "s" }
+        ))
+    }
 }
 
 /// An error's text without the image's name in front: a check of `verify` is printed under
@@ -529,17 +531,19 @@ fn consistency(img: &Image, config: &Value, v: &mut Verification) -> Result<()> 
         },
     );
 
-    let conf = read_file(img, "/etc/nccl.conf")?;
+    // A layer that does not read (a damaged blob) fails this check beside its own, rather
+    // than making the whole image unreadable.
     v.check(
         "nccl.conf vs lock",
-        match conf {
-            Some(c) if c == lock.env.nccl_conf().as_bytes() => Ok("agree".into()),
-            Some(c) => Err(format!(
+        match read_file(img, "/etc/nccl.conf") {
+            Ok(Some(c)) if c == lock.env.nccl_conf().as_bytes() => Ok("agree".into()),
+            Ok(Some(c)) => Err(format!(
                 "/etc/nccl.conf holds {:?}, the lock's preset gives {:?}",
                 String::from_utf8_lossy(&c),
                 lock.env.nccl_conf()
             )),
-            None => Err("/etc/nccl.conf is missing from the layers".into()),
+            Ok(None) => Err("/etc/nccl.conf is missing from the layers".into()),
+            Err(e) => Err(e.to_string()),
         },
     );
 

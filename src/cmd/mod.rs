@@ -33,9 +33,10 @@ pub struct RegistryArgs {
     /// where HTTPS fails, tries plain HTTP, as skopeo does. Without the option, so it goes for
     /// a registry marked `insecure = true` in registries.conf or listed in docker's
     /// daemon.json `insecure-registries`, as skopeo and docker treat them; --tls-verify=true
-    /// checks those too. A loopback registry is reached over plain HTTP when it speaks only
-    /// that, as docker does. Credentials go over plain HTTP only to loopback or to a marked
-    /// registry.
+    /// checks those too. Without the option a loopback registry is reached over plain HTTP
+    /// when it speaks only that, as docker does; --tls-verify=true means HTTPS with a checked
+    /// certificate there too, as skopeo reads it. Credentials go over plain HTTP only to
+    /// loopback or to a marked registry.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     tls_verify: Option<bool>,
     /// Trust the CA certificates (*.crt, PEM) in this directory as well.
@@ -269,14 +270,23 @@ enum Command {
     /// Re-hash every blob of an image and check that its labels, lock and nccl.conf agree.
     ///
     /// Every blob is checked, each named by the digest its content has when that is not the
-    /// manifest's (a damaged config does not stop the layers being read). Exits 1 naming what
-    /// disagrees, 2 when the image cannot be read at all. With
-    /// --certified (a docker:// image), also exits 1 unless a certificate that `certify
-    /// --attach` pushed for this exact digest is attached to it with a passing verdict and a
-    /// probe that ran on GPUs; --static-ok also accepts a certificate of the static checks
-    /// alone (`certify --gpus none`).
+    /// manifest's (a damaged config does not stop the layers being read). A docker:// image
+    /// is judged by the bytes the registry serves now: every blob is downloaded afresh, never
+    /// taken from the blob cache. Exits 1 naming what disagrees, 2 when the image cannot be
+    /// read at all.
+    ///
+    /// With --key (a docker:// image), the check is of what is signed for the manifest's
+    /// digest instead: the manifest and the config are read and checked against their
+    /// digests, no layer is downloaded (the digest binds them all; a pull verifies each), and
+    /// --blobs adds the full re-hash. --key alone exits 1 unless the manifest carries a
+    /// signature made with the key; with --certified, unless a certificate that `certify
+    /// --attach` pushed for this exact digest, signed with the key, is attached to it with a
+    /// passing verdict and a probe that ran on GPUs; --static-ok also accepts a certificate of
+    /// the static checks alone (`certify --gpus none`).
     ///
     /// Example: gpubake verify oci:./out:v1
+    ///
+    /// Example: gpubake verify docker://registry.example/team/train:v1 --certified --key cosign.pub
     Verify(verify::Args),
     /// Certify an image for CI: static checks of the image, then `gpubake probe` inside it.
     ///

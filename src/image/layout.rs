@@ -410,6 +410,28 @@ impl BlobWriter {
 
     /// Flushes, syncs and moves the blob into place; returns its digest and size.
     pub fn commit(mut self) -> Result<(Digest, u64)> {
+        let (digest, size) = self.written()?;
+        self.persist(digest, size)
+    }
+
+    /// As [`BlobWriter::commit`], but the blob is moved into place only when its content is
+    /// `want`: otherwise the temporary file is deleted, and the digest the content has is
+    /// returned instead of the size.
+    pub fn commit_if(mut self, want: &Digest) -> Result<std::result::Result<u64, Digest>> {
+        let (digest, size) = self.written()?;
+        if digest != *want {
+            return Ok(Err(digest));
+        }
+        self.persist(digest, size).map(|(_, size)| Ok(size))
+    }
+
+    /// The digest of what was written; the temporary file is deleted.
+    pub fn discard(mut self) -> Result<Digest> {
+        self.written().map(|(digest, _)| digest)
+    }
+
+    /// Flushes and syncs what was written; its digest and size.
+    fn written(&mut self) -> Result<(Digest, u64)> {
         if let Some(w) = self.writer.take() {
             let mut inner = w.into_inner();
             inner.flush().map_err(|e| Error::io(self.tmp.path(), e))?;
@@ -418,7 +440,11 @@ impl BlobWriter {
             .as_file()
             .sync_all()
             .map_err(|e| Error::io(self.tmp.path(), e))?;
-        let (digest, size) = self.tally.finish();
+        Ok(self.tally.finish())
+    }
+
+    /// Moves the written blob into place under `digest`, its content's.
+    fn persist(self, digest: Digest, size: u64) -> Result<(Digest, u64)> {
         let target = self.layout.blob_path(&digest);
         if self.layout.has_blob(&digest, size) {
             return Ok((digest, size));

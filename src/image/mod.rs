@@ -17,6 +17,7 @@ pub mod registry;
 pub mod sbom;
 pub mod signature;
 pub mod stream;
+pub mod streamcheck;
 pub mod tarstream;
 pub mod transport;
 pub mod unpack;

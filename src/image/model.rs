@@ -347,6 +347,12 @@ impl Image {
     /// anything: the config's digest, that it parses and (for an image's config) lists a diff
     /// id for each layer, and each layer's digest, tar stream and diff id.
     pub fn check(&self) -> Result<()> {
+        self.check_except(&std::collections::HashSet::new())
+    }
+
+    /// As [`Image::check`], leaving out the layers in `checked`: those a pull checked as they
+    /// streamed in, which need not be read again.
+    pub fn check_except(&self, checked: &std::collections::HashSet<Digest>) -> Result<()> {
         let config = self.config()?;
         let image_config = [
             MediaType::ImageConfig.to_string(),
@@ -368,6 +374,9 @@ impl Image {
             }
         }
         for layer in &layers {
+            if checked.contains(&layer.digest()?) {
+                continue;
+            }
             layer
                 .check(false)
                 .map_err(|e| Error::image(self.describe(), e))?;

@@ -21,6 +21,7 @@
 use super::digest::Digest;
 use super::layout::{Layout, MAX_JSON_BYTES, descriptor, digest_of};
 use super::model::{Image, Origin, Platform, pick_platform};
+use super::streamcheck::{LayerCheck, StreamCheck};
 use crate::error::{Error, Result};
 use crate::interrupt::ScratchDir;
 use futures_util::StreamExt;
@@ -32,6 +33,7 @@ use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,8 +53,9 @@ pub(super) const MANIFEST_TYPES: [&str; 4] = [
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
     /// Check the registry's TLS certificate (`--tls-verify=false` turns it off, and lets
-    /// plain HTTP be tried). None: check it unless the registry is marked insecure, as skopeo
-    /// does without the option.
+    /// plain HTTP be tried; `--tls-verify=true` means HTTPS, checked, even on loopback). None:
+    /// check it unless the registry is marked insecure, as skopeo does without the option,
+    /// and reach a loopback registry that speaks only plain HTTP over that, as docker does.
     pub tls_verify: Option<bool>,
     /// A directory of extra CA certificates (`*.crt`, PEM), as skopeo's `--cert-dir`.
     pub cert_dir: Option<PathBuf>,
@@ -148,7 +151,9 @@ impl Session {
             .enable_all()
             .build()
             .map_err(|e| Error::Environment(format!("cannot start an async runtime: {e}")))?;
-        let may_be_plain = !tls_verify || standing.loopback;
+        // Loopback may fall back to plain HTTP only while TLS is left to the default: an
+        // explicit --tls-verify=true asks for HTTPS with a checked certificate, as skopeo reads it.
+        let may_be_plain = !tls_verify || (standing.loopback && remote.access.tls_verify.is_none());
         let scheme = runtime.block_on(scheme(&http, &registry, &what, may_be_plain))?;
         let mut config = ClientConfig {
             protocol: match scheme {
@@ -593,29 +598,110 @@ fn is_index(media_type: &str) -> bool {
         || media_type == "application/vnd.docker.distribution.manifest.list.v2+json"
 }
 
+/// How a pull checks what the registry serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pulling {
+    /// Each blob against its digest, as it arrives (the blob cache: a build's base, inspect).
+    Digests,
+    /// Each blob against its digest and each layer's tar stream and diff id, as it arrives,
+    /// on its way into a temporary file that is moved into place only when all hold (copy).
+    Layers,
+    /// Each blob kept as served, under the digest the manifest names, in a staging layout of
+    /// the pull's own, so that `verify` re-hashes it and fails a damaged one as it fails a
+    /// layout's (exit 1, every such blob named). Never for a layout that outlives the pull.
+    ToJudge,
+}
+
 /// Pulls the image into `into` (only the blobs it lacks) and returns it, read from there.
 /// `staging` is the directory `into` lives in when it is a temporary one.
 pub fn open(remote: &Remote, into: Layout, staging: Option<ScratchDir>) -> Result<Image> {
+    pull(remote, into, staging, Pulling::Digests).map(|(image, _)| image)
+}
+
+/// As [`open`], and the image checked as `copy` checks its source (digests, tar streams,
+/// diff ids, as [`Image::check`]): each blob downloaded is checked as it streams into its
+/// temporary file, read once, and only the blobs `into` already held are read from there.
+pub fn open_checked(remote: &Remote, into: Layout, staging: Option<ScratchDir>) -> Result<Image> {
+    let (image, checked) = pull(remote, into, staging, Pulling::Layers)?;
+    image.check_except(&checked)?;
+    Ok(image)
+}
+
+/// Downloads every blob of the image as the registry serves it now into `into`, a fresh
+/// staging layout (its directory `staging`), for `verify` and `certify` to judge: nothing is
+/// taken from the blob cache, whose copies were verified when they were pulled and say
+/// nothing of what the registry serves now.
+pub fn open_as_served(remote: &Remote, into: Layout, staging: ScratchDir) -> Result<Image> {
+    pull(remote, into, Some(staging), Pulling::ToJudge).map(|(image, _)| image)
+}
+
+/// The image pulled as `pulling` says, and the blobs checked on their way in.
+fn pull(
+    remote: &Remote,
+    into: Layout,
+    staging: Option<ScratchDir>,
+    pulling: Pulling,
+) -> Result<(Image, HashSet<Digest>)> {
     let reference = remote.parsed()?;
     let session = Session::open(remote, &reference)?;
-    let desc = session
+    let (desc, checked) = session
         .runtime
-        .block_on(pull_async(&session, remote, &reference, &into))?;
+        .block_on(pull_async(&session, remote, &reference, &into, pulling))?;
     let image = Image::in_layout(into, &desc, &remote.access.platform, staging)?;
     let origin = Origin {
         registry: reference.resolve_registry().to_string(),
         repository: reference.repository().to_string(),
         blobs: image.blobs().map(|d| d.digest().to_string()).collect(),
     };
-    Ok(image.with_origin(Some(origin)))
+    Ok((image.with_origin(Some(origin)), checked))
 }
 
-async fn pull_async(
+/// An image's manifest as the registry serves it, read without its layers: what a signature
+/// or a certificate is checked against, since the manifest's digest binds every blob.
+pub struct ManifestRead {
+    /// The manifest's digest (the platform's, for an index).
+    pub digest: Digest,
+    /// The manifest.
+    pub manifest: oci_spec::image::ImageManifest,
+    /// The config's bytes as served (checked against its digest), or why they could not be
+    /// had.
+    pub config: std::result::Result<Vec<u8>, String>,
+}
+
+/// Reads the image's manifest (descending an index for the access's platform, each checked
+/// against its digest) and its config, and none of its layers.
+pub fn read_manifest(remote: &Remote) -> Result<ManifestRead> {
+    let reference = remote.parsed()?;
+    let s = Session::open(remote, &reference)?;
+    s.runtime.block_on(async {
+        let (bytes, digest, _) = resolve_manifest(&s, remote, &reference).await?;
+        let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::image(&s.what, format!("manifest {digest}: {e}")))?;
+        let config = manifest.config();
+        let wanted = OciDescriptor {
+            digest: config.digest().to_string(),
+            size: i64::try_from(config.size()).unwrap_or(i64::MAX),
+            media_type: config.media_type().to_string(),
+            ..OciDescriptor::default()
+        };
+        let config = s
+            .small_blob(&reference, &wanted, "reading the config")
+            .await;
+        Ok(ManifestRead {
+            digest: Digest::of(&bytes),
+            manifest,
+            config,
+        })
+    })
+}
+
+/// The image's manifest for the access's platform: its bytes (checked against the digest the
+/// registry gives), that digest, and its media type. An index is descended into, one level.
+async fn resolve_manifest(
     s: &Session,
     remote: &Remote,
     reference: &Reference,
-    into: &Layout,
-) -> Result<Descriptor> {
+) -> Result<(Vec<u8>, String, String)> {
     let (mut bytes, mut digest) = s.manifest_needed(reference, "reading the manifest").await?;
     let mut media_type = declared_type(&bytes);
     if is_index(&media_type) {
@@ -643,6 +729,17 @@ async fn pull_async(
             ));
         }
     }
+    Ok((bytes, digest, media_type))
+}
+
+async fn pull_async(
+    s: &Session,
+    remote: &Remote,
+    reference: &Reference,
+    into: &Layout,
+    pulling: Pulling,
+) -> Result<(Descriptor, HashSet<Digest>)> {
+    let (bytes, digest, media_type) = resolve_manifest(s, remote, reference).await?;
     // Session::manifest checked the bytes against their digest, which is what the image is
     // known by from here on.
     let ours = Digest::of(&bytes);
@@ -659,29 +756,70 @@ async fn pull_async(
             ),
         ));
     }
-    for desc in std::iter::once(config).chain(manifest.layers()) {
-        fetch_blob(s, reference, desc, into).await?;
+    let mut checked = HashSet::new();
+    if fetch_blob(s, reference, config, into, pulling, None).await? {
+        checked.insert(digest_of(config)?);
+    }
+    let diff_ids = match pulling {
+        Pulling::Layers => diff_ids(into, config)?,
+        _ => Vec::new(),
+    };
+    for (i, desc) in manifest.layers().iter().enumerate() {
+        let diff_id = diff_ids.get(i).cloned();
+        if fetch_blob(s, reference, desc, into, pulling, diff_id).await? {
+            checked.insert(digest_of(desc)?);
+        }
     }
     into.write_blob(&bytes)?;
-    Ok(descriptor(
-        media_type.as_str().into(),
-        &ours,
-        bytes.len() as u64,
-    ))
+    let desc = descriptor(media_type.as_str().into(), &ours, bytes.len() as u64);
+    Ok((desc, checked))
+}
+
+/// The diff ids the config `desc` (in `into`) lists, in order, where it is an image's config;
+/// none for another kind (an artifact's), whose layers have none to check.
+fn diff_ids(into: &Layout, desc: &Descriptor) -> Result<Vec<String>> {
+    let image_config = [
+        MediaType::ImageConfig.to_string(),
+        "application/vnd.docker.container.image.v1+json".to_string(),
+    ];
+    if !image_config.contains(&desc.media_type().to_string()) {
+        return Ok(Vec::new());
+    }
+    let bytes = into.read_blob(&digest_of(desc)?, Some(desc.size()))?;
+    let config: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::image(into.describe(), format!("config {}: {e}", desc.digest())))?;
+    Ok(config["rootfs"]["diff_ids"]
+        .as_array()
+        .map(|ids| {
+            ids.iter()
+                .filter_map(|id| id.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// Downloads one blob into `into` unless it is there, resuming a broken transfer where it
-/// stopped (when the registry honours Range) and verifying the whole blob at the end.
+/// stopped (when the registry honours Range) and checking it as `pulling` says: the whole
+/// blob against its digest at the end, and with [`Pulling::Layers`] a layer's tar stream and
+/// `diff_id` as it streams. True when it was downloaded (and so checked), false when `into`
+/// had it.
 async fn fetch_blob(
     s: &Session,
     reference: &Reference,
     desc: &Descriptor,
     into: &Layout,
-) -> Result<()> {
+    pulling: Pulling,
+    diff_id: Option<String>,
+) -> Result<bool> {
     let digest = digest_of(desc)?;
     if into.has_blob(&digest, desc.size()) {
-        return Ok(());
+        return Ok(false);
     }
+    let layer_check = || match pulling {
+        Pulling::Layers => LayerCheck::start(desc, &digest, diff_id.clone()),
+        _ => None,
+    };
+    let mut layer = layer_check();
     let wanted = OciDescriptor {
         digest: digest.to_string(),
         size: desc.size() as i64,
@@ -719,6 +857,7 @@ async fn fetch_blob(
                 if have > 0 {
                     // The registry ignored the Range: start the blob over.
                     writer = into.blob_writer()?;
+                    layer = layer_check();
                     have = 0;
                 }
                 stream
@@ -731,6 +870,9 @@ async fn fetch_blob(
                     writer
                         .write_all(&bytes)
                         .map_err(|e| Error::io(into.root(), e))?;
+                    if let Some(layer) = &layer {
+                        layer.feed(&bytes);
+                    }
                     have += bytes.len() as u64;
                     if have > desc.size() {
                         return Err(Error::image(
@@ -749,16 +891,34 @@ async fn fetch_blob(
             }
         }
         match broken {
-            None if have == desc.size() => {
-                let (got, _) = writer.commit()?;
-                if got != digest {
-                    let _ = std::fs::remove_file(into.blob_path(&got));
-                    return Err(Error::image(
-                        &s.what,
-                        format!("blob {digest} arrived with content {got}"),
-                    ));
+            // Every byte is here: an error after the last one (oci-client's own digest check
+            // of a whole-blob answer) is the commit's to name.
+            _ if have == desc.size() => {
+                if pulling == Pulling::ToJudge {
+                    let (got, _) = writer.commit()?;
+                    if got != digest {
+                        let (from, to) = (into.blob_path(&got), into.blob_path(&digest));
+                        std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
+                    }
+                    return Ok(true);
                 }
-                return Ok(());
+                // Both verdicts come before the blob is moved into place. A digest that does
+                // not hold is named as the cause, whatever the layer's reader made of the bytes.
+                let arrived = |got: Digest| {
+                    Error::image(&s.what, format!("blob {digest} arrived with content {got}"))
+                };
+                if let Some(Err(e)) = layer.take().map(LayerCheck::finish) {
+                    let got = writer.discard()?;
+                    return Err(if got == digest {
+                        Error::image(&s.what, e)
+                    } else {
+                        arrived(got)
+                    });
+                }
+                return match writer.commit_if(&digest)? {
+                    Ok(_) => Ok(true),
+                    Err(got) => Err(arrived(got)),
+                };
             }
             None => {
                 last = format!("the transfer ended after {have} of {} bytes", desc.size());
@@ -842,7 +1002,12 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
             mounted += 1;
             continue;
         }
-        upload(s, image, reference, desc, &digest).await?;
+        let diff_id = image
+            .layers()
+            .into_iter()
+            .find(|l| l.descriptor().digest() == desc.digest())
+            .and_then(|l| l.diff_id().map(str::to_string));
+        upload(s, image, reference, desc, &digest, diff_id).await?;
         uploaded += 1;
     }
     eprintln!(
@@ -900,9 +1065,14 @@ pub fn index_platforms(remote: &Remote) -> Result<Option<Vec<String>>> {
 }
 
 /// Pulls every platform of the image into `into` when the registry holds it as an index:
-/// each manifest by digest with its blobs, then the index's exact bytes. None for a plain
-/// manifest (nothing is pulled then).
-pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::IndexImage>> {
+/// each manifest by digest with its blobs (checked as [`open_checked`] checks them, with
+/// `checked`), then the index's exact bytes. None for a plain manifest (nothing is pulled
+/// then).
+pub fn open_index(
+    remote: &Remote,
+    into: Layout,
+    checked: bool,
+) -> Result<Option<super::model::IndexImage>> {
     let Some((index, bytes, digest)) = top_index(remote)? else {
         return Ok(None);
     };
@@ -917,7 +1087,11 @@ pub fn open_index(remote: &Remote, into: Layout) -> Result<Option<super::model::
             ),
             access: remote.access.clone(),
         };
-        open(&by_digest, into.clone(), None)?;
+        if checked {
+            open_checked(&by_digest, into.clone(), None)?;
+        } else {
+            open(&by_digest, into.clone(), None)?;
+        }
     }
     into.write_blob(&bytes)?;
     let desc = descriptor(MediaType::ImageIndex, &digest, bytes.len() as u64);
@@ -956,14 +1130,18 @@ pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<D
     })
 }
 
-/// Uploads one blob as a single stream from its file; each retry reopens the file and starts
-/// the blob over, since a stream half sent cannot be sent again.
+/// Uploads one blob as a single stream from its file, checked as it goes (its digest and
+/// size, and a layer's tar stream and `diff_id`, see [`StreamCheck`]), so that it is read
+/// once: the last chunk is held back until the checks hold, so a blob that fails them never
+/// reaches the registry whole and is refused (exit 2) naming what failed. Each retry reopens
+/// the file and starts the blob over, since a stream half sent cannot be sent again.
 async fn upload(
     s: &Session,
     image: &Image,
     reference: &Reference,
     desc: &Descriptor,
     digest: &Digest,
+    diff_id: Option<String>,
 ) -> Result<()> {
     let path = image.store().blob_path(digest);
     let mut last = None;
@@ -974,13 +1152,22 @@ async fn upload(
         let file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| Error::io(&path, e))?;
-        let stream = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20)
-            .map(|chunk| chunk.map_err(OciDistributionError::from));
-        match s
+        let refused = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let outgoing = Outgoing {
+            chunks: tokio_util::io::ReaderStream::with_capacity(file, 1 << 20),
+            check: Some(StreamCheck::start(desc, digest.clone(), diff_id.clone())),
+            held: None,
+            refused: refused.clone(),
+        };
+        let stream = futures_util::stream::unfold(outgoing, Outgoing::next);
+        let pushed = s
             .client
             .push_blob_stream(reference, stream, digest.as_str(), Some(desc.size()))
-            .await
-        {
+            .await;
+        if let Some(why) = refused.lock().map(|mut r| r.take()).unwrap_or_default() {
+            return Err(Error::image(image.describe(), why));
+        }
+        match pushed {
             Ok(_) => return Ok(()),
             Err(e) => {
                 let e = s.failed(&format!("pushing blob {digest}"), e);
@@ -992,6 +1179,54 @@ async fn upload(
         }
     }
     Err(last.expect("at least one attempt"))
+}
+
+/// A blob's file on its way to the registry, one chunk behind the checks.
+struct Outgoing {
+    chunks: tokio_util::io::ReaderStream<tokio::fs::File>,
+    /// None once the file has ended or failed.
+    check: Option<StreamCheck>,
+    /// The chunk read last, sent only once the next one is read or the checks hold.
+    held: Option<bytes::Bytes>,
+    /// Why the checks failed, for the upload's caller.
+    refused: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Outgoing {
+    /// The next chunk to send, an error that aborts the upload, or the end.
+    async fn next(
+        mut self,
+    ) -> Option<(
+        std::result::Result<bytes::Bytes, OciDistributionError>,
+        Self,
+    )> {
+        loop {
+            match self.chunks.next().await {
+                Some(Ok(chunk)) => {
+                    self.check.as_mut()?.feed(&chunk);
+                    if let Some(previous) = self.held.replace(chunk) {
+                        return Some((Ok(previous), self));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.check = None;
+                    return Some((Err(OciDistributionError::from(e)), self));
+                }
+                None => {
+                    return match self.check.take()?.finish() {
+                        Ok(()) => self.held.take().map(|last| (Ok(last), self)),
+                        Err(why) => {
+                            let error = std::io::Error::other(why.clone());
+                            if let Ok(mut refused) = self.refused.lock() {
+                                *refused = Some(why);
+                            }
+                            Some((Err(OciDistributionError::from(error)), self))
+                        }
+                    };
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -291,6 +291,24 @@ impl Transport {
         Ok(image)
     }
 
+    /// Reads the image as its source serves it now, for `verify` and `certify` to judge, as
+    /// [`Transport::open_platform`] does. A registry image's blobs are all downloaded afresh
+    /// into a staging layout, never taken from the blob cache (whose copies were verified
+    /// once and would stand in for the registry's bytes), and a blob served with other content
+    /// is kept there under its digest, for verify to re-hash and fail as it fails a layout's.
+    pub fn open_as_served(&self, platform: Option<&Platform>) -> Result<Image> {
+        let Transport::Registry(remote) = self else {
+            return self.open_platform(platform);
+        };
+        let mut remote = remote.clone();
+        remote.access.platform = platform.cloned().unwrap_or_else(|| self.default_platform());
+        let staging = staging_dir()?;
+        let layout = Layout::create(staging.path())?.named(self.to_string());
+        let image = registry::open_as_served(&remote, layout, staging)?;
+        self.platform_of(&image, platform)?;
+        Ok(image)
+    }
+
     /// Reads the image; for an index, the entry for `platform`.
     pub fn open_for(&self, platform: &Platform) -> Result<Image> {
         let platform = platform.clone();
@@ -382,9 +400,13 @@ impl Transport {
     /// platform's image and the index's exact bytes, unless `platform` picks one. A docker
     /// archive or engine destination holds one platform, so an index bound there needs one.
     /// Every blob of the source is checked against its manifest and config (digests, tar
-    /// streams, diff ids) before anything is written, and a copy that fails leaves the
-    /// destination as it was (see [`Writing`]). A registry image bound for an OCI layout is
-    /// downloaded straight into that layout, and checked there before it is tagged.
+    /// streams, diff ids) before it is written where it goes, and a copy that fails leaves
+    /// the destination as it was (see [`Writing`]). Each blob is read once: a registry image
+    /// is checked as each blob streams into its temporary file (downloaded straight into an
+    /// OCI layout bound there, and tagged once all hold), and an image bound for a registry
+    /// as each blob streams up, the last bytes held back until it holds. Blobs the
+    /// destination registry has already are not sent, nor read: it holds them under their
+    /// digests, which the manifest binds.
     pub fn copy_platforms(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
         let dest = dest.clone().supported()?;
         let src = self.clone().supported()?;
@@ -393,15 +415,13 @@ impl Transport {
             let writing = Writing::start(dir)?;
             let layout = writing.layout.clone().named(self.to_string());
             let copied = match platform {
-                None => match registry::open_index(remote, layout.clone())? {
+                None => match registry::open_index(remote, layout.clone(), true)? {
                     Some(index) => {
-                        checked_index(&index)?;
                         layout.set_tag(index.descriptor(), tag)?;
                         Copied::of_index(&index)
                     }
                     None => {
-                        let image = registry::open(remote, layout.clone(), None)?;
-                        image.check()?;
+                        let image = registry::open_checked(remote, layout.clone(), None)?;
                         layout.set_tag(image.descriptor(), tag)?;
                         Copied::of(&image)
                     }
@@ -409,8 +429,7 @@ impl Transport {
                 Some(p) => {
                     let mut remote = remote.clone();
                     remote.access.platform = p.clone();
-                    let image = registry::open(&remote, layout.clone(), None)?;
-                    image.check()?;
+                    let image = registry::open_checked(&remote, layout.clone(), None)?;
                     self.platform_of(&image, platform)?;
                     layout.set_tag(image.descriptor(), tag)?;
                     Copied::of(&image)
@@ -419,26 +438,56 @@ impl Transport {
             writing.done();
             return Ok(copied);
         }
+        // A push checks each layer it uploads as it streams; a pull, each one it downloads.
+        let checked_as_sent = |image: &Image| match dest {
+            Transport::Registry(_) => image.layers().iter().map(|l| l.digest()).collect(),
+            _ => Ok(std::collections::HashSet::new()),
+        };
         let index = match (platform, &src) {
             (Some(_), _) => None,
             (None, Transport::Registry(remote)) => {
                 let (layout, staging) = pull_store(remote, &self.to_string())?;
-                registry::open_index(remote, layout)?.map(|i| match staging {
+                registry::open_index(remote, layout, true)?.map(|i| match staging {
                     Some(s) => i.with_staging(s),
                     None => i,
                 })
             }
-            (None, _) => self.open_index()?,
+            (None, _) => match self.open_index()? {
+                Some(index) => {
+                    for image in index.images() {
+                        image.check_except(&checked_as_sent(image)?)?;
+                    }
+                    Some(index)
+                }
+                None => None,
+            },
         };
         if let Some(index) = index {
-            checked_index(&index)?;
             dest.write_index(&index)?;
             return Ok(Copied::of_index(&index));
         }
-        let image = self.open_platform(platform)?;
-        image.check()?;
+        let image = match &src {
+            Transport::Registry(remote) => self.open_checked(remote, platform)?,
+            _ => {
+                let image = self.open_platform(platform)?;
+                image.check_except(&checked_as_sent(&image)?)?;
+                image
+            }
+        };
         dest.write(&image, None)?;
         Ok(Copied::of(&image))
+    }
+
+    /// The registry image `remote` (this transport's) for `platform` as [`Transport::open_platform`]
+    /// reads it, checked as `copy` checks its source while its blobs stream into the blob
+    /// cache (see [`registry::open_checked`]).
+    fn open_checked(&self, remote: &Remote, platform: Option<&Platform>) -> Result<Image> {
+        let mut remote = remote.clone();
+        remote.access.platform = platform.cloned().unwrap_or_else(|| self.default_platform());
+        let (layout, staging) = pull_store(&remote, &self.to_string())?;
+        let image = registry::open_checked(&remote, layout, staging)?;
+        self.platform_of(&image, platform)?;
+        Ok(image)
     }
 
     /// Refuses `image`, read for `platform`, when it is not for that platform.
@@ -528,11 +577,6 @@ fn layers_in_engine(
         }
     }
     Ok(left_out)
-}
-
-/// Checks every image of an index, as [`Image::check`] does.
-fn checked_index(index: &IndexImage) -> Result<()> {
-    index.images().iter().try_for_each(Image::check)
 }
 
 /// Where a registry image's blobs are pulled: the blob cache, where build keeps its layers,
