@@ -840,23 +840,7 @@ fn build_platform(
     // reference: the recipe's, when the base was pulled by it, or `--base-name` (a layout,
     // an archive or the engine is no registry, and naming where on the build host would make
     // the digest depend on it).
-    let base_name = base_name(opts, base_ref, plan);
-    if let Some(labels) = config["config"]["Labels"].as_object_mut() {
-        match &base_name {
-            Some(name) => labels.insert(BASE_NAME.to_string(), json!(name)),
-            None => labels.remove(BASE_NAME),
-        };
-    }
-    let mut annotations = HashMap::from([
-        (
-            "org.opencontainers.image.base.digest".to_string(),
-            base.digest().to_string(),
-        ),
-        ("org.opencontainers.image.created".to_string(), created),
-    ]);
-    if let Some(name) = base_name {
-        annotations.insert(BASE_NAME.to_string(), name);
-    }
+    let annotations = name_base(&mut config, base_name(opts, base_ref, plan), &base, created);
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
     let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
     layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
@@ -885,6 +869,33 @@ fn build_platform(
         fetch: cache.times(),
         created: created_at,
     })
+}
+
+/// Names the base in the config's labels (by its registry reference, when the build knows one)
+/// and returns the manifest's annotations: the base by digest and by that name, the date.
+fn name_base(
+    config: &mut Value,
+    base_name: Option<String>,
+    base: &Image,
+    created: String,
+) -> HashMap<String, String> {
+    if let Some(labels) = config["config"]["Labels"].as_object_mut() {
+        match &base_name {
+            Some(name) => labels.insert(BASE_NAME.to_string(), json!(name)),
+            None => labels.remove(BASE_NAME),
+        };
+    }
+    let mut annotations = HashMap::from([
+        (
+            "org.opencontainers.image.base.digest".to_string(),
+            base.digest().to_string(),
+        ),
+        ("org.opencontainers.image.created".to_string(), created),
+    ]);
+    if let Some(name) = base_name {
+        annotations.insert(BASE_NAME.to_string(), name);
+    }
+    annotations
 }
 
 /// The registry reference the image names as its base, if the build knows one.
