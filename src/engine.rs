@@ -131,10 +131,12 @@ const CHUNK: usize = 1 << 20;
 pub struct ChannelWriter {
     buf: Vec<u8>,
     tx: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+    progress: crate::progress::Progress,
 }
 
 impl ChannelWriter {
     fn send(&mut self) -> std::io::Result<()> {
+        self.progress.inc(self.buf.len() as u64);
         let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
         self.tx
             .blocking_send(Ok(bytes::Bytes::from(chunk)))
@@ -264,6 +266,11 @@ impl Engine {
             ChannelWriter {
                 buf: Vec::with_capacity(CHUNK),
                 tx,
+                progress: crate::progress::Progress::new(
+                    "loading into the engine",
+                    crate::progress::Unit::Bytes,
+                    None,
+                ),
             },
             load,
         ))
@@ -326,6 +333,11 @@ impl Engine {
                 .await
                 .map_err(|e| Error::io(&to, e))?;
             let mut stream = docker.export_image(&name);
+            let progress = crate::progress::Progress::new(
+                format!("exporting {name} from the engine"),
+                crate::progress::Unit::Bytes,
+                None,
+            );
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| match e {
                     // The engine answered: it has no such image. That is the name given, like
@@ -341,7 +353,9 @@ impl Engine {
                 file.write_all(&chunk)
                     .await
                     .map_err(|e| Error::io(&to, e))?;
+                progress.inc(chunk.len() as u64);
             }
+            progress.finish();
             file.flush().await.map_err(|e| Error::io(&to, e))
         })
     }

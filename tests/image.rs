@@ -212,6 +212,34 @@ fn long_steps_print_progress_lines_without_a_terminal() {
         "{}",
         stderr(&out)
     );
+    // verify re-reads every layer; a copy into the engine streams the archive.
+    let lines_of = |args: &[&str], label: &str| -> Vec<String> {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(args)
+            .env("GPUBAKE_PROGRESS_SECONDS", "0")
+            .output()
+            .unwrap();
+        assert_exit(&out, 0);
+        stderr(&out)
+            .lines()
+            .filter(|l| l.starts_with(label))
+            .map(str::to_string)
+            .collect()
+    };
+    let verified = lines_of(&["verify", &image], "verifying the layers: ");
+    assert!(
+        verified.last().is_some_and(|l| l.contains("(100%)")),
+        "{verified:?}"
+    );
+    if common::have("docker", "info") {
+        let tag = format!("gpubake-progress:{}", std::process::id());
+        let loaded = lines_of(
+            &["copy", &image, &format!("docker-daemon:{tag}")],
+            "loading into the engine: ",
+        );
+        let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+        assert!(!loaded.is_empty() && loaded[0].contains("MB"), "{loaded:?}");
+    }
 }
 
 /// The image's date and its base's name as an image tool shows them: `created` is the newest

@@ -399,7 +399,17 @@ pub fn verify_image_with(
             },
         );
     }
-    for (i, layer) in img.layers().iter().enumerate() {
+    let layers = img.layers();
+    // Layers read already are not read again, so they have no progress to show.
+    let progress = match layers_read {
+        Some(_) => crate::progress::Progress::silent("verifying the layers"),
+        None => crate::progress::Progress::new(
+            "verifying the layers",
+            crate::progress::Unit::Bytes,
+            Some(layers.iter().map(|l| l.size()).sum()),
+        ),
+    };
+    for (i, layer) in layers.iter().enumerate() {
         let unchecked = if layer.diff_id().is_none() {
             " (diff id not checked: the config lists none for it)"
         } else {
@@ -417,7 +427,9 @@ pub fn verify_image_with(
             )
         });
         v.check(format!("layer {}", i + 1), result);
+        progress.inc(layer.size());
     }
+    progress.finish();
     if let Some(config) = &config {
         consistency(img, config, &mut v)?;
     }

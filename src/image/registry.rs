@@ -764,12 +764,19 @@ async fn pull_async(
         Pulling::Layers => diff_ids(into, config)?,
         _ => Vec::new(),
     };
+    let progress = crate::progress::Progress::new(
+        format!("{}: pulling the layers", s.what),
+        crate::progress::Unit::Bytes,
+        Some(manifest.layers().iter().map(|d| d.size()).sum()),
+    );
     for (i, desc) in manifest.layers().iter().enumerate() {
         let diff_id = diff_ids.get(i).cloned();
         if fetch_blob(s, reference, desc, into, pulling, diff_id).await? {
             checked.insert(digest_of(desc)?);
         }
+        progress.inc(desc.size());
     }
+    progress.finish();
     into.write_blob(&bytes)?;
     let desc = descriptor(media_type.as_str().into(), &ours, bytes.len() as u64);
     Ok((desc, checked))
@@ -986,30 +993,35 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
     });
     let blobs: Vec<&Descriptor> = image.blobs().collect();
     let (mut present, mut mounted, mut uploaded) = (0, 0, 0);
+    let progress = crate::progress::Progress::new(
+        format!("{}: pushing the blobs", s.what),
+        crate::progress::Unit::Bytes,
+        Some(blobs.iter().map(|d| d.size()).sum()),
+    );
     for desc in &blobs {
         let digest = digest_of(desc)?;
         if s.has_blob(reference, &digest, "pushing: asking for a blob")
             .await?
         {
             present += 1;
-            continue;
-        }
-        if let Some((source, known)) = &mount_from
+        } else if let Some((source, known)) = &mount_from
             && known.contains(digest.as_str())
             // A mount that fails for any reason leaves the upload to do the work.
             && matches!(s.mount(reference, source, &digest).await, Ok(true))
         {
             mounted += 1;
-            continue;
+        } else {
+            let diff_id = image
+                .layers()
+                .into_iter()
+                .find(|l| l.descriptor().digest() == desc.digest())
+                .and_then(|l| l.diff_id().map(str::to_string));
+            upload(s, image, reference, desc, &digest, diff_id).await?;
+            uploaded += 1;
         }
-        let diff_id = image
-            .layers()
-            .into_iter()
-            .find(|l| l.descriptor().digest() == desc.digest())
-            .and_then(|l| l.diff_id().map(str::to_string));
-        upload(s, image, reference, desc, &digest, diff_id).await?;
-        uploaded += 1;
+        progress.inc(desc.size());
     }
+    progress.finish();
     eprintln!(
         "{}: {uploaded} blobs uploaded, {mounted} mounted{}, {present} already there",
         s.what,
