@@ -58,7 +58,7 @@ docker-registry serve "$work/config.yml" >>"$work/registry.log" 2>&1 &
 registry_pid=$!
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 image=docker://$host/team/train:v1
-"$gpubake" key generate --prefix "$work/ci" >/dev/null 2>&1 </dev/null
+"$gpubake" key generate --output-prefix "$work/ci" >/dev/null 2>&1 </dev/null
 timed push "$gpubake" copy "oci:$work/image:v1" "$image"
 timed certify-attach "$gpubake" certify "$image" --gpus none --attach --key "$work/ci.key"
 for round in $(seq "$rounds"); do

@@ -792,6 +792,10 @@ impl Layer {
         let digest = self.digest().map_err(|e| e.to_string())?;
         let raw = self.compressed().map_err(|e| e.to_string())?;
         let reader = decompressor(self.media_type(), raw).map_err(|e| e.to_string())?;
+        // The blob is read, checked against its digest and decompressed on a thread of its
+        // own while this one hashes the tar stream and hands its entries on: two cores for a
+        // layer of gigabytes.
+        let reader: Box<dyn Read> = Box::new(super::tarstream::ReadAhead::new(reader));
         let (reader, tally) = HashingReader::new(reader);
         // The padding goes outside the hashing reader: the diff ID covers the real bytes only.
         let (reader, end) = Padded::new(reader);
@@ -902,10 +906,10 @@ impl Layer {
 }
 
 /// A reader of a layer's tar stream, whatever its compression.
-pub fn decompressor<'a, R: Read + 'a>(
+pub fn decompressor<'a, R: Read + Send + 'a>(
     media_type: &MediaType,
     raw: R,
-) -> std::io::Result<Box<dyn Read + 'a>> {
+) -> std::io::Result<Box<dyn Read + Send + 'a>> {
     let text = media_type.to_string();
     Ok(if text.ends_with("gzip") {
         Box::new(flate2::read::MultiGzDecoder::new(raw))

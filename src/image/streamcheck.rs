@@ -176,7 +176,7 @@ fn is_tar_layer(media_type: &MediaType) -> bool {
 /// Reads a layer's tar stream through, every entry to the end of the archive, and checks its
 /// uncompressed digest against `diff_id` where there is one, as [`super::Layer::check`] does.
 fn read_layer(
-    raw: impl Read,
+    raw: impl Read + Send,
     media_type: &MediaType,
     diff_id: Option<&str>,
 ) -> std::result::Result<(), String> {

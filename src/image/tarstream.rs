@@ -173,3 +173,119 @@ mod tests {
         assert_eq!(end.real.get(), Some(3));
     }
 }
+
+/// A reader whose source is read on a thread of its own, a few chunks ahead: a layer's blob
+/// is read, checked against its digest and decompressed on one core while the other hashes
+/// the tar stream and writes its entries. Dropped early, it stops the thread at its next
+/// chunk; the source's error reaches the reader in order, after the bytes before it.
+pub struct ReadAhead {
+    chunks: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl ReadAhead {
+    /// Bytes of one chunk, and how many chunks may wait.
+    const CHUNK: usize = 1 << 20;
+    const AHEAD: usize = 8;
+
+    /// Starts reading `source` on a thread of its own.
+    pub fn new(mut source: impl Read + Send + 'static) -> ReadAhead {
+        let (tx, chunks) = std::sync::mpsc::sync_channel(Self::AHEAD);
+        std::thread::spawn(move || {
+            loop {
+                let mut chunk = vec![0u8; Self::CHUNK];
+                let mut filled = 0;
+                let result = loop {
+                    match source.read(&mut chunk[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == chunk.len() {
+                                break Ok(());
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                chunk.truncate(filled);
+                let last = filled < Self::CHUNK || result.is_err();
+                if filled > 0 && tx.send(Ok(chunk)).is_err() {
+                    return;
+                }
+                if let Err(e) = result {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                if last {
+                    return;
+                }
+            }
+        });
+        ReadAhead {
+            chunks,
+            chunk: Vec::new(),
+            at: 0,
+        }
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.chunk.len() {
+            match self.chunks.recv() {
+                Ok(chunk) => {
+                    self.chunk = chunk?;
+                    self.at = 0;
+                }
+                // The thread ended after the last chunk.
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod read_ahead_tests {
+    use super::*;
+
+    struct FailsAfter(Vec<u8>, usize);
+
+    impl Read for FailsAfter {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.1 >= self.0.len() {
+                return Err(std::io::Error::other("the blob ends early"));
+            }
+            let n = buf.len().min(self.0.len() - self.1).min(1000);
+            buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+            self.1 += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn every_byte_arrives_in_order_then_the_sources_error() {
+        let data: Vec<u8> = (0..3_000_017u32).map(|i| (i % 251) as u8).collect();
+        let mut out = Vec::new();
+        ReadAhead::new(std::io::Cursor::new(data.clone()))
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, data);
+        let mut out = Vec::new();
+        let err = ReadAhead::new(FailsAfter(data.clone(), 0))
+            .read_to_end(&mut out)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "the blob ends early");
+        assert_eq!(out, data, "the bytes before the error arrive first");
+        // Dropped after a few bytes: the thread stops rather than reading on.
+        let mut early = ReadAhead::new(std::io::Cursor::new(data));
+        let mut two = [0u8; 2];
+        early.read_exact(&mut two).unwrap();
+        drop(early);
+    }
+}
