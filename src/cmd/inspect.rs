@@ -24,22 +24,27 @@ pub struct Args {
 /// Reads the image and prints the report; exits 0 whatever it finds.
 pub fn run(args: Args) -> Result<i32> {
     let (image, platform) = args.image.open()?;
-    // The link closure or the image's own account, printed alike.
-    let (as_json, as_text) = if args.libraries {
+    // The link closure or the image's own account, printed alike (the closure's JSON, every
+    // file's closure, is made only when asked for).
+    let printed = if args.libraries {
         let links = crate::image::links::of_transport(&image, platform.as_ref())?;
-        (serde_json::to_string_pretty(&links), links.to_text())
+        if args.json {
+            serde_json::to_string_pretty(&links).expect("reports serialize") + "\n"
+        } else {
+            links.to_text()
+        }
     } else {
         let mut info = crate::bake::inspect::inspect(&image, platform.as_ref())?;
         if let Some(path) = &args.key {
             let key = crate::sign::keys::PublicKey::read(path)?;
             info.check_signatures(&image, &key)?;
         }
-        (serde_json::to_string_pretty(&info), info.to_text())
+        if args.json {
+            serde_json::to_string_pretty(&info).expect("reports serialize") + "\n"
+        } else {
+            info.to_text()
+        }
     };
-    if args.json {
-        println!("{}", as_json.expect("reports serialize"));
-    } else {
-        print!("{as_text}");
-    }
+    print!("{printed}");
     Ok(0)
 }

@@ -286,7 +286,7 @@ enum Command {
     ///
     /// Example: gpubake verify oci:./out:v1
     ///
-    /// Example: gpubake verify docker://registry.example/team/train:v1 --certified --key cosign.pub
+    /// Example: gpubake verify docker://registry.example.com/team/train:v1 --certified --key cosign.pub
     Verify(verify::Args),
     /// Certify an image for CI: static checks of the image, then `gpubake probe` inside it.
     ///
