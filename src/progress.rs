@@ -154,27 +154,6 @@ fn bar(label: &str, unit: Unit, total: Option<u64>) -> indicatif::ProgressBar {
     bar
 }
 
-/// A reader that counts what passes through it into a [`Progress`].
-pub struct Counted<'a, R> {
-    inner: R,
-    progress: &'a Progress,
-}
-
-impl<'a, R> Counted<'a, R> {
-    /// Counts what `inner` gives into `progress`.
-    pub fn new(inner: R, progress: &'a Progress) -> Self {
-        Counted { inner, progress }
-    }
-}
-
-impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.progress.inc(n as u64);
-        Ok(n)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

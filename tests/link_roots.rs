@@ -76,16 +76,7 @@ struct Gcc<'a> {
 
 impl Gcc<'_> {
     fn run(&self, args: &[String]) {
-        let out = Command::new("gcc")
-            .current_dir(self.ctx)
-            .args(args)
-            .output()
-            .expect("gcc runs");
-        assert!(
-            out.status.success(),
-            "gcc {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::gcc(self.ctx, args);
     }
 
     /// A shared object at `out` named `soname`, needing `needed` in that order: a name found

@@ -17,19 +17,6 @@ use std::process::Command;
 const SITE: &str = "/usr/local/lib/python3.11/dist-packages";
 const LD_LIBRARY_PATH: &str = "/opt/cuda/lib:/usr/local/cuda/compat";
 
-fn cc(dir: &Path, args: &[&str]) {
-    let out = Command::new("gcc")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("gcc runs");
-    assert!(
-        out.status.success(),
-        "gcc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The files of the image above, under `ctx/rootfs`.
 fn rootfs(ctx: &Path) {
     let src = common::root().join("tests/fixtures/links");
@@ -47,7 +34,7 @@ fn rootfs(ctx: &Path) {
         args.push(&so);
         args.push(&c);
         args.extend(extra);
-        cc(ctx, &args);
+        common::gcc(ctx, &args);
     };
     let wheel = at("/opt/wheel/lib/x");
     let wheel = Path::new(&wheel)
@@ -89,7 +76,7 @@ fn rootfs(ctx: &Path) {
     let l = format!("-L{wheel}");
     // DT_RPATH beats LD_LIBRARY_PATH: libfoo comes from the wheel, but its DT_RUNPATH comes
     // after LD_LIBRARY_PATH, so its libbar comes from /opt/cuda/lib.
-    cc(
+    common::gcc(
         ctx,
         &[
             "-o",
@@ -100,7 +87,7 @@ fn rootfs(ctx: &Path) {
             "-Wl,--disable-new-dtags,-rpath,/opt/wheel/lib",
         ],
     );
-    cc(
+    common::gcc(
         ctx,
         &[
             "-o",

@@ -2366,18 +2366,7 @@ fn a_tampered_archive_is_not_pushed_and_a_refused_push_shows_no_upload_state() {
     // A blob changed on disk after the image was read: the push checks it as it streams and
     // stops before the registry has it whole (the digest is not the content's), and the
     // message names the blob and what it holds, without the upload URL's state token.
-    let layout = dir.path().join("layout");
-    run(Command::new("cp")
-        .arg("-r")
-        .arg(common::base())
-        .arg(&layout));
-    let source: gpubake::image::Transport =
-        format!("oci:{}:latest", layout.display()).parse().unwrap();
-    let image = source.open().unwrap();
-    let layer = image.manifest().layers()[0].digest().to_string();
-    let blob = layout
-        .join("blobs/sha256")
-        .join(layer.trim_start_matches("sha256:"));
+    let (image, layer, blob) = base_copy(&dir.path().join("layout"));
     let mut bytes = std::fs::read(&blob).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
@@ -2782,17 +2771,10 @@ fn a_pulled_layer_is_checked_as_it_streams_and_lands_only_when_it_holds() {
 
 /// A push reads each blob once, checking it as it streams up: a layer that can be read only
 /// once (a FIFO written once) is pushed, and the image arrives whole.
-#[test]
-fn a_push_reads_each_blob_once() {
-    let Some(reg) = Registry::plain(None) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let layout = dir.path().join("once");
-    run(Command::new("cp")
-        .arg("-r")
-        .arg(common::base())
-        .arg(&layout));
+/// A copy of the busybox test base at `layout`, read back: the image, its first layer's
+/// digest and that layer's blob file, for a test that changes the blob under the image.
+fn base_copy(layout: &Path) -> (gpubake::image::Image, String, PathBuf) {
+    run(Command::new("cp").arg("-r").arg(common::base()).arg(layout));
     let source: gpubake::image::Transport =
         format!("oci:{}:latest", layout.display()).parse().unwrap();
     let image = source.open().unwrap();
@@ -2800,6 +2782,17 @@ fn a_push_reads_each_blob_once() {
     let blob = layout
         .join("blobs/sha256")
         .join(layer.trim_start_matches("sha256:"));
+    (image, layer, blob)
+}
+
+#[test]
+fn a_push_reads_each_blob_once() {
+    let Some(reg) = Registry::plain(None) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("once");
+    let (_, layer, blob) = base_copy(&layout);
     let bytes = std::fs::read(&blob).unwrap();
     std::fs::remove_file(&blob).unwrap();
     let fifo = std::ffi::CString::new(blob.display().to_string()).unwrap();

@@ -1,7 +1,7 @@
 //! An image's filesystem as a runtime would see it, read out of its layers: one file
-//! (`read_file`), every path (`paths`), the Python distributions and NCCL libraries it installs
-//! (`contents`), and its glibc (`base_glibc`). Later layers replace earlier ones and whiteouts
-//! delete, as the image spec says.
+//! (`read_file`), every path (`paths`), and its glibc (`base_glibc`); later layers replace
+//! earlier ones and whiteouts delete, as the image spec says. Once unpacked, the Python
+//! distributions and NCCL libraries it installs (`contents_of_tree`).
 
 use crate::error::{Error, Result};
 use crate::image::model::{Image, LayerEntry};
@@ -224,42 +224,9 @@ pub struct Contents {
     pub nccl: std::collections::BTreeMap<String, Option<String>>,
 }
 
-/// Reads [`Contents`] out of every layer, later layers replacing earlier ones and whiteouts
-/// deleting, as a runtime would see the filesystem.
-pub fn contents(image: &Image) -> Result<Contents> {
-    let mut out = Contents::default();
-    each_entry(image, |path, entry| {
-        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-        if let Some(gone) = name.strip_prefix(".wh.") {
-            let gone = if dir.is_empty() {
-                gone.to_string()
-            } else {
-                format!("{dir}/{gone}")
-            };
-            out.dists.retain(|_, (_, p)| !p.starts_with(&gone));
-            out.nccl.retain(|p, _| !p.starts_with(&gone));
-            return Ok(());
-        }
-        if !entry.header().entry_type().is_file() {
-            return Ok(());
-        }
-        if name == "METADATA" && dir.ends_with(".dist-info") {
-            let mut text = String::new();
-            let _ = entry.by_ref().take(1 << 20).read_to_string(&mut text);
-            if let Some((dist, version)) = metadata_name_version(&text) {
-                out.dists
-                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
-            }
-        } else if name.starts_with("libnccl.so") {
-            out.nccl.insert(path.to_string(), nccl_version(entry)?);
-        }
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// [`contents`] of an image already unpacked at `root`: the same findings from the files a
-/// runtime would see, without reading the layers again.
+/// The Python distributions and NCCL libraries of an image unpacked at `root` (whose layers
+/// `image::unpack` applied, whiteouts included): what the image installs, read from the files
+/// a runtime would see.
 pub fn contents_of_tree(root: &Path) -> Result<Contents> {
     let mut out = Contents::default();
     for entry in walkdir::WalkDir::new(root).sort_by_file_name() {

@@ -1277,20 +1277,15 @@ pub struct Unpacked {
 impl Unpacked {
     /// Unpacks `image`.
     pub fn of(image: &crate::image::Image) -> Result<Self> {
-        let env = image.typed_config()?.env_pairs();
-        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-        let root = dir.path().join("rootfs");
-        crate::image::unpack::unpack(image, &root)?;
-        Ok(Unpacked {
-            _dir: dir,
-            root,
-            env,
-        })
+        let unpacked = Self::empty(image.typed_config()?.env_pairs())?;
+        crate::image::unpack::unpack(image, &unpacked.root)?;
+        Ok(unpacked)
     }
 
     /// Unpacks `image` in one pass that also checks it, going on past a layer that does not
     /// read: each layer's result (its blob digest and diff id checked while it is read), for
-    /// a caller whose other checks read the tree instead of the layers again.
+    /// a caller whose other checks read the tree instead of the layers again. A config that
+    /// does not read gives an empty environment: the caller's own checks report it.
     pub fn checked(
         image: &crate::image::Image,
     ) -> Result<(Self, Vec<std::result::Result<(), String>>)> {
@@ -1298,17 +1293,20 @@ impl Unpacked {
             .typed_config()
             .map(|c| c.env_pairs())
             .unwrap_or_default();
+        let unpacked = Self::empty(env)?;
+        let layers = crate::image::unpack::unpack_checked(image, &unpacked.root)?;
+        Ok((unpacked, layers))
+    }
+
+    /// A temporary root, not yet unpacked into, for an image whose config's `Env` is `env`.
+    fn empty(env: Vec<(String, String)>) -> Result<Self> {
         let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
         let root = dir.path().join("rootfs");
-        let layers = crate::image::unpack::unpack_checked(image, &root)?;
-        Ok((
-            Unpacked {
-                _dir: dir,
-                root,
-                env,
-            },
-            layers,
-        ))
+        Ok(Unpacked {
+            _dir: dir,
+            root,
+            env,
+        })
     }
 
     /// The image's `/`.

@@ -24,23 +24,7 @@ pub fn unpack(image: &Image, root: &Path) -> Result<()> {
 /// a bad layer may be missing from the tree.
 pub fn unpack_checked(image: &Image, root: &Path) -> Result<Vec<std::result::Result<(), String>>> {
     std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-    let layers = image.layers();
-    let total = layers.iter().map(|l| l.size()).sum();
-    let progress = crate::progress::Progress::new(
-        "unpacking the layers",
-        crate::progress::Unit::Bytes,
-        Some(total),
-    );
-    let results = layers
-        .iter()
-        .map(|layer| {
-            let result = layer.read_tar(true, |archive, end| apply(archive, end, root, &|_| true));
-            progress.inc(layer.size());
-            result
-        })
-        .collect();
-    progress.finish();
-    Ok(results)
+    Ok(apply_layers(image, root, &|_| true, false))
 }
 
 /// Unpacks only what lies under `paths` (relative, such as `etc/apt`) and the directories
@@ -68,20 +52,41 @@ fn unpack_where(image: &Image, root: &Path, wanted: &dyn Fn(&Path) -> bool) -> R
             ),
         ));
     }
-    let total = layers.iter().map(|l| l.size()).sum();
+    match apply_layers(image, root, wanted, true)
+        .into_iter()
+        .find_map(|r| r.err())
+    {
+        Some(e) => Err(Error::image(image.describe(), e)),
+        None => Ok(()),
+    }
+}
+
+/// Applies the layers to `root` in order, with their progress, and returns each one's result;
+/// with `stop_at_error`, none after the first that fails.
+fn apply_layers(
+    image: &Image,
+    root: &Path,
+    wanted: &dyn Fn(&Path) -> bool,
+    stop_at_error: bool,
+) -> Vec<std::result::Result<(), String>> {
+    let layers = image.layers();
     let progress = crate::progress::Progress::new(
         "unpacking the layers",
         crate::progress::Unit::Bytes,
-        Some(total),
+        Some(layers.iter().map(|l| l.size()).sum()),
     );
+    let mut results = Vec::with_capacity(layers.len());
     for layer in &layers {
-        layer
-            .read_tar(true, |archive, end| apply(archive, end, root, wanted))
-            .map_err(|e| Error::image(image.describe(), e))?;
+        let result = layer.read_tar(true, |archive, end| apply(archive, end, root, wanted));
         progress.inc(layer.size());
+        let failed = result.is_err();
+        results.push(result);
+        if failed && stop_at_error {
+            break;
+        }
     }
     progress.finish();
-    Ok(())
+    results
 }
 
 /// Applies one layer's tar stream to `root`; `end` is its [`Padded`] reader's.

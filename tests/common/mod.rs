@@ -353,3 +353,18 @@ pub fn layout_state(layout: &Path) -> (Vec<String>, Vec<u8>) {
     blobs.sort();
     (blobs, std::fs::read(layout.join("index.json")).unwrap())
 }
+
+/// Runs gcc with `args` in `dir`, failing the test with gcc's own words.
+pub fn gcc<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) {
+    let out = Command::new("gcc")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("gcc runs");
+    assert!(
+        out.status.success(),
+        "gcc {:?}: {}",
+        args.iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
