@@ -299,6 +299,18 @@ fn the_image_is_dated_by_its_inputs_and_names_the_base_it_is_told() {
         annotations_of(&named)[NAME],
         "docker.io/library/busybox:1.36"
     );
+    // A name that is no image reference, or a transport, is refused before any work.
+    for bad in ["", "Not A Ref", "docker://busybox:1.36", "oci:./base"] {
+        let out = gpubake(&build_args(
+            &recipe,
+            &from_base(),
+            &oci(&dir.path().join("refused"), "x"),
+            &["--base-name", bad],
+        ));
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains("--base-name"), "{}", stderr(&out));
+        assert!(!dir.path().join("refused").exists());
+    }
     // The lock the image carries says what its config says: verify holds the labels to it.
     let verified = gpubake(&["verify", &named]);
     assert_exit(&verified, 0);

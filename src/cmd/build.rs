@@ -29,7 +29,7 @@ pub struct Args {
     /// bookworm`): the image names it as its base (label and annotation
     /// org.opencontainers.image.base.name). Without it, a base read from a layout, an archive
     /// or the engine is named by digest alone.
-    #[arg(long, value_name = "REFERENCE", requires = "from")]
+    #[arg(long, value_name = "REFERENCE", requires = "from", value_parser = parse_base_name)]
     base_name: Option<String>,
     /// Layer compression.
     #[arg(long, value_enum, default_value = "gzip")]
@@ -803,6 +803,25 @@ fn parse_probe_binary(text: &str) -> std::result::Result<(Platform, PathBuf), St
 }
 
 /// `--stack-layers`: a count the stack's plan can honour.
+/// `--base-name`: an image reference as docker names images (`debian:bookworm`,
+/// `registry.example:5000/team/base:1`), which the label and annotation hold as written; a
+/// transport (`docker://…`, `oci:…`) or text that is no reference is refused.
+fn parse_base_name(text: &str) -> std::result::Result<String, String> {
+    let is_reference = !text.contains("://")
+        && matches!(
+            Transport::of_base(text),
+            Ok(Transport::Registry(remote)) if remote.parsed().is_ok()
+        );
+    if is_reference {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "`{text}` is not an image reference: write REGISTRY/NAME:TAG as docker names \
+             images (docker.io/library/debian:bookworm)"
+        ))
+    }
+}
+
 fn parse_stack_layers(text: &str) -> std::result::Result<usize, String> {
     let n: usize = text
         .parse()
