@@ -1,6 +1,7 @@
 //! The software bill of materials of a built image, as SPDX 2.3 JSON or CycloneDX 1.6 JSON:
 //! the image itself, the base it was built on (by the digest really used), every wheel of the
-//! Python closure with its sha256 and download URL, and the lock's pins.
+//! Python closure and every .deb of the `system:` layer with its sha256 and download URL, and
+//! the lock's pins.
 //!
 //! The document is made from plain facts: the lock, the closure's wheels, the two manifest
 //! digests and the build's timestamp. Nothing in it is random or read from the clock, so the
@@ -8,7 +9,7 @@
 //! are derived from the image's digest.
 
 use crate::error::{Error, Result};
-use crate::lock::Lock;
+use crate::lock::{Lock, SystemPackage};
 use crate::wheel::cache::WheelRef;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -82,8 +83,8 @@ impl Subject<'_> {
         Ok(bytes)
     }
 
-    /// The SPDX 2.3 document: the image DESCENDANT_OF its base and CONTAINS every wheel; the
-    /// pins are annotations of the image.
+    /// The SPDX 2.3 document: the image DESCENDANT_OF its base and CONTAINS every wheel and
+    /// every .deb of its system layer; the pins are annotations of the image.
     pub fn spdx(&self) -> Result<Value> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
         let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
@@ -165,6 +166,24 @@ impl Subject<'_> {
             }));
             relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
         }
+        for deb in &lock.system {
+            let id = unique_spdx_id(&mut taken, &format!("deb-{}", deb.name));
+            packages.push(json!({
+                "SPDXID": id,
+                "name": deb.name,
+                "versionInfo": deb.version,
+                "packageFileName": deb_file_name(deb),
+                "downloadLocation": deb.url,
+                "filesAnalyzed": false,
+                "checksums": [{"algorithm": "SHA256", "checksumValue": deb.sha256}],
+                "externalRefs": [purl_ref(&deb_purl(deb))],
+                "licenseConcluded": "NOASSERTION",
+                "licenseDeclared": "NOASSERTION",
+                "copyrightText": "NOASSERTION",
+                "comment": "an OS package the image's system layer installs",
+            }));
+            relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
+        }
         Ok(json!({
             "spdxVersion": "SPDX-2.3",
             "dataLicense": "CC0-1.0",
@@ -182,7 +201,8 @@ impl Subject<'_> {
     }
 
     /// The CycloneDX 1.6 document: the image is the BOM's subject, with its base as a
-    /// pedigree ancestor; the base and every wheel are components, the image depends on each;
+    /// pedigree ancestor; the base, every wheel and every .deb are components, the image
+    /// depends on each;
     /// the pins are properties of the image.
     pub fn cyclonedx(&self) -> Result<Value> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
@@ -231,6 +251,27 @@ impl Subject<'_> {
                     "hashes": [{"alg": "SHA-256", "content": wheel.sha256}],
                 }],
                 "properties": properties,
+            }));
+            depends_on.push(json!(purl));
+        }
+        for deb in &lock.system {
+            let purl = deb_purl(deb);
+            components.push(json!({
+                "type": "library",
+                "bom-ref": purl,
+                "name": deb.name,
+                "version": deb.version,
+                "purl": purl,
+                "hashes": [{"alg": "SHA-256", "content": deb.sha256}],
+                "externalReferences": [{
+                    "type": "distribution",
+                    "url": deb.url,
+                    "hashes": [{"alg": "SHA-256", "content": deb.sha256}],
+                }],
+                "properties": [
+                    {"name": "gpubake:deb:file", "value": deb_file_name(deb)},
+                    {"name": "gpubake:deb:size", "value": deb.size.to_string()},
+                ],
             }));
             depends_on.push(json!(purl));
         }
@@ -404,6 +445,38 @@ fn purl_encode(text: &str, keep_slash: bool) -> String {
         }
     }
     out
+}
+
+/// The .deb's file name: the last part of its archive URL.
+fn deb_file_name(deb: &SystemPackage) -> &str {
+    deb.url.rsplit('/').next().unwrap_or(&deb.url)
+}
+
+/// `pkg:deb/VENDOR/NAME@VERSION?arch=ARCH[&epoch=N]`, as Syft and Trivy write a .deb: the
+/// vendor is `ubuntu` for a package fetched from an Ubuntu archive and `debian` otherwise;
+/// an epoch leaves the version for a qualifier of its own.
+pub fn deb_purl(deb: &SystemPackage) -> String {
+    let vendor = if deb.url.to_ascii_lowercase().contains("ubuntu") {
+        "ubuntu"
+    } else {
+        "debian"
+    };
+    let (epoch, version) = match deb.version.split_once(':') {
+        Some((epoch, rest)) if !epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_digit()) => {
+            (Some(epoch), rest)
+        }
+        _ => (None, deb.version.as_str()),
+    };
+    let mut purl = format!(
+        "pkg:deb/{vendor}/{}@{}?arch={}",
+        purl_encode(&deb.name, false),
+        purl_encode(version, false),
+        purl_encode(&deb.architecture, false)
+    );
+    if let Some(epoch) = epoch {
+        purl.push_str(&format!("&epoch={epoch}"));
+    }
+    purl
 }
 
 /// `pkg:pypi/NAME@VERSION?file_name=FILE`: the name normalized as PyPI's purl type asks
@@ -710,6 +783,74 @@ mod tests {
             cdx["metadata"]["component"]["pedigree"]["ancestors"][0]["version"],
             BASE
         );
+    }
+
+    fn deb(name: &str, version: &str, url: &str) -> SystemPackage {
+        SystemPackage {
+            name: name.into(),
+            version: version.into(),
+            architecture: "amd64".into(),
+            url: url.into(),
+            size: 1234,
+            sha256: "ab".repeat(32),
+        }
+    }
+
+    #[test]
+    fn every_deb_of_the_system_layer_is_listed_with_its_hash_url_and_purl() {
+        let mut lock = lock();
+        lock.system = vec![
+            deb(
+                "numactl",
+                "2.0.16-1",
+                "http://deb.debian.org/debian/pool/main/n/numactl/numactl_2.0.16-1_amd64.deb",
+            ),
+            deb(
+                "libc-bin",
+                "1:2.36-9+deb12u4",
+                "http://deb.debian.org/debian/pool/main/g/glibc/libc-bin_2.36-9+deb12u4_amd64.deb",
+            ),
+            deb(
+                "rdma-core",
+                "50.0-2build2",
+                "http://archive.ubuntu.com/ubuntu/pool/main/r/rdma-core/rdma-core_50.0-2build2_amd64.deb",
+            ),
+        ];
+        let want = [
+            "pkg:deb/debian/numactl@2.0.16-1?arch=amd64",
+            "pkg:deb/debian/libc-bin@2.36-9%2Bdeb12u4?arch=amd64&epoch=1",
+            "pkg:deb/ubuntu/rdma-core@50.0-2build2?arch=amd64",
+        ];
+        let spdx = subject(&lock, &[], IMAGE).spdx().unwrap();
+        let packages = spdx["packages"].as_array().unwrap();
+        assert_eq!(packages.len(), 2 + 3, "the image, its base and three .debs");
+        for (deb, purl) in lock.system.iter().zip(want) {
+            let p = packages
+                .iter()
+                .find(|p| p["name"] == deb.name.as_str())
+                .unwrap_or_else(|| panic!("{} in the SPDX packages", deb.name));
+            assert_eq!(p["versionInfo"], deb.version.as_str());
+            assert_eq!(p["downloadLocation"], deb.url.as_str());
+            assert_eq!(p["checksums"][0]["checksumValue"], deb.sha256.as_str());
+            assert_eq!(p["externalRefs"][0]["referenceLocator"], purl);
+            assert!(spdx["relationships"].as_array().unwrap().iter().any(|r| {
+                r["relationshipType"] == "CONTAINS" && r["relatedSpdxElement"] == p["SPDXID"]
+            }));
+        }
+        let cdx = subject(&lock, &[], IMAGE).cyclonedx().unwrap();
+        let components = cdx["components"].as_array().unwrap();
+        assert_eq!(components.len(), 1 + 3, "the base and three .debs");
+        let image_deps = &cdx["dependencies"][0]["dependsOn"];
+        for (deb, purl) in lock.system.iter().zip(want) {
+            let c = components
+                .iter()
+                .find(|c| c["purl"] == purl)
+                .unwrap_or_else(|| panic!("{purl} in the CycloneDX components"));
+            assert_eq!(c["version"], deb.version.as_str());
+            assert_eq!(c["hashes"][0]["content"], deb.sha256.as_str());
+            assert_eq!(c["externalReferences"][0]["url"], deb.url.as_str());
+            assert!(image_deps.as_array().unwrap().contains(&json!(purl)));
+        }
     }
 
     #[test]

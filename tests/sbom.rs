@@ -359,3 +359,93 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
         doc["components"][1]["type"] = "wheel".into();
     });
 }
+
+/// Every .deb a `system:` build installs is in both documents as Syft and Trivy name it
+/// (`pkg:deb/debian/NAME@VERSION?arch=…`), with the lock's sha256 and archive URL, and the
+/// documents stay valid.
+#[test]
+fn the_debs_of_the_system_layer_are_listed_with_their_hashes_in_valid_documents() {
+    if !validators() {
+        return;
+    }
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "recipe.yaml",
+        "name: sbom-system\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\nsystem: [numactl, openssh-client]\n",
+    );
+    let lock_path = dir.path().join("lock.yaml");
+    let spdx_path = dir.path().join("system.spdx.json");
+    let cdx_path = dir.path().join("system.cdx.json");
+    for (sbom, format) in [(&spdx_path, "spdx"), (&cdx_path, "cyclonedx")] {
+        let out = gpubake(&[
+            "build",
+            "--without-python",
+            &recipe,
+            "--from",
+            &format!("oci:{}:bookworm", base.display()),
+            "--to",
+            &format!("oci:{}:v1", dir.path().join("out").display()),
+            "--lock-out",
+            &lock_path.display().to_string(),
+            "--sbom",
+            &sbom.display().to_string(),
+            "--sbom-format",
+            format,
+        ]);
+        assert_exit(&out, 0);
+    }
+    let lock: gpubake::lock::Lock =
+        serde_yaml::from_slice(&std::fs::read(&lock_path).unwrap()).unwrap();
+    assert!(
+        ["numactl", "openssh-client"]
+            .iter()
+            .all(|asked| lock.system.iter().any(|p| p.name == *asked)),
+        "the lock pins what was asked: {:?}",
+        lock.system
+    );
+
+    let spdx = read_json(&spdx_path);
+    let packages = spdx["packages"].as_array().unwrap();
+    assert_eq!(
+        packages.len(),
+        2 + lock.system.len(),
+        "the image, its base and every .deb of the lock"
+    );
+    let cdx = read_json(&cdx_path);
+    let components = cdx["components"].as_array().unwrap();
+    for deb in &lock.system {
+        let purl = gpubake::sbom::deb_purl(deb);
+        assert!(
+            purl.starts_with(&format!("pkg:deb/debian/{}@", deb.name)),
+            "{purl}"
+        );
+        assert!(
+            packages.iter().any(|p| p["name"] == deb.name.as_str()
+                && p["versionInfo"] == deb.version.as_str()
+                && p["checksums"][0]["checksumValue"] == deb.sha256.as_str()
+                && p["downloadLocation"] == deb.url.as_str()
+                && p["externalRefs"][0]["referenceLocator"] == purl.as_str()),
+            "{} {} with its sha256, URL and purl in the SPDX packages",
+            deb.name,
+            deb.version
+        );
+        assert!(
+            components
+                .iter()
+                .any(|c| c["purl"] == purl.as_str()
+                    && c["hashes"][0]["content"] == deb.sha256.as_str()),
+            "{purl} with its sha256 in the CycloneDX components"
+        );
+    }
+    assert_valid(Format::Spdx, &spdx_path, |doc| {
+        doc["packages"][2]["checksums"][0]["checksumValue"] = "abc".into();
+    });
+    assert_valid(Format::Cyclonedx, &cdx_path, |doc| {
+        doc["components"][1]["type"] = "deb".into();
+    });
+}

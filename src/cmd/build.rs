@@ -87,9 +87,9 @@ pub struct Args {
     #[arg(long)]
     timings: bool,
     /// Also write the image's SBOM here (atomically), after the image: the base by its
-    /// digest, every wheel with its sha256 and URL, the lock's pins. For a docker://
-    /// image it is also attached there as a referrer. Not with --engine-build, whose
-    /// engine keeps no manifest of the image's own.
+    /// digest, every wheel and system: .deb with its sha256 and URL, the lock's pins. For
+    /// a docker:// image it is also attached there as a referrer. Not with
+    /// --engine-build, whose engine keeps no manifest of the image's own.
     #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
     sbom: Option<PathBuf>,
     /// The gpubake binary that serves as the probe in the image for PLATFORM, when that
