@@ -150,38 +150,24 @@ impl Subject<'_> {
         let mut taken = HashSet::new();
         for wheel in self.wheels {
             let id = unique_spdx_id(&mut taken, &wheel.name);
-            packages.push(json!({
-                "SPDXID": id,
-                "name": wheel.name,
-                "versionInfo": wheel.version,
-                "packageFileName": wheel.file_name(),
-                "downloadLocation": wheel.url,
-                "filesAnalyzed": false,
-                "primaryPackagePurpose": "LIBRARY",
-                "checksums": [{"algorithm": "SHA256", "checksumValue": wheel.sha256}],
-                "externalRefs": [purl_ref(&pypi_purl(wheel))],
-                "licenseConcluded": "NOASSERTION",
-                "licenseDeclared": "NOASSERTION",
-                "copyrightText": "NOASSERTION",
-            }));
+            let mut package = Artifact {
+                name: &wheel.name,
+                version: &wheel.version,
+                file_name: &wheel.file_name(),
+                url: &wheel.url,
+                sha256: &wheel.sha256,
+                purl: &pypi_purl(wheel),
+            }
+            .spdx_package(&id);
+            package["primaryPackagePurpose"] = json!("LIBRARY");
+            packages.push(package);
             relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
         }
         for deb in &lock.system {
             let id = unique_spdx_id(&mut taken, &format!("deb-{}", deb.name));
-            packages.push(json!({
-                "SPDXID": id,
-                "name": deb.name,
-                "versionInfo": deb.version,
-                "packageFileName": deb_file_name(deb),
-                "downloadLocation": deb.url,
-                "filesAnalyzed": false,
-                "checksums": [{"algorithm": "SHA256", "checksumValue": deb.sha256}],
-                "externalRefs": [purl_ref(&deb_purl(deb))],
-                "licenseConcluded": "NOASSERTION",
-                "licenseDeclared": "NOASSERTION",
-                "copyrightText": "NOASSERTION",
-                "comment": "an OS package the image's system layer installs",
-            }));
+            let mut package = deb_artifact(deb, &deb_purl(deb)).spdx_package(&id);
+            package["comment"] = json!("an OS package the image's system layer installs");
+            packages.push(package);
             relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
         }
         Ok(json!({
@@ -238,41 +224,25 @@ impl Subject<'_> {
             if let Some(size) = wheel.size {
                 properties.push(json!({"name": "gpubake:wheel:size", "value": size.to_string()}));
             }
-            components.push(json!({
-                "type": "library",
-                "bom-ref": purl,
-                "name": wheel.name,
-                "version": wheel.version,
-                "purl": purl,
-                "hashes": [{"alg": "SHA-256", "content": wheel.sha256}],
-                "externalReferences": [{
-                    "type": "distribution",
-                    "url": wheel.url,
-                    "hashes": [{"alg": "SHA-256", "content": wheel.sha256}],
-                }],
-                "properties": properties,
-            }));
+            components.push(
+                Artifact {
+                    name: &wheel.name,
+                    version: &wheel.version,
+                    file_name: &wheel.file_name(),
+                    url: &wheel.url,
+                    sha256: &wheel.sha256,
+                    purl: &purl,
+                }
+                .cyclonedx_component(properties),
+            );
             depends_on.push(json!(purl));
         }
         for deb in &lock.system {
             let purl = deb_purl(deb);
-            components.push(json!({
-                "type": "library",
-                "bom-ref": purl,
-                "name": deb.name,
-                "version": deb.version,
-                "purl": purl,
-                "hashes": [{"alg": "SHA-256", "content": deb.sha256}],
-                "externalReferences": [{
-                    "type": "distribution",
-                    "url": deb.url,
-                    "hashes": [{"alg": "SHA-256", "content": deb.sha256}],
-                }],
-                "properties": [
-                    {"name": "gpubake:deb:file", "value": deb_file_name(deb)},
-                    {"name": "gpubake:deb:size", "value": deb.size.to_string()},
-                ],
-            }));
+            components.push(deb_artifact(deb, &purl).cyclonedx_component(vec![
+                json!({"name": "gpubake:deb:file", "value": deb_file_name(deb)}),
+                json!({"name": "gpubake:deb:size", "value": deb.size.to_string()}),
+            ]));
             depends_on.push(json!(purl));
         }
         let properties: Vec<Value> = self
@@ -447,16 +417,77 @@ fn purl_encode(text: &str, keep_slash: bool) -> String {
     out
 }
 
+/// A downloaded file the image installs (a wheel, a .deb), as both formats list it.
+struct Artifact<'a> {
+    name: &'a str,
+    version: &'a str,
+    file_name: &'a str,
+    url: &'a str,
+    sha256: &'a str,
+    purl: &'a str,
+}
+
+impl Artifact<'_> {
+    /// Its SPDX package, with the given SPDX id.
+    fn spdx_package(&self, id: &str) -> Value {
+        json!({
+            "SPDXID": id,
+            "name": self.name,
+            "versionInfo": self.version,
+            "packageFileName": self.file_name,
+            "downloadLocation": self.url,
+            "filesAnalyzed": false,
+            "checksums": [{"algorithm": "SHA256", "checksumValue": self.sha256}],
+            "externalRefs": [purl_ref(self.purl)],
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+        })
+    }
+
+    /// Its CycloneDX library component, referred to by its purl.
+    fn cyclonedx_component(&self, properties: Vec<Value>) -> Value {
+        json!({
+            "type": "library",
+            "bom-ref": self.purl,
+            "name": self.name,
+            "version": self.version,
+            "purl": self.purl,
+            "hashes": [{"alg": "SHA-256", "content": self.sha256}],
+            "externalReferences": [{
+                "type": "distribution",
+                "url": self.url,
+                "hashes": [{"alg": "SHA-256", "content": self.sha256}],
+            }],
+            "properties": properties,
+        })
+    }
+}
+
+fn deb_artifact<'a>(deb: &'a SystemPackage, purl: &'a str) -> Artifact<'a> {
+    Artifact {
+        name: &deb.name,
+        version: &deb.version,
+        file_name: deb_file_name(deb),
+        url: &deb.url,
+        sha256: &deb.sha256,
+        purl,
+    }
+}
+
 /// The .deb's file name: the last part of its archive URL.
 fn deb_file_name(deb: &SystemPackage) -> &str {
     deb.url.rsplit('/').next().unwrap_or(&deb.url)
 }
 
 /// `pkg:deb/VENDOR/NAME@VERSION?arch=ARCH[&epoch=N]`, as Syft and Trivy write a .deb: the
-/// vendor is `ubuntu` for a package fetched from an Ubuntu archive and `debian` otherwise;
+/// vendor is `ubuntu` for a package fetched from an Ubuntu archive (its URL before `/pool/`)
+/// and `debian` otherwise;
 /// an epoch leaves the version for a qualifier of its own.
 pub fn deb_purl(deb: &SystemPackage) -> String {
-    let vendor = if deb.url.to_ascii_lowercase().contains("ubuntu") {
+    // The archive's root, before `/pool/`: a Debian package named ubuntu-… stays Debian's.
+    let root = deb.url.split("/pool/").next().unwrap_or(&deb.url);
+    let vendor = if root.to_ascii_lowercase().contains("ubuntu") {
         "ubuntu"
     } else {
         "debian"
@@ -815,15 +846,21 @@ mod tests {
                 "50.0-2build2",
                 "http://archive.ubuntu.com/ubuntu/pool/main/r/rdma-core/rdma-core_50.0-2build2_amd64.deb",
             ),
+            deb(
+                "ubuntu-keyring",
+                "2023.11.28.1",
+                "http://deb.debian.org/debian/pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb",
+            ),
         ];
         let want = [
             "pkg:deb/debian/numactl@2.0.16-1?arch=amd64",
             "pkg:deb/debian/libc-bin@2.36-9%2Bdeb12u4?arch=amd64&epoch=1",
             "pkg:deb/ubuntu/rdma-core@50.0-2build2?arch=amd64",
+            "pkg:deb/debian/ubuntu-keyring@2023.11.28.1?arch=amd64",
         ];
         let spdx = subject(&lock, &[], IMAGE).spdx().unwrap();
         let packages = spdx["packages"].as_array().unwrap();
-        assert_eq!(packages.len(), 2 + 3, "the image, its base and three .debs");
+        assert_eq!(packages.len(), 2 + 4, "the image, its base and four .debs");
         for (deb, purl) in lock.system.iter().zip(want) {
             let p = packages
                 .iter()
@@ -839,7 +876,7 @@ mod tests {
         }
         let cdx = subject(&lock, &[], IMAGE).cyclonedx().unwrap();
         let components = cdx["components"].as_array().unwrap();
-        assert_eq!(components.len(), 1 + 3, "the base and three .debs");
+        assert_eq!(components.len(), 1 + 4, "the base and four .debs");
         let image_deps = &cdx["dependencies"][0]["dependsOn"];
         for (deb, purl) in lock.system.iter().zip(want) {
             let c = components
