@@ -9,6 +9,7 @@ pub mod digest;
 mod insecure;
 pub mod layer;
 pub mod layout;
+pub mod ldcache;
 pub mod links;
 pub mod model;
 pub mod plugins;

@@ -15,7 +15,7 @@ const OPAQUE: &str = ".wh..wh..opq";
 /// Unpacks every layer of `image` under `root` (created when missing). Ownership is kept when
 /// running as root, as a runtime's bundle needs it.
 pub fn unpack(image: &Image, root: &Path) -> Result<()> {
-    unpack_where(image, root, &|_| true)
+    unpack_where(image, root, &|_, _| true)
 }
 
 /// Unpacks every layer of `image` under `root`, going on past a layer that does not read:
@@ -24,13 +24,13 @@ pub fn unpack(image: &Image, root: &Path) -> Result<()> {
 /// a bad layer may be missing from the tree.
 pub fn unpack_checked(image: &Image, root: &Path) -> Result<Vec<std::result::Result<(), String>>> {
     std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-    Ok(apply_layers(image, root, &|_| true, false))
+    Ok(apply_layers(image, root, &|_, _| true, false))
 }
 
 /// Unpacks only what lies under `paths` (relative, such as `etc/apt`) and the directories
 /// above them: the few files a step reads from a base of gigabytes.
 pub fn unpack_paths(image: &Image, root: &Path, paths: &[&str]) -> Result<()> {
-    let wanted = |inside: &Path| {
+    let wanted = |inside: &Path, _: tar::EntryType| {
         paths.iter().any(|p| {
             let p = Path::new(p);
             inside.starts_with(p) || p.starts_with(inside)
@@ -39,7 +39,12 @@ pub fn unpack_paths(image: &Image, root: &Path, paths: &[&str]) -> Result<()> {
     unpack_where(image, root, &wanted)
 }
 
-fn unpack_where(image: &Image, root: &Path, wanted: &dyn Fn(&Path) -> bool) -> Result<()> {
+/// What an entry is judged by when only some are unpacked: its path inside the root and its
+/// kind (a symbolic link, a file).
+pub type Wanted<'a> = dyn Fn(&Path, tar::EntryType) -> bool + 'a;
+
+/// Unpacks only the entries `wanted` takes (directories above them are made as needed).
+pub fn unpack_where(image: &Image, root: &Path, wanted: &Wanted) -> Result<()> {
     std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
     let layers = image.layers();
     let listed = strings(&image.config()?["rootfs"]["diff_ids"]).len();
@@ -66,7 +71,7 @@ fn unpack_where(image: &Image, root: &Path, wanted: &dyn Fn(&Path) -> bool) -> R
 fn apply_layers(
     image: &Image,
     root: &Path,
-    wanted: &dyn Fn(&Path) -> bool,
+    wanted: &Wanted,
     stop_at_error: bool,
 ) -> Vec<std::result::Result<(), String>> {
     let layers = image.layers();
@@ -94,7 +99,7 @@ fn apply<R: Read>(
     archive: &mut tar::Archive<R>,
     end: &End,
     root: &Path,
-    wanted: &dyn Fn(&Path) -> bool,
+    wanted: &Wanted,
 ) -> std::io::Result<()> {
     let as_root = unsafe { libc::geteuid() } == 0;
     archive.set_preserve_permissions(true);
@@ -131,7 +136,7 @@ fn apply<R: Read>(
         }
         // Whiteouts apply wherever they are (what they delete may not be here at all); other
         // entries only where wanted. The bytes of those skipped are still read and hashed.
-        if !wanted(&inside) {
+        if !wanted(&inside, entry.header().entry_type()) {
             continue;
         }
         // A lower layer's entry of another kind at this path gives way (a file replacing a
@@ -239,7 +244,7 @@ mod tests {
     fn apply_all(root: &Path, layers: &[Vec<u8>]) -> std::io::Result<()> {
         for l in layers {
             let (reader, end) = Padded::new(l.as_slice());
-            apply(&mut tar::Archive::new(reader), &end, root, &|_| true)?;
+            apply(&mut tar::Archive::new(reader), &end, root, &|_, _| true)?;
         }
         Ok(())
     }
