@@ -8,6 +8,7 @@
 //! the index's SHA256 pins each `.deb`.
 
 mod http;
+pub mod maintscript;
 pub mod packages;
 pub mod release;
 pub mod solve;
