@@ -331,6 +331,13 @@ fn steps_is_top(segments: &[String]) -> bool {
 #[serde(transparent)]
 pub struct UniqueMap<V>(pub IndexMap<String, V>);
 
+impl<V> UniqueMap<V> {
+    /// Whether the map has no entry.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for UniqueMap<V> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Unique<V>(PhantomData<V>);

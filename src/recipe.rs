@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::version::Constraint;
 use include_dir::{Dir, include_dir};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The example recipes shipped in `recipes/`, embedded so the binary runs anywhere.
@@ -76,6 +77,19 @@ pub struct Recipe {
     /// snapshot archive, say, for rebuilds that resolve the same way later).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apt: Vec<AptSource>,
+    /// What the build does with a `system:` package's maintainer script that does something
+    /// gpubake cannot make without running it, by package: `{skip: WHY}` builds without that
+    /// package's scripts' effects, saying why. Without an entry such a package is refused.
+    #[serde(default, skip_serializing_if = "UniqueMap::is_empty")]
+    pub system_scripts: UniqueMap<ScriptPolicy>,
+}
+
+/// How the build treats one package's maintainer scripts.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptPolicy {
+    /// Why the image does without what the scripts do; the build says it.
+    pub skip: String,
 }
 
 /// An archive of Debian-style packages, as one line of apt's sources names it.
@@ -118,8 +132,17 @@ mod pytorch_field {
 }
 
 /// The fields that shape the Python stack, which a probe image (`pytorch: none`) has none of.
-const STACK_FIELDS: [&str; 9] = [
-    "python", "cuda", "nccl", "gpus", "driver", "pip", "index", "system", "apt",
+const STACK_FIELDS: [&str; 10] = [
+    "python",
+    "cuda",
+    "nccl",
+    "gpus",
+    "driver",
+    "pip",
+    "index",
+    "system",
+    "apt",
+    "system_scripts",
 ];
 
 fn main_component() -> Vec<String> {
@@ -127,6 +150,15 @@ fn main_component() -> Vec<String> {
 }
 
 impl Recipe {
+    /// The packages whose maintainer scripts `system_scripts:` skips, with why.
+    pub fn scripts_skipped(&self) -> BTreeMap<String, String> {
+        self.system_scripts
+            .0
+            .iter()
+            .map(|(p, policy)| (p.clone(), policy.skip.clone()))
+            .collect()
+    }
+
     /// True for `pytorch: none`: an image of the probe alone, with nothing to resolve.
     pub fn is_probe_image(&self) -> bool {
         self.pytorch.is_none()
@@ -144,6 +176,7 @@ impl Recipe {
             self.index.is_some(),
             !self.system.is_empty(),
             !self.apt.is_empty(),
+            !self.system_scripts.0.is_empty(),
         ];
         STACK_FIELDS
             .into_iter()
@@ -227,6 +260,10 @@ pub fn field_help(field: &str) -> Option<String> {
             "a list of Debian or Ubuntu package names, each optionally `=VERSION`, such as \
              `[numactl, openssh-client, rdma-core]`"
         }
+        "system_scripts" => {
+            "a mapping of `system:` packages to `{skip: \"why the image does without their \
+             maintainer scripts\"}`, e.g. `{udev: {skip: \"no device database in a container\"}}`"
+        }
         "apt" => {
             "a list of `{url: http://deb.debian.org/debian, suite: bookworm, components: [main], \
              keyring: keys/debian.gpg}`"
@@ -237,7 +274,8 @@ pub fn field_help(field: &str) -> Option<String> {
         }
         _ => {
             "the recipe fields: name, description, base, python, pytorch, cuda, nccl, gpus, \
-             driver, presets, env, labels, pip, index, files, platforms, system, apt"
+             driver, presets, env, labels, pip, index, files, platforms, system, \
+             system_scripts, apt"
         }
     };
     Some(text.to_string())

@@ -110,14 +110,27 @@ fn the_readme_image_and_the_example_recipes_build_and_certify() {
     );
     let _ = std::fs::remove_dir_all(&train);
 
-    // The multi-node image: the same stack and the RDMA userspace, numactl and ssh.
+    // The multi-node image: the same stack with the RDMA userspace, libfabric, UCX, Open MPI,
+    // numactl and ssh.
     let multi = dir.path().join("multinode");
     std::fs::create_dir_all(&multi).unwrap();
     let image = build_example(&multi, "examples/debian-multinode.yaml", &base);
     let text = certifies(&image);
-    // The OS layer gives the plugins the RDMA userspace: libibverbs and mlx5's provider are
-    // no longer what keeps cuFile's RDMA plugin from loading.
+    // The OS layer gives every optional plugin of the nvshmem and cuFile wheels what it
+    // needs (MPI, PMIx, OpenSHMEM, libfabric with its PSM alternative, UCX, rdma-core): none
+    // is left that could not load.
     let closure = text.lines().find(|l| l.contains("link closure")).unwrap();
-    assert!(!closure.contains("libibverbs.so.1"), "{closure}");
+    for plugin in [
+        "libibverbs.so.1",
+        "nvshmem_bootstrap_mpi",
+        "nvshmem_bootstrap_pmix",
+        "nvshmem_bootstrap_shmem",
+        "nvshmem_transport_libfabric",
+        "nvshmem_transport_ucx",
+        "nvshmem_transport_ibgda",
+        "libcufile_rdma",
+    ] {
+        assert!(!closure.contains(plugin), "{plugin}: {closure}");
+    }
     let _ = std::fs::remove_dir_all(&multi);
 }

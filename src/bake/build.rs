@@ -11,7 +11,8 @@ use super::stack;
 use crate::error::{Error, Result};
 use crate::image::digest::Digest;
 use crate::image::layer::{
-    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, Source, build_layer_to, tree_entries,
+    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, ROOT, Source, build_layer_to,
+    tree_entries,
 };
 use crate::image::layout::{Layout, digest_of};
 use crate::image::model::{ConfigView, Image, IndexImage, Platform, strings};
@@ -796,7 +797,20 @@ fn build_platform(
         eprintln!("warning: {warning}");
     }
     if !plan.system().is_empty() {
-        let (created_by, layer) = super::system::build(store, &base, plan.system(), &layers)?;
+        let skip = loaded.recipe.scripts_skipped();
+        let (created_by, layer) = super::system::build(store, &base, plan.system(), &skip, &layers)
+            .map_err(|e| {
+                match e {
+                    // What a package's scripts do that cannot be settled is the recipe's to
+                    // decide: said at its `system:`.
+                    Error::Usage(why) => loaded.doc.invalid(
+                        &["system"],
+                        why,
+                        crate::recipe::field_help("system_scripts"),
+                    ),
+                    other => other,
+                }
+            })?;
         built.push(("system".into(), created_by, layer));
     }
     if let (Some(closure), Some(python), Some(lock)) = (closure, &python, plan.lock()) {
@@ -934,6 +948,7 @@ fn layer_specs(loaded: &LoadedRecipe, plan: Plan, probe: &Path) -> Result<Vec<La
         entries: vec![Entry {
             path: rel(PROBE_PATH_IN_IMAGE),
             mode: 0o755,
+            owner: ROOT,
             source: Source::File(probe.to_path_buf()),
         }],
     });
@@ -949,18 +964,21 @@ fn layer_specs(loaded: &LoadedRecipe, plan: Plan, probe: &Path) -> Result<Vec<La
     let mut entries = vec![Entry {
         path: "etc/nccl.conf".into(),
         mode: 0o644,
+        owner: ROOT,
         source: Source::Bytes(env.nccl_conf().into_bytes()),
     }];
     if let Some(lock) = plan.lock() {
         entries.push(Entry {
             path: rel(LOCK_PATH_IN_IMAGE),
             mode: 0o644,
+            owner: ROOT,
             source: Source::Bytes(lock.to_yaml().into_bytes()),
         });
     }
     entries.push(Entry {
         path: rel(PRESET_PATH_IN_IMAGE),
         mode: 0o644,
+        owner: ROOT,
         source: Source::Bytes(preset.into_bytes()),
     });
     specs.push(LayerSpec {

@@ -196,22 +196,65 @@ pub fn paths(image: &Image) -> Result<Vec<String>> {
     Ok(all.into_iter().collect())
 }
 
+/// What a path of an image's filesystem is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    /// A regular file (or anything not a directory or link), with its mode and size.
+    File {
+        /// Permission bits.
+        mode: u32,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A directory.
+    Dir,
+    /// A symbolic link, with its target.
+    Link(String),
+}
+
+/// Every path of the image's filesystem with what it is, after later layers and whiteouts
+/// have had their say.
+pub fn listing(image: &Image) -> Result<std::collections::BTreeMap<String, Node>> {
+    let mut all = std::collections::BTreeMap::new();
+    each_entry(image, |p, entry| {
+        if let Some(d) = deletes(p) {
+            all.retain(|q: &String, _| !d.hits(q));
+            return Ok(());
+        }
+        let header = entry.header();
+        let kind = header.entry_type();
+        let node = if kind.is_symlink() {
+            Node::Link(
+                entry
+                    .link_name()?
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        } else if kind.is_dir() {
+            Node::Dir
+        } else {
+            Node::File {
+                mode: header.mode()? & 0o7777,
+                size: header.size()?,
+            }
+        };
+        all.insert(p.to_string(), node);
+        Ok(())
+    })?;
+    Ok(all)
+}
+
 /// Every symbolic link in the image's filesystem with its target, after later layers and
 /// whiteouts have had their say.
 pub fn symlinks(image: &Image) -> Result<std::collections::BTreeMap<String, String>> {
-    let mut links = std::collections::BTreeMap::new();
-    each_entry(image, |p, entry| {
-        if let Some(d) = deletes(p) {
-            links.retain(|q: &String, _| !d.hits(q));
-        } else if entry.header().entry_type().is_symlink() {
-            let target = entry.link_name()?.unwrap_or_default();
-            links.insert(p.to_string(), target.to_string_lossy().into_owned());
-        } else {
-            links.remove(p);
-        }
-        Ok(())
-    })?;
-    Ok(links)
+    Ok(listing(image)?
+        .into_iter()
+        .filter_map(|(p, n)| match n {
+            Node::Link(t) => Some((p, t)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// What the layers install, read from the files themselves: every Python distribution by

@@ -9,6 +9,7 @@ pub mod fs;
 pub mod inspect;
 pub mod provenance;
 pub mod render;
+pub mod scripts;
 pub mod stack;
 pub mod system;
 

@@ -6,7 +6,7 @@
 
 use crate::closure::Closure;
 use crate::error::{Error, Location, Result};
-use crate::image::layer::{Entry, Source, tree_entries};
+use crate::image::layer::{Entry, ROOT, Source, tree_entries};
 use crate::lock::VENV;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
 use crate::recipe::LoadedRecipe;
@@ -66,11 +66,13 @@ impl ContextPlan {
             Entry {
                 path: "Dockerfile".into(),
                 mode: 0o644,
+                owner: ROOT,
                 source: Source::Bytes(dockerfile.as_bytes().to_vec()),
             },
             Entry {
                 path: "gpubake".into(),
                 mode: 0o755,
+                owner: ROOT,
                 source: Source::File(probe.to_path_buf()),
             },
         ];
@@ -78,6 +80,7 @@ impl ContextPlan {
             out.push(Entry {
                 path: "pylock.toml".into(),
                 mode: 0o644,
+                owner: ROOT,
                 source: Source::Bytes(closure.text.clone().into_bytes()),
             });
             for w in &closure.wheels {
@@ -88,6 +91,7 @@ impl ContextPlan {
                 out.push(Entry {
                     path: format!("cache/{}", rel.display()),
                     mode: 0o644,
+                    owner: ROOT,
                     source: Source::File(path),
                 });
             }

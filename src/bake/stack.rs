@@ -14,7 +14,7 @@
 
 use crate::closure::{Closure, normalize};
 use crate::error::{Error, Result};
-use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed_to};
+use crate::image::layer::{BuiltLayer, Entry, LayerSpec, ROOT, Source, build_keyed_to};
 use crate::image::layout::Layout;
 use crate::lock::VENV;
 use crate::wheel::cache::{FetchOptions, WheelCache, WheelRef};
@@ -210,12 +210,14 @@ pub fn venv_entries(python: &Interpreter) -> Vec<Entry> {
     let link = |name: &str, target: &str| Entry {
         path: format!("{root}/{name}"),
         mode: 0o777,
+        owner: ROOT,
         source: Source::Symlink(target.to_string()),
     };
     vec![
         Entry {
             path: format!("{root}/pyvenv.cfg"),
             mode: 0o644,
+            owner: ROOT,
             source: Source::Bytes(cfg.into_bytes()),
         },
         link("bin/python", &python.path),
@@ -224,6 +226,7 @@ pub fn venv_entries(python: &Interpreter) -> Vec<Entry> {
         Entry {
             path: format!("{root}/lib/python{}/site-packages", python.version),
             mode: 0o755,
+            owner: ROOT,
             source: Source::Dir,
         },
         link("lib64", "lib"),

@@ -1,13 +1,16 @@
 //! The OS layer: the lock's Debian packages unpacked as dpkg unpacks them, without dpkg, apt
 //! or a container, and recorded in dpkg's database (`/var/lib/dpkg/status` and each
 //! package's `info/` files) so that `dpkg -l`, `dpkg -L` and a later `apt-get` inside the
-//! image see them. Maintainer scripts are not run: the layer says which packages have them
-//! and which commands their text calls.
+//! image see them. What the packages' maintainer scripts do on a fresh install is settled
+//! without running them ([`crate::bake::scripts`]), and so is libc-bin's ldconfig trigger:
+//! the layer holds the image's /etc/ld.so.cache and any soname link ldconfig would make.
 
-use crate::bake::fs::{read_file, symlinks};
+use crate::bake::fs::{Node, listing, read_file};
+use crate::bake::scripts::{Files, Settler};
 use crate::error::{Error, Result};
-use crate::image::layer::{BuiltLayer, Entry, LayerSpec, Source, build_keyed_to};
+use crate::image::layer::{BuiltLayer, Entry, LayerSpec, ROOT, Source, build_keyed_to};
 use crate::image::layout::Layout;
+use crate::image::ldcache;
 use crate::image::model::Image;
 use crate::lock::SystemPackage;
 use crate::recipe::{LoadedRecipe, Recipe, field_help};
@@ -25,29 +28,6 @@ const INFO: &str = "var/lib/dpkg/info";
 /// The maintainer scripts dpkg runs around unpacking and configuring.
 const SCRIPTS: &[&str] = &["preinst", "postinst", "prerm", "postrm", "config"];
 
-/// Commands a maintainer script may call whose effect the image would lack.
-const NOTED_COMMANDS: &[&str] = &[
-    "ldconfig",
-    "update-alternatives",
-    "adduser",
-    "addgroup",
-    "useradd",
-    "groupadd",
-    "dpkg-statoverride",
-    "setcap",
-    "chown",
-    "chmod",
-    "deb-systemd-helper",
-    "deb-systemd-invoke",
-    "systemctl",
-    "update-rc.d",
-    "invoke-rc.d",
-    "dpkg-trigger",
-    "ucf",
-    "update-ca-certificates",
-    "py3compile",
-];
-
 /// One package as read from its .deb.
 struct Deb {
     /// The control file's stanza.
@@ -64,9 +44,8 @@ struct Deb {
 pub struct SystemLayer {
     /// The layer.
     pub spec: LayerSpec,
-    /// For each package with an install script (preinst, postinst): the script and the
-    /// noted commands it calls.
-    pub scripts: Vec<(String, String, Vec<String>)>,
+    /// The maintainer scripts the recipe's `system_scripts:` skipped, and why.
+    pub skipped: Vec<String>,
     /// Files the archives own as another user, written as root.
     pub not_root: Vec<String>,
 }
@@ -95,7 +74,7 @@ pub fn unmet_need(
 
 /// The sonames the base's /etc/ld.so.cache lists (none without a cache).
 fn cached_sonames(base: &Image) -> Result<Vec<String>> {
-    const CACHE: &str = "etc/ld.so.cache";
+    const CACHE: &str = ldcache::CACHE;
     let Some(bytes) = read_file(base, CACHE)? else {
         return Ok(Vec::new());
     };
@@ -231,17 +210,43 @@ pub fn build(
     store: &Layout,
     base: &Image,
     packages: &[SystemPackage],
+    skip: &BTreeMap<String, String>,
     opts: &super::LayerOptions,
 ) -> Result<(String, BuiltLayer)> {
     let status = read_file(base, STATUS)?;
     let mut key = Sha256::new();
-    key.update(b"gpubake-system-v1\n");
+    // The loader cache reads every library of the base, so the base's layers key the layer,
+    // not only its dpkg status.
+    // How scripts and the loader cache are settled is gpubake's: its version keys the layer.
+    key.update(format!("gpubake-system-v2 {}\n", env!("CARGO_PKG_VERSION")));
+    for layer in base.layers() {
+        key.update(layer.diff_id().unwrap_or_default());
+        key.update(b"\n");
+    }
     key.update(Sha256::digest(status.as_deref().unwrap_or_default()));
     for p in packages {
         key.update(format!(
             "\n{} {} {} {}",
             p.name, p.version, p.architecture, p.sha256
         ));
+    }
+    // Which scripts are skipped changes what the layer holds.
+    for (package, why) in skip {
+        key.update(format!("\nskip {package} {why}"));
+    }
+    // Said whether the layer is made or reused; what each script passed over is said when
+    // the layer is made.
+    for (package, why) in skip {
+        if packages.iter().any(|p| &p.name == package) {
+            eprintln!(
+                "note: {package}'s maintainer scripts are settled without what gpubake cannot \
+                 make ({why})"
+            );
+        } else {
+            eprintln!(
+                "warning: `system_scripts:` names {package}, which `system:` does not install"
+            );
+        }
     }
     let key = hex::encode(key.finalize());
     let created_by = created_by(packages);
@@ -268,7 +273,13 @@ pub fn build(
                 })
                 .collect();
             let debs = opts.cache.fetch(&refs, &opts.fetch)?;
-            let layer = system_layer(base, status.as_deref(), packages, &debs, stage.path())?;
+            let layer = system_layer(
+                base,
+                status.as_deref(),
+                (packages, &debs),
+                skip,
+                stage.path(),
+            )?;
             report(&layer);
             Ok(layer.spec)
         },
@@ -277,16 +288,11 @@ pub fn build(
     Ok((created_by, layer))
 }
 
-/// What the build says of the layer it made: the maintainer scripts that did not run, and
-/// the files written as root that the archive owns as another user.
+/// What the build says of the layer it made: the maintainer scripts it skipped, and the
+/// files written as root that the archive owns as another user.
 fn report(layer: &SystemLayer) {
-    for (package, script, calls) in &layer.scripts {
-        if calls.is_empty() {
-            eprintln!("note: {package}'s {script} was not run");
-        } else {
-            let calls = calls.join(", ");
-            eprintln!("note: {package}'s {script} was not run; it calls {calls}");
-        }
+    for note in &layer.skipped {
+        eprintln!("note: {note}");
     }
     for file in &layer.not_root {
         eprintln!("note: {file} is owned by another user in its .deb; written as root");
@@ -308,8 +314,8 @@ fn created_by(packages: &[SystemPackage]) -> String {
 pub fn system_layer(
     base: &Image,
     status: Option<&[u8]>,
-    packages: &[SystemPackage],
-    debs: &[PathBuf],
+    (packages, debs): (&[SystemPackage], &[PathBuf]),
+    skip: &BTreeMap<String, String>,
     stage: &Path,
 ) -> Result<SystemLayer> {
     let status = status.map(<[u8]>::to_vec).ok_or_else(|| {
@@ -324,13 +330,33 @@ pub fn system_layer(
     let mut stanzas = parse_stanzas(&status);
     // dpkg unpacks through the links of the filesystem it unpacks into: on a merged-/usr
     // base, a package's /bin/x lands in /usr/bin/x and /bin stays the base's link.
-    let mut links = symlinks(base)?;
-    let mut files: BTreeMap<String, (Entry, String)> = BTreeMap::new();
+    let listing = listing(base)?;
+    let mut links: BTreeMap<String, String> = listing
+        .iter()
+        .filter_map(|(p, n)| match n {
+            Node::Link(t) => Some((p.clone(), t.clone())),
+            _ => None,
+        })
+        .collect();
+    let read_base = |path: &str| -> Result<Option<String>> {
+        Ok(read_file(base, path)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    };
+    let mut settler = Settler::new(&listing, &read_base, skip)?;
+    let mut files: Files = BTreeMap::new();
     let mut info_entries = Vec::new();
-    let mut scripts = Vec::new();
+    let mut postinsts = Vec::new();
     let mut not_root = Vec::new();
     for (i, (pkg, deb_path)) in packages.iter().zip(debs).enumerate() {
         let deb = read_deb(deb_path, &stage.join(i.to_string()), pkg)?;
+        // dpkg runs `preinst install` before it unpacks the package's files, and
+        // `postinst configure` once every package is unpacked.
+        if let Some(text) = deb.info.get("preinst") {
+            let text = String::from_utf8_lossy(text);
+            settler.run(&pkg.name, ("preinst", &text), &["install"], &files)?;
+        }
+        if let Some(text) = deb.info.get("postinst") {
+            postinsts.push((pkg.name.clone(), String::from_utf8_lossy(text).into_owned()));
+        }
         let multi_arch_same = field(&deb.control, "Multi-Arch") == Some("same");
         let info_name = if multi_arch_same {
             format!("{}:{}", pkg.name, pkg.architecture)
@@ -367,30 +393,44 @@ pub fn system_layer(
             } else {
                 0o644
             };
-            // prerm and postrm run at removal; what install skipped is preinst and postinst.
-            if ["preinst", "postinst"].contains(&member.as_str()) {
-                let text = String::from_utf8_lossy(bytes);
-                scripts.push((pkg.name.clone(), member.clone(), noted_commands(&text)));
-            }
             info_entries.push(Entry {
                 path: format!("{INFO}/{info_name}.{member}"),
                 mode,
+                owner: ROOT,
                 source: Source::Bytes(bytes.clone()),
             });
         }
         info_entries.push(Entry {
             path: format!("{INFO}/{info_name}.list"),
             mode: 0o644,
+            owner: ROOT,
             source: Source::Bytes(format!("{}\n", list.join("\n")).into_bytes()),
         });
         let stanza = installed_stanza(&deb.control, &conffiles);
         stanzas.insert(stanza_key(&stanza).expect("it names its package"), stanza);
     }
+    for (package, text) in &postinsts {
+        settler.run(package, ("postinst", text), &["configure", ""], &files)?;
+    }
+    let skipped = std::mem::take(&mut settler.notes);
+    let place = |path: &str| {
+        let probe = Entry {
+            path: path.to_string(),
+            mode: 0o777,
+            owner: ROOT,
+            source: Source::Symlink(String::new()),
+        };
+        through_links(&probe, &links).map_or_else(|| path.to_string(), |e| e.path)
+    };
+    let records = settler.finish(&mut files, &place);
     let mut entries: Vec<Entry> = files.into_values().map(|(e, _)| e).collect();
+    settle_loader(base, &mut entries)?;
     entries.extend(info_entries);
+    entries.extend(records);
     entries.push(Entry {
         path: STATUS.into(),
         mode: 0o644,
+        owner: ROOT,
         source: Source::Bytes(write_stanzas(&stanzas).into_bytes()),
     });
     Ok(SystemLayer {
@@ -399,9 +439,74 @@ pub fn system_layer(
             created_by: created_by(packages),
             entries,
         },
-        scripts,
+        skipped,
         not_root,
     })
+}
+
+/// What libc-bin's ldconfig trigger leaves once `entries` (the packages' files) are unpacked
+/// on `base`: ldconfig run over the base's libraries with the packages' on top, giving the
+/// image's /etc/ld.so.cache and the soname links it makes or re-points, which replace any
+/// entry at their paths.
+fn settle_loader(base: &Image, entries: &mut Vec<Entry>) -> Result<()> {
+    let platform = base
+        .platform()?
+        .unwrap_or_else(crate::image::Platform::host);
+    let Some(machine) = platform.elf_machine() else {
+        eprintln!(
+            "note: /etc/ld.so.cache is left as the base has it: gpubake reads no ELF objects \
+             of {}",
+            platform.architecture
+        );
+        return Ok(());
+    };
+    let root = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let root = root.path();
+    crate::image::unpack::unpack_where(base, root, &|path, kind| {
+        kind.is_symlink() || ldcache::reads(&path.to_string_lossy())
+    })?;
+    for e in entries.iter() {
+        let at = root.join(&e.path);
+        let placed = match &e.source {
+            Source::Dir => std::fs::create_dir_all(&at),
+            _ if !ldcache::reads(&e.path) && !matches!(e.source, Source::Symlink(_)) => continue,
+            source => {
+                if let Some(parent) = at.parent() {
+                    std::fs::create_dir_all(parent).map_err(|err| Error::io(parent, err))?;
+                }
+                if std::fs::symlink_metadata(&at).is_ok_and(|m| !m.is_dir()) {
+                    std::fs::remove_file(&at).map_err(|err| Error::io(&at, err))?;
+                }
+                match source {
+                    Source::Symlink(target) => std::os::unix::fs::symlink(target, &at),
+                    Source::File(staged) => std::fs::hard_link(staged, &at)
+                        .or_else(|_| std::fs::copy(staged, &at).map(drop)),
+                    Source::Bytes(bytes) => std::fs::write(&at, bytes),
+                    Source::Dir | Source::Zip(_) => unreachable!("no such entry here"),
+                }
+            }
+        };
+        placed.map_err(|err| Error::io(&at, err))?;
+    }
+    let scan = ldcache::scan(root, machine);
+    for (path, target) in scan.links {
+        let path = path.trim_start_matches('/').to_string();
+        entries.retain(|e| e.path != path);
+        entries.push(Entry {
+            path,
+            mode: 0o777,
+            owner: ROOT,
+            source: Source::Symlink(target),
+        });
+    }
+    entries.retain(|e| e.path != ldcache::CACHE);
+    entries.push(Entry {
+        path: ldcache::CACHE.into(),
+        mode: 0o644,
+        owner: ROOT,
+        source: Source::Bytes(ldcache::encode(&scan.entries, &ldcache::generator())),
+    });
+    Ok(())
 }
 
 /// Where `entry` lands when its path is followed through `links` (every link of the
@@ -612,7 +717,12 @@ fn read_data(reader: impl Read, stage: &Path) -> std::io::Result<(Vec<Entry>, Ve
                 "{path}: a {kind:?} entry; an image layer holds files, directories and links"
             )));
         };
-        entries.push(Entry { path, mode, source });
+        entries.push(Entry {
+            path,
+            mode,
+            owner: ROOT,
+            source,
+        });
     }
     Ok((entries, not_root))
 }
@@ -711,23 +821,6 @@ fn write_stanzas(stanzas: &BTreeMap<(String, String), String>) -> String {
     out
 }
 
-/// The noted commands a maintainer script's text calls.
-fn noted_commands(script: &str) -> Vec<String> {
-    let mut found: Vec<String> = NOTED_COMMANDS
-        .iter()
-        .filter(|c| {
-            script.lines().any(|l| {
-                let code = l.split('#').next().unwrap_or("");
-                code.split(|ch: char| !(ch.is_alphanumeric() || ch == '-' || ch == '.'))
-                    .any(|w| w == **c)
-            })
-        })
-        .map(|c| c.to_string())
-        .collect();
-    found.sort();
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,6 +829,7 @@ mod tests {
         Entry {
             path: path.into(),
             mode: 0o755,
+            owner: ROOT,
             source,
         }
     }
@@ -819,14 +913,6 @@ mod tests {
         }
         assert!(!replaces(c, "fo"));
         assert!(!replaces("Package: x\n", "foo"));
-    }
-
-    #[test]
-    fn noted_commands_are_words_of_code_not_of_comments_or_longer_names() {
-        let script = "#!/bin/sh\n# ldconfig is not called here\nupdate-alternatives --install \
-                      /usr/bin/rsh rsh /usr/bin/ssh 20\nif which adduserx; then :; fi\n\
-                      addgroup --system _ssh\n";
-        assert_eq!(noted_commands(script), ["addgroup", "update-alternatives"]);
     }
 
     #[test]

@@ -88,9 +88,23 @@ pub struct Entry {
     pub path: String,
     /// Permission bits.
     pub mode: u32,
+    /// The owning user and group ids.
+    pub owner: Owner,
     /// Content.
     pub source: Source,
 }
+
+/// Who owns an entry: numeric ids, as a layer's tar holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Owner {
+    /// The user id.
+    pub uid: u32,
+    /// The group id.
+    pub gid: u32,
+}
+
+/// root:root, what every entry but a few of the OS layer's has.
+pub const ROOT: Owner = Owner { uid: 0, gid: 0 };
 
 /// What a layer holds and how the history should describe it.
 #[derive(Clone, Debug)]
@@ -331,6 +345,9 @@ fn cache_key(spec: &LayerSpec) -> Result<String> {
     h.update("gpubake-layer-v2\n");
     for e in &spec.entries {
         h.update(format!("{} {:o} ", e.path, e.mode));
+        if e.owner != ROOT {
+            h.update(format!("{}:{} ", e.owner.uid, e.owner.gid));
+        }
         match &e.source {
             Source::Bytes(b) => h.update(Sha256::digest(b)),
             Source::File(p) => {
@@ -378,6 +395,7 @@ fn complete(entries: &[Entry]) -> Vec<Entry> {
             all.entry(key.clone()).or_insert(Entry {
                 path: key,
                 mode: 0o755,
+                owner: ROOT,
                 source: Source::Dir,
             });
             parent = p.parent();
@@ -971,8 +989,8 @@ fn spread_evenly(piece: &[u8]) -> bool {
 fn header(entry: &Entry, size: u64, epoch: u64) -> tar::Header {
     let mut h = tar::Header::new_gnu();
     h.set_mtime(epoch);
-    h.set_uid(0);
-    h.set_gid(0);
+    h.set_uid(entry.owner.uid.into());
+    h.set_gid(entry.owner.gid.into());
     h.set_mode(entry.mode);
     h.set_size(size);
     h.set_entry_type(match entry.source {
@@ -1297,7 +1315,12 @@ pub fn tree_entries(src: &Path, dest: &str, mode: Option<u32>) -> Result<Vec<Ent
         if path.is_empty() {
             continue;
         }
-        out.push(Entry { path, mode, source });
+        out.push(Entry {
+            path,
+            mode,
+            owner: ROOT,
+            source,
+        });
     }
     Ok(out)
 }
@@ -1338,6 +1361,7 @@ mod tests {
         let file = |path: &str, bytes: Vec<u8>| Entry {
             path: path.into(),
             mode: 0o644,
+            owner: ROOT,
             source: Source::Bytes(bytes),
         };
         LayerSpec {
@@ -1429,12 +1453,14 @@ mod tests {
                 entries.push(Entry {
                     path: format!("{name}{i}{j}"),
                     mode: 0o644,
+                    owner: ROOT,
                     source: Source::Bytes(random(len, (i * 5 + j) as u64)),
                 });
             }
             entries.push(Entry {
                 path: format!("{name}{i}/dir"),
                 mode: 0o755,
+                owner: ROOT,
                 source: Source::Dir,
             });
             for (j, target) in [long(10), long(99), long(100), long(200)]
@@ -1444,6 +1470,7 @@ mod tests {
                 entries.push(Entry {
                     path: format!("{name}{i}/link{j}"),
                     mode: 0o777,
+                    owner: ROOT,
                     source: Source::Symlink(target),
                 });
             }
@@ -1451,6 +1478,7 @@ mod tests {
         entries.push(Entry {
             path: long(120) + "/file",
             mode: 0o755,
+            owner: ROOT,
             source: Source::File(on_disk),
         });
         let written = write_tar(&entries, 1_700_000_000, Vec::new(), dir.path()).unwrap();

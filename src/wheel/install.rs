@@ -10,7 +10,7 @@
 //! it as an oracle.
 
 use crate::error::{Error, Result};
-use crate::image::layer::{Entry, Source, ZipMember};
+use crate::image::layer::{Entry, ROOT, Source, ZipMember};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256, Sha384, Sha512};
 use std::collections::{BTreeMap, BTreeSet};
@@ -546,6 +546,7 @@ impl<'a> Planner<'a> {
             .map(|p| Entry {
                 path: p.image,
                 mode: p.mode,
+                owner: ROOT,
                 source: p.source,
             })
             .collect();
