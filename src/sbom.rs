@@ -1,7 +1,7 @@
 //! The software bill of materials of a built image, as SPDX 2.3 JSON or CycloneDX 1.6 JSON:
-//! the image itself, the base it was built on (by the digest really used), every wheel of the
-//! Python closure and every .deb of the `system:` layer with its sha256 and download URL, and
-//! the lock's pins.
+//! the image itself, the base it was built on (by the digest really used) with the packages
+//! its dpkg records as installed, every wheel of the Python closure and every .deb of the
+//! `system:` layer with its sha256 and download URL, and the lock's pins.
 //!
 //! The document is made from plain facts: the lock, the closure's wheels, the two manifest
 //! digests and the build's timestamp. Nothing in it is random or read from the clock, so the
@@ -35,6 +35,68 @@ impl Format {
     }
 }
 
+/// A package the base's dpkg records as installed (/var/lib/dpkg/status). dpkg keeps no hash
+/// of the .deb a package came from nor where it was downloaded, so the documents give none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BasePackage {
+    /// `Package`.
+    pub name: String,
+    /// `Version`, as dpkg writes it (with its epoch).
+    pub version: String,
+    /// `Architecture`.
+    pub architecture: String,
+    /// The source package: `Source` without the version in parentheses, else the package's
+    /// own name, as dpkg-query's `${source:Package}` gives it.
+    pub source: String,
+}
+
+/// The base's installed packages and the distribution they belong to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BasePackages {
+    /// The purl's vendor: os-release's `ID` (`debian`, `ubuntu`), as Syft names it.
+    pub vendor: String,
+    /// In dpkg's order.
+    pub packages: Vec<BasePackage>,
+}
+
+impl BasePackages {
+    /// From the base's dpkg status and os-release text (`at` names the status in errors).
+    pub fn parse(status: &str, os_release: Option<&str>, at: &str) -> Result<BasePackages> {
+        let vendor = os_release
+            .map(|text| crate::debian::sources::parse_os_release(text).id)
+            .filter(|id| !id.is_empty())
+            .map_or_else(|| "debian".to_string(), |id| id.to_ascii_lowercase());
+        let packages = crate::debian::status::parse(status, at)?
+            .into_iter()
+            .map(|p| BasePackage {
+                source: p.source.clone().unwrap_or_else(|| p.name.clone()),
+                name: p.name,
+                version: p.version.to_string(),
+                architecture: p.architecture,
+            })
+            .collect();
+        Ok(BasePackages { vendor, packages })
+    }
+
+    /// `pkg:deb/VENDOR/NAME@VERSION?arch=ARCH[&epoch=N]`, as [`deb_purl`] writes a .deb of
+    /// the system layer, so that one package reinstalled there has one purl.
+    pub fn purl(&self, p: &BasePackage) -> String {
+        purl_of_deb(&self.vendor, &p.name, &p.version, &p.architecture)
+    }
+
+    /// The packages to list under the base: each but those whose purl the system layer's
+    /// .debs have (a package reinstalled at the same version), which the image lists once, as
+    /// the system layer's, with its hash.
+    fn listed<'a>(&'a self, system: &[SystemPackage]) -> Vec<(&'a BasePackage, String)> {
+        let layer: HashSet<String> = system.iter().map(deb_purl).collect();
+        self.packages
+            .iter()
+            .map(|p| (p, self.purl(p)))
+            .filter(|(_, purl)| !layer.contains(purl))
+            .collect()
+    }
+}
+
 /// What an SBOM is made from.
 #[derive(Clone, Debug)]
 pub struct Subject<'a> {
@@ -48,6 +110,8 @@ pub struct Subject<'a> {
     /// `docker-daemon:NAME:TAG`, `docker://…`), or the recipe's base pulled from its registry.
     /// A base from a layout, an archive or the engine names no registry.
     pub base_source: &'a str,
+    /// The packages the base's dpkg lists; None for a base without dpkg.
+    pub base_packages: Option<&'a BasePackages>,
     /// The digest of the built image's manifest (`sha256:…`).
     pub image_digest: &'a str,
     /// The build's file timestamp (`SOURCE_DATE_EPOCH`, else 0).
@@ -84,7 +148,8 @@ impl Subject<'_> {
     }
 
     /// The SPDX 2.3 document: the image DESCENDANT_OF its base and CONTAINS every wheel and
-    /// every .deb of its system layer; the pins are annotations of the image.
+    /// every .deb of its system layer; the base CONTAINS its own dpkg packages; the pins are
+    /// annotations of the image.
     pub fn spdx(&self) -> Result<Value> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
         let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
@@ -170,6 +235,27 @@ impl Subject<'_> {
             packages.push(package);
             relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
         }
+        // Last, so that the packages gpubake installed keep their places whatever the base.
+        if let Some(base_packages) = self.base_packages {
+            for (p, purl) in base_packages.listed(&lock.system) {
+                let id = unique_spdx_id(&mut taken, &format!("base-{}", p.name));
+                packages.push(json!({
+                    "SPDXID": id,
+                    "name": p.name,
+                    "versionInfo": p.version,
+                    // dpkg's status says neither where the .deb came from nor its hash.
+                    "downloadLocation": "NOASSERTION",
+                    "filesAnalyzed": false,
+                    "sourceInfo": format!("built from the source package {}", p.source),
+                    "externalRefs": [purl_ref(&purl)],
+                    "licenseConcluded": "NOASSERTION",
+                    "licenseDeclared": "NOASSERTION",
+                    "copyrightText": "NOASSERTION",
+                    "comment": "an OS package of the base image, as its dpkg status lists it",
+                }));
+                relationships.push(relationship("SPDXRef-Base", "CONTAINS", &id));
+            }
+        }
         Ok(json!({
             "spdxVersion": "SPDX-2.3",
             "dataLicense": "CC0-1.0",
@@ -188,8 +274,9 @@ impl Subject<'_> {
 
     /// The CycloneDX 1.6 document: the image is the BOM's subject, with its base as a
     /// pedigree ancestor; the base, every wheel and every .deb are components, the image
-    /// depends on each;
-    /// the pins are properties of the image.
+    /// depends on each; the base's own dpkg packages are components nested in the base's
+    /// (Syft reads nested components as the image's packages), each also marked
+    /// `gpubake:layer` = `base`; the pins are properties of the image.
     pub fn cyclonedx(&self) -> Result<Value> {
         let image_hex = sha256_hex(self.image_digest, "the image's manifest digest")?;
         let base_hex = sha256_hex(self.base_digest, "the base's manifest digest")?;
@@ -215,7 +302,27 @@ impl Subject<'_> {
             }
             c
         };
-        let mut components = vec![base_component(true)];
+        let mut base = base_component(true);
+        let mut nested = Vec::new();
+        if let Some(base_packages) = self.base_packages {
+            for (p, purl) in base_packages.listed(&lock.system) {
+                nested.push(json!({
+                    "type": "library",
+                    "bom-ref": purl,
+                    "name": p.name,
+                    "version": p.version,
+                    "purl": purl,
+                    "properties": [
+                        {"name": "gpubake:layer", "value": "base"},
+                        {"name": "gpubake:deb:source", "value": p.source},
+                    ],
+                }));
+            }
+        }
+        if !nested.is_empty() {
+            base["components"] = json!(nested);
+        }
+        let mut components = vec![base];
         let mut depends_on = vec![json!(base_purl)];
         for wheel in self.wheels {
             let purl = pypi_purl(wheel);
@@ -251,12 +358,14 @@ impl Subject<'_> {
             .map(|(name, value)| json!({"name": name, "value": value}))
             .collect();
         let mut dependencies = vec![json!({"ref": image_purl, "dependsOn": depends_on})];
-        // Every component appears in the graph, with what it depends on unknown to the lock.
-        dependencies.extend(
-            components
-                .iter()
-                .map(|c| json!({"ref": c["bom-ref"], "dependsOn": []})),
-        );
+        // Every component appears in the graph, with what it depends on unknown to the lock;
+        // the base's packages after the base.
+        for c in &components {
+            dependencies.push(json!({"ref": c["bom-ref"], "dependsOn": []}));
+            for inner in c["components"].as_array().into_iter().flatten() {
+                dependencies.push(json!({"ref": inner["bom-ref"], "dependsOn": []}));
+            }
+        }
         Ok(json!({
             "bomFormat": "CycloneDX",
             "specVersion": "1.6",
@@ -492,17 +601,24 @@ pub fn deb_purl(deb: &SystemPackage) -> String {
     } else {
         "debian"
     };
-    let (epoch, version) = match deb.version.split_once(':') {
+    purl_of_deb(vendor, &deb.name, &deb.version, &deb.architecture)
+}
+
+/// `pkg:deb/VENDOR/NAME@VERSION?arch=ARCH[&epoch=N]`: an epoch leaves the version for a
+/// qualifier of its own.
+fn purl_of_deb(vendor: &str, name: &str, version: &str, architecture: &str) -> String {
+    let (epoch, version) = match version.split_once(':') {
         Some((epoch, rest)) if !epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_digit()) => {
             (Some(epoch), rest)
         }
-        _ => (None, deb.version.as_str()),
+        _ => (None, version),
     };
     let mut purl = format!(
-        "pkg:deb/{vendor}/{}@{}?arch={}",
-        purl_encode(&deb.name, false),
+        "pkg:deb/{}/{}@{}?arch={}",
+        purl_encode(vendor, false),
+        purl_encode(name, false),
         purl_encode(version, false),
-        purl_encode(&deb.architecture, false)
+        purl_encode(architecture, false)
     );
     if let Some(epoch) = epoch {
         purl.push_str(&format!("&epoch={epoch}"));
@@ -668,6 +784,7 @@ mod tests {
             wheels,
             base_digest: BASE,
             base_source: "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+            base_packages: None,
             image_digest: image,
             epoch: 1_700_000_000,
             created: 1_700_000_000,
@@ -888,6 +1005,269 @@ mod tests {
             assert_eq!(c["externalReferences"][0]["url"], deb.url.as_str());
             assert!(image_deps.as_array().unwrap().contains(&json!(purl)));
         }
+    }
+
+    /// A base's dpkg status: a package with a versioned Source, one without Source, one with
+    /// an epoch, one the system layer reinstalls at its version, one it upgrades, and one
+    /// removed but for its configuration files.
+    const BASE_STATUS: &str = "Package: libc6\n\
+        Status: install ok installed\n\
+        Architecture: amd64\n\
+        Multi-Arch: same\n\
+        Source: glibc\n\
+        Version: 2.36-9+deb12u4\n\
+        \n\
+        Package: dpkg\n\
+        Essential: yes\n\
+        Status: install ok installed\n\
+        Architecture: amd64\n\
+        Version: 1.21.22\n\
+        \n\
+        Package: libgcc-s1\n\
+        Status: install ok installed\n\
+        Architecture: amd64\n\
+        Source: gcc-12 (12.2.0-14)\n\
+        Version: 12.2.0-14\n\
+        \n\
+        Package: login\n\
+        Status: install ok installed\n\
+        Architecture: amd64\n\
+        Source: shadow (1:4.13+dfsg1-1)\n\
+        Version: 1:4.13+dfsg1-1+b1\n\
+        \n\
+        Package: numactl\n\
+        Status: install ok installed\n\
+        Architecture: amd64\n\
+        Version: 2.0.16-1\n\
+        \n\
+        Package: openssh-client\n\
+        Status: install ok installed\n\
+        Architecture: amd64\n\
+        Source: openssh\n\
+        Version: 1:9.2p1-2\n\
+        \n\
+        Package: removed\n\
+        Status: deinstall ok config-files\n\
+        Architecture: amd64\n\
+        Version: 1.0\n";
+
+    /// Every `bom-ref` of the document, nested ones included.
+    fn bom_refs(cdx: &Value) -> Vec<String> {
+        fn walk(components: &Value, out: &mut Vec<String>) {
+            for c in components.as_array().into_iter().flatten() {
+                out.push(c["bom-ref"].as_str().unwrap().to_string());
+                walk(&c["components"], out);
+            }
+        }
+        let mut out = vec![
+            cdx["metadata"]["component"]["bom-ref"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        ];
+        walk(&cdx["components"], &mut out);
+        out
+    }
+
+    #[test]
+    fn the_base_s_dpkg_packages_are_listed_under_the_base_once_each() {
+        let mut lock = lock();
+        lock.system = vec![
+            // Reinstalled at the base's version: one purl, listed once, as the layer's.
+            deb(
+                "numactl",
+                "2.0.16-1",
+                "http://deb.debian.org/debian/pool/main/n/numactl/numactl_2.0.16-1_amd64.deb",
+            ),
+            // Upgraded: the image's version is the layer's; the base's stays the base's.
+            deb(
+                "openssh-client",
+                "1:9.2p1-2+deb12u3",
+                "http://deb.debian.org/debian/pool/main/o/openssh/openssh-client_9.2p1-2+deb12u3_amd64.deb",
+            ),
+        ];
+        let base = BasePackages::parse(
+            BASE_STATUS,
+            Some("PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_ID=\"12\"\n"),
+            "status",
+        )
+        .unwrap();
+        assert_eq!(base.vendor, "debian");
+        let names: Vec<&str> = base.packages.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "libc6",
+                "dpkg",
+                "libgcc-s1",
+                "login",
+                "numactl",
+                "openssh-client"
+            ],
+            "installed packages only"
+        );
+        let sources: Vec<&str> = base.packages.iter().map(|p| p.source.as_str()).collect();
+        assert_eq!(
+            sources,
+            ["glibc", "dpkg", "gcc-12", "shadow", "numactl", "openssh"]
+        );
+        let mut s = subject(&lock, &[], IMAGE);
+        s.base_packages = Some(&base);
+        let under_base = [
+            (
+                "libc6",
+                "pkg:deb/debian/libc6@2.36-9%2Bdeb12u4?arch=amd64",
+                "glibc",
+            ),
+            ("dpkg", "pkg:deb/debian/dpkg@1.21.22?arch=amd64", "dpkg"),
+            (
+                "libgcc-s1",
+                "pkg:deb/debian/libgcc-s1@12.2.0-14?arch=amd64",
+                "gcc-12",
+            ),
+            (
+                "login",
+                "pkg:deb/debian/login@4.13%2Bdfsg1-1%2Bb1?arch=amd64&epoch=1",
+                "shadow",
+            ),
+            (
+                "openssh-client",
+                "pkg:deb/debian/openssh-client@9.2p1-2?arch=amd64&epoch=1",
+                "openssh",
+            ),
+        ];
+
+        let spdx = s.spdx().unwrap();
+        let packages = spdx["packages"].as_array().unwrap();
+        let relationships = spdx["relationships"].as_array().unwrap();
+        let purl_of = |p: &Value| {
+            p["externalRefs"][0]["referenceLocator"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let contains = |from: &str, id: &Value| {
+            relationships.iter().any(|r| {
+                r["spdxElementId"] == from
+                    && r["relationshipType"] == "CONTAINS"
+                    && r["relatedSpdxElement"] == *id
+            })
+        };
+        for (name, purl, source) in under_base {
+            let p = packages
+                .iter()
+                .find(|p| purl_of(p) == purl)
+                .unwrap_or_else(|| panic!("{purl} in the SPDX packages"));
+            assert_eq!(p["name"], name);
+            assert_eq!(
+                p["downloadLocation"], "NOASSERTION",
+                "dpkg's status names no URL"
+            );
+            assert!(p.get("checksums").is_none(), "nor a hash: {p}");
+            assert_eq!(
+                p["sourceInfo"],
+                format!("built from the source package {source}")
+            );
+            assert!(
+                contains("SPDXRef-Base", &p["SPDXID"]),
+                "the base CONTAINS {name}"
+            );
+            assert!(
+                !contains("SPDXRef-Image", &p["SPDXID"]),
+                "the image does not, directly"
+            );
+        }
+        // One purl, one package: the reinstalled numactl is the layer's, with its hash.
+        let mut purls: Vec<String> = packages.iter().skip(2).map(purl_of).collect();
+        let listed = purls.len();
+        purls.sort();
+        purls.dedup();
+        assert_eq!(purls.len(), listed, "no purl twice");
+        let numactl: Vec<&Value> = packages.iter().filter(|p| p["name"] == "numactl").collect();
+        assert_eq!(numactl.len(), 1);
+        assert_eq!(numactl[0]["checksums"][0]["checksumValue"], "ab".repeat(32));
+        assert!(contains("SPDXRef-Image", &numactl[0]["SPDXID"]));
+        let ssh: Vec<&Value> = packages
+            .iter()
+            .filter(|p| p["name"] == "openssh-client")
+            .collect();
+        assert_eq!(ssh.len(), 2, "the base's and the layer's upgrade");
+        assert_eq!(
+            packages.len(),
+            2 + 2 + 5,
+            "the image, its base, two .debs, five of the base's"
+        );
+
+        let cdx = s.cyclonedx().unwrap();
+        let components = cdx["components"].as_array().unwrap();
+        assert_eq!(
+            components.len(),
+            1 + 2,
+            "the base and the two .debs at the top"
+        );
+        let nested = components[0]["components"].as_array().unwrap();
+        assert_eq!(nested.len(), 5);
+        for (name, purl, source) in under_base {
+            let c = nested
+                .iter()
+                .find(|c| c["purl"] == purl)
+                .unwrap_or_else(|| panic!("{purl} under the base component"));
+            assert_eq!(c["name"], name);
+            assert_eq!(c["type"], "library");
+            assert!(c.get("hashes").is_none(), "{c}");
+            let properties = c["properties"].as_array().unwrap();
+            assert!(properties.contains(&json!({"name": "gpubake:layer", "value": "base"})));
+            assert!(properties.contains(&json!({"name": "gpubake:deb:source", "value": source})));
+        }
+        let refs = bom_refs(&cdx);
+        let mut unique = refs.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), refs.len(), "every bom-ref once: {refs:?}");
+        // Every component, nested ones too, is in the graph; only the layer's are the
+        // image's direct dependencies.
+        let graph: Vec<&Value> = cdx["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| &d["ref"])
+            .collect();
+        for r in &refs {
+            assert!(graph.contains(&&json!(r)), "{r} in the dependencies");
+        }
+        let image_deps = cdx["dependencies"][0]["dependsOn"].as_array().unwrap();
+        assert!(!image_deps.contains(&json!(under_base[0].1)));
+
+        // The same base and lock give the same bytes.
+        for format in [Format::Spdx, Format::Cyclonedx] {
+            assert_eq!(s.render(format).unwrap(), s.render(format).unwrap());
+        }
+    }
+
+    #[test]
+    fn the_vendor_of_the_base_s_packages_is_its_os_release_id() {
+        let status = "Package: libc6\nStatus: install ok installed\nArchitecture: arm64\n\
+                      Source: glibc\nVersion: 2.39-0ubuntu8.4\n";
+        let ubuntu = BasePackages::parse(
+            status,
+            Some("NAME=\"Ubuntu\"\nID=ubuntu\nID_LIKE=debian\n"),
+            "s",
+        )
+        .unwrap();
+        assert_eq!(
+            ubuntu.purl(&ubuntu.packages[0]),
+            "pkg:deb/ubuntu/libc6@2.39-0ubuntu8.4?arch=arm64"
+        );
+        let unnamed = BasePackages::parse(status, None, "s").unwrap();
+        assert_eq!(unnamed.vendor, "debian", "without os-release, Debian's");
+        let e = BasePackages::parse(
+            "Package: x\nStatus: install ok installed\n",
+            None,
+            "the base: /var/lib/dpkg/status",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("the base: /var/lib/dpkg/status"), "{e}");
     }
 
     #[test]

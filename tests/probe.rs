@@ -457,6 +457,45 @@ fn docker_s_default_shm_and_a_small_memlock_are_named_with_their_flags() {
     }
 }
 
+/// Whether the engine runs containers under its default seccomp profile (not `unconfined`).
+fn engine_default_seccomp() -> bool {
+    let out = Command::new("docker")
+        .args(["info", "--format", "{{json .SecurityOptions}}"])
+        .output()
+        .unwrap();
+    stdout(&out).contains("name=seccomp,profile=default")
+}
+
+#[test]
+fn numa_memory_binding_warns_under_docker_s_default_seccomp_and_passes_with_sys_nice() {
+    let Some(image) = engine_image() else { return };
+    // The limits phase runs without a GPU, at level 1: the whole probe takes a moment.
+    let binding = |flags: &[&str]| {
+        let (_, out, err) = docker_run(flags, &image, "gpubake probe --json");
+        let checks = limit_checks(&out);
+        let (status, detail) = limit(&checks, "NUMA memory binding");
+        (status.to_string(), format!("{detail} {err}"))
+    };
+    if engine_default_seccomp() {
+        let (status, detail) = binding(&[]);
+        assert_eq!(status, "WARN", "{detail}");
+        assert!(
+            detail.contains("is refused: Operation not permitted (EPERM)")
+                && detail.contains("lacks CAP_SYS_NICE")
+                && detail.contains("docker: `--cap-add SYS_NICE`"),
+            "{detail}"
+        );
+    } else {
+        eprintln!(
+            "skipped the default-seccomp half: this engine does not apply its default profile"
+        );
+    }
+    // The capability is what Docker's default profile asks for set_mempolicy.
+    let (status, detail) = binding(&["--cap-add", "SYS_NICE"]);
+    assert_eq!(status, "PASS", "{detail}");
+    assert!(detail.contains("is allowed"), "{detail}");
+}
+
 #[test]
 fn nvml_unknown_error_with_denied_device_nodes_is_the_lost_device_cgroup() {
     if !have_gcc() {

@@ -53,6 +53,7 @@ fn two_builds_of_one_lock_have_one_subject_and_one_provenance_but_for_its_times(
             wheels: &wheels,
             base_digest: &report.base,
             base_source: &from,
+            base_packages: report.base_packages.as_ref(),
             image_digest: &report.manifest,
             epoch: 0,
             created: 0,

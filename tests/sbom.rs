@@ -318,6 +318,7 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
         wheels: &wheels,
         base_digest: &report.base,
         base_source: &format!("oci:{}:bookworm", base.display()),
+        base_packages: report.base_packages.as_ref(),
         image_digest: &report.manifest,
         epoch: 0,
         created: 0,
@@ -361,8 +362,9 @@ fn an_image_with_wheels_lists_each_with_its_hash_in_valid_documents() {
 }
 
 /// Every .deb a `system:` build installs is in both documents as Syft and Trivy name it
-/// (`pkg:deb/debian/NAME@VERSION?arch=…`), with the lock's sha256 and archive URL, and the
-/// documents stay valid.
+/// (`pkg:deb/debian/NAME@VERSION?arch=…`), with the lock's sha256 and archive URL; the
+/// packages the base's dpkg lists are there once each, as the base's (SPDX: the base
+/// CONTAINS them; CycloneDX: nested in the base's component); the documents stay valid.
 #[test]
 fn the_debs_of_the_system_layer_are_listed_with_their_hashes_in_valid_documents() {
     if !validators() {
@@ -411,13 +413,81 @@ fn the_debs_of_the_system_layer_are_listed_with_their_hashes_in_valid_documents(
 
     let spdx = read_json(&spdx_path);
     let packages = spdx["packages"].as_array().unwrap();
+    let relationships = spdx["relationships"].as_array().unwrap();
+    let contained_by = |from: &str| -> Vec<&Value> {
+        packages
+            .iter()
+            .filter(|p| {
+                relationships.iter().any(|r| {
+                    r["spdxElementId"] == from
+                        && r["relationshipType"] == "CONTAINS"
+                        && r["relatedSpdxElement"] == p["SPDXID"]
+                })
+            })
+            .collect()
+    };
+    assert_eq!(
+        contained_by("SPDXRef-Image").len(),
+        lock.system.len(),
+        "the image CONTAINS every .deb of the lock"
+    );
+    let of_base = contained_by("SPDXRef-Base");
     assert_eq!(
         packages.len(),
-        2 + lock.system.len(),
-        "the image, its base and every .deb of the lock"
+        2 + lock.system.len() + of_base.len(),
+        "the image, its base, every .deb of the lock and the base's own packages"
     );
+    let purl_of = |p: &Value| {
+        p["externalRefs"][0]["referenceLocator"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut purls: Vec<String> = packages.iter().skip(2).map(purl_of).collect();
+    let listed = purls.len();
+    purls.sort();
+    purls.dedup();
+    assert_eq!(purls.len(), listed, "no package twice with one purl");
     let cdx = read_json(&cdx_path);
     let components = cdx["components"].as_array().unwrap();
+    let nested = components[0]["components"]
+        .as_array()
+        .expect("the base's packages, nested in its component");
+    assert_eq!(
+        nested.len(),
+        of_base.len(),
+        "the same packages in both documents"
+    );
+    for name in ["libc6", "dpkg", "base-files"] {
+        let under: Vec<&&Value> = of_base.iter().filter(|p| p["name"] == name).collect();
+        assert_eq!(under.len(), 1, "{name} once under the base: {of_base:?}");
+        let p = under[0];
+        let purl = purl_of(p);
+        assert!(
+            purl.starts_with(&format!("pkg:deb/debian/{name}@")),
+            "{purl}"
+        );
+        assert_eq!(p["downloadLocation"], "NOASSERTION");
+        assert!(
+            p.get("checksums").is_none(),
+            "dpkg's status has no hash: {p}"
+        );
+        let c: Vec<&Value> = nested.iter().filter(|c| c["name"] == name).collect();
+        assert_eq!(c.len(), 1, "{name} once nested in the base");
+        assert_eq!(c[0]["purl"], purl.as_str());
+        assert!(
+            c[0]["properties"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!({"name": "gpubake:layer", "value": "base"})),
+            "{}",
+            c[0]
+        );
+        assert!(
+            !components.iter().any(|top| top["purl"] == purl.as_str()),
+            "{purl} is the base's, not a component of its own"
+        );
+    }
     for deb in &lock.system {
         let purl = gpubake::sbom::deb_purl(deb);
         assert!(

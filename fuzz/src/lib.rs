@@ -264,6 +264,7 @@ fn read_image(root: &Path, scratch: &Path) {
         cache_dir: scratch.join("cache"),
         stack_layers: 60,
         probe: probe_file(),
+        base_packages: true,
     };
     let _ = gpubake::bake::build(loaded, resolved, &opts);
 }

@@ -142,6 +142,9 @@ pub struct BuildOptions {
     pub stack_layers: usize,
     /// The gpubake binary the image gets as its probe (the running one, for the CLI).
     pub probe: std::path::PathBuf,
+    /// Read the base's dpkg packages for the SBOM ([`BuildReport::base_packages`]); off,
+    /// the base's layers are not read for them.
+    pub base_packages: bool,
 }
 
 /// One layer of the result.
@@ -205,6 +208,10 @@ pub struct BuildReport {
     pub base_name: Option<String>,
     /// Where the time went.
     pub timings: BuildTimings,
+    /// The packages the base's dpkg lists (of the first platform, for an index), when
+    /// [`BuildOptions::base_packages`] asked for them and the base has dpkg: the SBOM's.
+    #[serde(skip)]
+    pub base_packages: Option<crate::sbom::BasePackages>,
 }
 
 /// The layers a build into an engine sent, and those it left out because the engine held
@@ -447,6 +454,7 @@ fn build_plan(
         engine: engine_layers,
         created: crate::units::rfc3339(first.created),
         base_name: base_name(opts, &base_ref, plan),
+        base_packages: first.base_packages.clone(),
         timings: BuildTimings {
             resolve_s: 0.0,
             base_s: built.iter().map(|b| b.base_s).sum(),
@@ -698,6 +706,7 @@ struct PlatformBuilt {
     layers_s: f64,
     fetch: FetchTimes,
     created: u64,
+    base_packages: Option<crate::sbom::BasePackages>,
 }
 
 impl PlatformBuilt {
@@ -792,6 +801,11 @@ fn build_platform(
         },
         engine,
     };
+    let base_packages = if opts.base_packages {
+        super::system::base_packages(&base)?
+    } else {
+        None
+    };
     let env = plan.image_env();
     if let Some(warning) = super::system::unmet_need(&base, &env, plan.system())? {
         eprintln!("warning: {warning}");
@@ -882,6 +896,7 @@ fn build_platform(
         layers_s,
         fetch: cache.times(),
         created: created_at,
+        base_packages,
     })
 }
 

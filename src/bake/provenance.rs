@@ -116,6 +116,7 @@ mod tests {
             wheels: &[],
             base_digest: "sha256:00",
             base_source: "oci:base:bookworm",
+            base_packages: None,
             image_digest: "sha256:ff",
             epoch: 0,
             created: 0,

@@ -101,6 +101,30 @@ pub fn installed_names(base: &Image) -> Result<Vec<String>> {
     )
 }
 
+/// The packages dpkg has installed in `base`, with the distribution's ID from its os-release,
+/// for the SBOM; None for a base without dpkg.
+pub fn base_packages(base: &Image) -> Result<Option<crate::sbom::BasePackages>> {
+    let Some(status) = read_file(base, STATUS)? else {
+        return Ok(None);
+    };
+    // Debian and Ubuntu make /etc/os-release a link to ../usr/lib/os-release, and read_file
+    // returns regular files only: the link's target comes next.
+    let mut os_release = None;
+    for path in ["etc/os-release", "usr/lib/os-release"] {
+        if let Some(bytes) = read_file(base, path)? {
+            os_release = Some(String::from_utf8_lossy(&bytes).into_owned());
+            break;
+        }
+    }
+    let at = format!("{}: /{STATUS}", base.describe());
+    crate::sbom::BasePackages::parse(
+        &String::from_utf8_lossy(&status),
+        os_release.as_deref(),
+        &at,
+    )
+    .map(Some)
+}
+
 /// What the archive client reads of a base: its apt sources and keyrings, its os-release and
 /// dpkg's status.
 const BASE_FILES: &[&str] = &[

@@ -87,7 +87,8 @@ pub struct Args {
     #[arg(long)]
     timings: bool,
     /// Also write the image's SBOM here (atomically), after the image: the base by its
-    /// digest, every wheel and system: .deb with its sha256 and URL, the lock's pins. For
+    /// digest with the packages its dpkg lists, every wheel and system: .deb with its
+    /// sha256 and URL, the lock's pins. For
     /// a docker:// image it is also attached there as a referrer. Not with
     /// --engine-build, whose engine keeps no manifest of the image's own.
     #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
@@ -305,6 +306,8 @@ fn build_options(
         cache_dir,
         stack_layers: args.stack_layers,
         probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
+        // Only the SBOM lists them: without it the base's layers are not read again.
+        base_packages: args.sbom.is_some(),
     })
 }
 
@@ -573,6 +576,7 @@ fn subject<'a>(
         wheels,
         base_digest: report.base.as_str(),
         base_source,
+        base_packages: report.base_packages.as_ref(),
         image_digest: report.manifest.as_str(),
         epoch: opts.epoch,
         created: crate::units::parse_rfc3339(&report.created).unwrap_or(opts.epoch),

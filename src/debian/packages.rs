@@ -66,6 +66,10 @@ pub struct Package {
     pub breaks: Relations,
     /// `Provides`.
     pub provides: Relations,
+    /// The source package's name: `Source` without the version dpkg adds in parentheses
+    /// when it differs from the binary's; None when the field is absent (the source package
+    /// has the binary's name).
+    pub source: Option<String>,
     /// The `.deb` in the archive; None for a package read from dpkg's status.
     pub file: Option<PoolFile>,
 }
@@ -154,6 +158,10 @@ fn package(stanza: &deb822_fast::Paragraph, base: Option<&str>, at: &str) -> Res
         conflicts: relations("Conflicts")?,
         breaks: relations("Breaks")?,
         provides: relations("Provides")?,
+        source: stanza
+            .get("Source")
+            .and_then(|s| s.split_whitespace().next())
+            .map(str::to_string),
         file,
     })
 }

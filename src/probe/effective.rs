@@ -4,6 +4,7 @@
 //! where it sits relative to the CPUs, with a launch line that binds its rank there. Each
 //! decision is a plain function of plain data, so recorded logs test it without a GPU.
 
+use super::limits;
 use super::nccl_log::{self, Affinity, ChannelCounts, Choice, Link, LinkKind, NcclLog};
 use super::nvml::GpuAffinity;
 use super::report::{Report, Status};
@@ -339,6 +340,29 @@ pub struct Machine {
     pub numa_nodes: Option<usize>,
 }
 
+/// Whether the container lets a rank bind its memory to a NUMA node, as the limits phase
+/// found by trying (limits.rs, `try_memory_binding`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoryBind {
+    /// Not tried, or nothing to bind to: the line binds memory as it would anywhere.
+    #[default]
+    Unknown,
+    /// set_mempolicy was allowed.
+    Allowed,
+    /// set_mempolicy was refused, so `numactl --membind` would fail before the job starts.
+    Refused,
+}
+
+impl From<Option<&limits::MemoryBinding>> for MemoryBind {
+    fn from(outcome: Option<&limits::MemoryBinding>) -> Self {
+        match outcome.and_then(limits::MemoryBinding::allowed) {
+            Some(true) => MemoryBind::Allowed,
+            Some(false) => MemoryBind::Refused,
+            None => MemoryBind::Unknown,
+        }
+    }
+}
+
 /// How the job is launched: what its launch line can use.
 #[derive(Clone, Debug, Default)]
 pub struct Launch {
@@ -348,6 +372,8 @@ pub struct Launch {
     pub ranks: usize,
     /// The image has numactl on its PATH.
     pub numactl: bool,
+    /// Whether memory may be bound to a node here.
+    pub memory_binding: MemoryBind,
 }
 
 /// Where one GPU sits and how to launch its rank there. WARN "topology hidden" when NVML or
@@ -434,24 +460,44 @@ pub fn affinity_verdict(
 /// The launch that binds local rank `local_rank` near its GPU: torchrun's own NUMA binding
 /// where the image's PyTorch has it and the GPU's node is known, else numactl per rank; in an
 /// image without numactl, taskset (util-linux) for the CPUs, saying what numactl would add.
+/// Memory is bound to the node only where the container allows set_mempolicy: where it
+/// refuses, `numactl --membind` fails before the job starts, so the line binds the CPUs alone
+/// and says what memory binding needs. torchrun's `node` binding binds CPUs only (numactl
+/// `--cpunodebind` or sched_setaffinity, torch/numa/binding.py), so it stands either way.
 pub fn launch_line(launch: &Launch, local_rank: usize, node: Option<u32>, cpus: &str) -> String {
     let since: Version = TORCHRUN_NUMA_BINDING_SINCE
         .parse()
         .expect("a literal version");
+    let refused = launch.memory_binding == MemoryBind::Refused;
+    let needs_nice = |k: u32| {
+        format!(
+            "`--membind={k}` needs CAP_SYS_NICE here (`docker run --cap-add SYS_NICE`; \
+             Kubernetes: `capabilities.add: [\"SYS_NICE\"]`): the container refuses \
+             set_mempolicy, as Docker's default seccomp profile does without it"
+        )
+    };
     match (node, &launch.torch) {
         (Some(_), Some(torch)) if *torch >= since => format!(
             "torchrun --nproc-per-node {} --numa-binding node train.py",
             launch.ranks
         ),
         _ if !launch.numactl => {
-            let memory = node
-                .map(|k| format!(" and memory to NUMA node {k}"))
-                .unwrap_or_default();
-            format!(
+            let line = format!(
                 "taskset -c {cpus} python train.py (local rank {local_rank}); the image has no \
-                 numactl, which would bind the CPUs{memory}: add `system: [numactl]`"
-            )
+                 numactl, which would bind the CPUs"
+            );
+            match node {
+                Some(k) if refused => {
+                    format!("{line}: add `system: [numactl]`; {}", needs_nice(k))
+                }
+                Some(k) => format!("{line} and memory to NUMA node {k}: add `system: [numactl]`"),
+                None => format!("{line}: add `system: [numactl]`"),
+            }
         }
+        (Some(k), _) if refused => format!(
+            "numactl --cpunodebind={k} python train.py (local rank {local_rank}); {}",
+            needs_nice(k)
+        ),
         (Some(k), _) => format!(
             "numactl --cpunodebind={k} --membind={k} python train.py (local rank {local_rank})"
         ),
@@ -468,21 +514,15 @@ pub fn affinity_checks(
     in_rank_order: &[u32],
     nccl: Option<&NcclLog>,
     machine: &Machine,
-    torch: Option<&Version>,
-    numactl: bool,
+    launch: &Launch,
     report: &mut Report,
 ) {
-    let launch = Launch {
-        torch: torch.cloned(),
-        ranks: in_rank_order.len(),
-        numactl,
-    };
     for (local_rank, index) in in_rank_order.iter().enumerate() {
         let Some(gpu) = gpus.iter().find(|g| g.index == *index) else {
             continue;
         };
         let said = nccl.and_then(|log| log.affinity.iter().find(|a| a.gpu == *index));
-        let (status, detail) = affinity_verdict(gpu, local_rank, said, machine, &launch);
+        let (status, detail) = affinity_verdict(gpu, local_rank, said, machine, launch);
         report.push(
             AFFINITY_PHASE,
             format!("GPU {index} CPU affinity"),
@@ -762,6 +802,7 @@ mod tests {
             torch: Some("2.8.0".parse().unwrap()),
             ranks: 8,
             numactl: true,
+            memory_binding: MemoryBind::Unknown,
         };
         let g = gpu(5, Some("56-111,168-223"), Some(1));
         let (status, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &old_torch);
@@ -776,6 +817,7 @@ mod tests {
             torch: Some("2.9.1".parse().unwrap()),
             ranks: 8,
             numactl: true,
+            memory_binding: MemoryBind::Unknown,
         };
         let (_, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &new_torch);
         assert!(
@@ -801,6 +843,7 @@ mod tests {
                 torch,
                 ranks: 8,
                 numactl: false,
+                memory_binding: MemoryBind::Unknown,
             };
             let (status, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &launch);
             assert_eq!(status, Status::Pass);
@@ -816,6 +859,7 @@ mod tests {
             torch: Some("2.9.1".parse().unwrap()),
             ranks: 8,
             numactl: false,
+            memory_binding: MemoryBind::Unknown,
         };
         let (_, detail) = affinity_verdict(&g, 5, None, &TWO_SOCKETS, &launch);
         assert!(
@@ -830,6 +874,7 @@ mod tests {
             torch: None,
             ranks: 2,
             numactl: true,
+            memory_binding: MemoryBind::Unknown,
         };
         let hidden = |g: &GpuAffinity, nccl: Option<&Affinity>| {
             let (status, detail) = affinity_verdict(g, 0, nccl, &TWO_SOCKETS, &launch);
@@ -876,11 +921,106 @@ mod tests {
             gpu(1, Some("56-111"), Some(1)),
         ];
         let mut report = Report::default();
-        affinity_checks(&gpus, &[1, 0], None, &TWO_SOCKETS, None, true, &mut report);
+        let launch = Launch {
+            torch: None,
+            ranks: 2,
+            numactl: true,
+            memory_binding: MemoryBind::Refused,
+        };
+        affinity_checks(&gpus, &[1, 0], None, &TWO_SOCKETS, &launch, &mut report);
         assert_eq!(report.checks.len(), 2);
         assert_eq!(report.checks[0].name, "GPU 1 CPU affinity");
         assert!(report.checks[0].detail.contains("local rank 0"));
         assert!(report.checks.iter().all(|c| c.phase == AFFINITY_PHASE));
+        // The launch given is the one each line follows.
+        assert!(
+            report.checks[0]
+                .detail
+                .contains("numactl --cpunodebind=1 python train.py"),
+            "{}",
+            report.checks[0].detail
+        );
+    }
+
+    #[test]
+    fn memory_is_bound_only_where_the_container_allows_it() {
+        let cpus = "56-111,168-223";
+        let torch_binds: Option<Version> = Some("2.9.1".parse().unwrap());
+        let torch_without: Option<Version> = Some("2.8.0".parse().unwrap());
+        for (torch, numactl) in [
+            (torch_binds.clone(), true),
+            (torch_binds.clone(), false),
+            (torch_without.clone(), true),
+            (torch_without.clone(), false),
+            (None, true),
+            (None, false),
+        ] {
+            for memory_binding in [
+                MemoryBind::Allowed,
+                MemoryBind::Refused,
+                MemoryBind::Unknown,
+            ] {
+                for node in [Some(1), None] {
+                    let launch = Launch {
+                        torch: torch.clone(),
+                        ranks: 8,
+                        numactl,
+                        memory_binding,
+                    };
+                    let line = launch_line(&launch, 5, node, cpus);
+                    let case = format!(
+                        "{torch:?} numactl={numactl} {memory_binding:?} node={node:?}: {line}"
+                    );
+                    let torchrun = node.is_some() && torch == torch_binds;
+                    let refused_here = memory_binding == MemoryBind::Refused;
+                    if torchrun {
+                        // torchrun binds CPUs alone: whatever memory binding may do.
+                        assert_eq!(
+                            line, "torchrun --nproc-per-node 8 --numa-binding node train.py",
+                            "{case}"
+                        );
+                        continue;
+                    }
+                    assert!(line.contains("(local rank 5)"), "{case}");
+                    // `--membind` is given only where it would not fail.
+                    assert_eq!(
+                        line.contains("--membind=1 python"),
+                        numactl && node.is_some() && !refused_here,
+                        "{case}"
+                    );
+                    // Where it is left out for the refusal, the line says what it needs.
+                    let says_why = line.contains("`--membind=1` needs CAP_SYS_NICE")
+                        && line.contains("--cap-add SYS_NICE");
+                    assert_eq!(says_why, node.is_some() && refused_here, "{case}");
+                    match (numactl, node) {
+                        (true, Some(_)) => {
+                            assert!(line.starts_with("numactl --cpunodebind=1 "), "{case}")
+                        }
+                        (true, None) => {
+                            assert!(
+                                line.starts_with(
+                                    "numactl --physcpubind=56-111,168-223 python train.py"
+                                ),
+                                "{case}"
+                            );
+                            assert!(!line.contains("membind"), "{case}");
+                        }
+                        (false, _) => {
+                            assert!(
+                                line.starts_with("taskset -c 56-111,168-223 python train.py"),
+                                "{case}"
+                            );
+                            assert!(line.contains("add `system: [numactl]`"), "{case}");
+                            assert_eq!(
+                                line.contains("and memory to NUMA node 1"),
+                                node.is_some() && !refused_here,
+                                "{case}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -139,7 +139,8 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     deadline.enter("environment");
     environment(&disc, &mut report);
     deadline.enter("container limits");
-    limits::check(&disc, &mut report);
+    let limits = limits::check(&disc, &mut report);
+    let memory_binding = effective::MemoryBind::from(limits.memory_binding.as_ref());
 
     let policy = opts
         .policy
@@ -168,7 +169,15 @@ pub fn run(opts: &ProbeOptions) -> crate::Result<Report> {
     let gpus = facts.as_ref().map(|f| f.gpus.clone()).unwrap_or_default();
     if opts.level >= budget::Level::Active {
         if let Some(facts) = facts.as_ref().filter(|f| !f.gpus.is_empty()) {
-            gpu_phases(&disc, facts, lock.as_ref(), opts, deadline, &mut report);
+            gpu_phases(
+                &disc,
+                facts,
+                lock.as_ref(),
+                memory_binding,
+                opts,
+                deadline,
+                &mut report,
+            );
         }
         if !opts.no_framework {
             deadline.enter("framework");
@@ -455,6 +464,7 @@ fn gpu_phases(
     disc: &Discovery,
     facts: &nvml::Facts,
     lock: Option<&Lock>,
+    memory_binding: effective::MemoryBind,
     opts: &ProbeOptions,
     deadline: budget::Deadline,
     report: &mut Report,
@@ -560,13 +570,18 @@ fn gpu_phases(
     let mut by_address: Vec<&GpuUnderTest> = gpus.iter().collect();
     by_address.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
     let in_rank_order: Vec<u32> = by_address.iter().map(|g| g.index).collect();
+    let launch = effective::Launch {
+        torch: lock.map(|l| l.torch.version.clone()),
+        ranks: in_rank_order.len(),
+        numactl: disc.on_path("numactl"),
+        memory_binding,
+    };
     effective::affinity_checks(
         &facts.affinity,
         &in_rank_order,
         logged.as_ref(),
         &machine(disc),
-        lock.map(|l| &l.torch.version),
-        disc.on_path("numactl"),
+        &launch,
         report,
     );
 }

@@ -32,6 +32,7 @@ pub fn build_options(from: &str, to: &str, closure: Option<Closure>) -> BuildOpt
         cache_dir: wheel_cache(),
         stack_layers: 60,
         probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
+        base_packages: false,
     }
 }
 
