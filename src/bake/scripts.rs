@@ -23,6 +23,16 @@ pub type Files = BTreeMap<String, (Entry, String)>;
 /// (FIRST_SYSTEM_GID, LAST_SYSTEM_GID).
 const SYSTEM_GIDS: (u32, u32) = (100, 999);
 
+/// Where systemd-sysusers allocates from, downward: the highest system id Debian's and
+/// Ubuntu's systemd is built with.
+const SYSUSERS_MAX_ID: u32 = 999;
+
+/// Where systemd-sysusers looks for a configuration file, first found wins.
+const SYSUSERS_DIRS: &[&str] = &["etc/sysusers.d", "run/sysusers.d", "usr/lib/sysusers.d"];
+
+/// systemd's default shell for the users it makes on Debian and Ubuntu.
+const NOLOGIN: &str = "/usr/sbin/nologin";
+
 /// One choice of an alternative, as update-alternatives keeps it.
 #[derive(Clone, Debug)]
 struct Choice {
@@ -44,9 +54,13 @@ struct Alternative {
 /// The image's account databases and dpkg's records, as the scripts change them.
 pub struct Settler<'a> {
     base: &'a BTreeMap<String, Node>,
+    read: &'a ReadBase<'a>,
     group: String,
     gshadow: Option<String>,
     passwd: String,
+    shadow: Option<String>,
+    /// The day a new user's password last changed, as /etc/shadow counts: the build's epoch.
+    epoch_days: u64,
     statoverride: String,
     gid_range: (u32, u32),
     alternatives: BTreeMap<String, Alternative>,
@@ -55,6 +69,7 @@ pub struct Settler<'a> {
     /// Runlevel links update-rc.d makes (path, target).
     init_links: Vec<(String, String)>,
     groups_added: bool,
+    users_added: bool,
     overrides_added: bool,
     /// Packages whose scripts are skipped, with why.
     skip: &'a BTreeMap<String, String>,
@@ -68,10 +83,12 @@ pub type ReadBase<'a> = dyn Fn(&str) -> Result<Option<String>> + 'a;
 impl<'a> Settler<'a> {
     /// A settler for a base whose files are `base` and whose file `path` reads as
     /// `read(path)`; `skip` is the recipe's `system_scripts:` (package -> why skipped).
+    /// `epoch` is the build's timestamp, which a new user's password age counts from.
     pub fn new(
         base: &'a BTreeMap<String, Node>,
-        read: &ReadBase,
+        read: &'a ReadBase<'a>,
         skip: &'a BTreeMap<String, String>,
+        epoch: u64,
     ) -> Result<Self> {
         let conf = read("etc/adduser.conf")?.unwrap_or_default();
         let setting = |key: &str, default: u32| {
@@ -83,9 +100,12 @@ impl<'a> Settler<'a> {
         };
         Ok(Settler {
             base,
+            read,
             group: read("etc/group")?.unwrap_or_default(),
             gshadow: read("etc/gshadow")?,
             passwd: read("etc/passwd")?.unwrap_or_default(),
+            shadow: read("etc/shadow")?,
+            epoch_days: epoch / 86_400,
             statoverride: read("var/lib/dpkg/statoverride")?.unwrap_or_default(),
             gid_range: (
                 setting("FIRST_SYSTEM_GID", SYSTEM_GIDS.0),
@@ -95,6 +115,7 @@ impl<'a> Settler<'a> {
             changes: BTreeMap::new(),
             init_links: Vec::new(),
             groups_added: false,
+            users_added: false,
             overrides_added: false,
             skip,
             notes: Vec::new(),
@@ -175,6 +196,20 @@ impl<'a> Settler<'a> {
                 groups.push(name.clone());
             }
             let (path, user, group) = match e {
+                Effect::SysUsers { confs } => {
+                    for conf in confs {
+                        let text = self.sysusers_conf(conf, files).ok_or_else(|| {
+                            format!("runs `systemd-sysusers {conf}`, a file it does not find")
+                        })?;
+                        if let Some(line) = text.lines().find(|l| sysusers_line(l).is_err()) {
+                            return Err(format!(
+                                "runs `systemd-sysusers {conf}`, whose line `{line}` gpubake \
+                                 does not read"
+                            ));
+                        }
+                    }
+                    continue;
+                }
                 Effect::InitLinks { name } => {
                     if init_levels(&init_script(files, name).unwrap_or_default()).is_none() {
                         return Err(format!(
@@ -255,11 +290,7 @@ impl<'a> Settler<'a> {
                         .push(format!("no system gid is free for the group {name}"));
                     return;
                 };
-                push_line(&mut self.group, &format!("{name}:x:{gid}:"));
-                if let Some(gshadow) = &mut self.gshadow {
-                    push_line(gshadow, &format!("{name}:!::"));
-                }
-                self.groups_added = true;
+                self.add_group(&name, gid, "!");
             }
             Effect::Alternative {
                 link,
@@ -306,6 +337,16 @@ impl<'a> Settler<'a> {
                     change.1 = Some(owner);
                 }
             }
+            Effect::SysUsers { confs } => {
+                for conf in confs {
+                    let text = self.sysusers_conf(&conf, files).unwrap_or_default();
+                    for line in text.lines() {
+                        if let Ok(Some(entry)) = sysusers_line(line) {
+                            self.sysusers(entry);
+                        }
+                    }
+                }
+            }
             Effect::InitLinks { name } => {
                 let (start, stop) =
                     init_levels(&init_script(files, &name).unwrap_or_default()).unwrap_or_default();
@@ -328,6 +369,119 @@ impl<'a> Settler<'a> {
                 self.changes.entry(path).or_default().1 = Some(owner);
             }
         }
+    }
+
+    /// The sysusers.d file `name`, where systemd-sysusers finds it: /etc, /run, then /usr/lib,
+    /// in the layer or else the base.
+    fn sysusers_conf(&self, name: &str, files: &Files) -> Option<String> {
+        SYSUSERS_DIRS.iter().find_map(|dir| {
+            let path = format!("{dir}/{name}");
+            match files.get(&path) {
+                Some((e, _)) => match &e.source {
+                    Source::File(p) => std::fs::read_to_string(p).ok(),
+                    Source::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                    _ => None,
+                },
+                None => (self.read)(&path).ok().flatten(),
+            }
+        })
+    }
+
+    /// The ids in use as gids (in /etc/group) and as uids (in /etc/passwd).
+    fn ids(&self, database: &str) -> Vec<u32> {
+        let text = if database == "group" {
+            &self.group
+        } else {
+            &self.passwd
+        };
+        text.lines()
+            .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+            .collect()
+    }
+
+    /// One line of a sysusers.d file, made as systemd-sysusers makes it: what exists stays,
+    /// and an id left to it is the highest free one at or below 999.
+    fn sysusers(&mut self, entry: SysUser) {
+        match entry {
+            SysUser::Group { name, gid } => {
+                if self.id("group", &name).is_some() {
+                    return;
+                }
+                let used = self.ids("group");
+                let gid = gid
+                    .filter(|g| !used.contains(g))
+                    .or_else(|| (1..=SYSUSERS_MAX_ID).rev().find(|g| !used.contains(g)));
+                if let Some(gid) = gid {
+                    self.add_group(&name, gid, "!*");
+                }
+            }
+            SysUser::User {
+                name,
+                id,
+                gecos,
+                home,
+                shell,
+            } => {
+                if self.id("passwd", &name).is_some() {
+                    return;
+                }
+                let (uids, gids) = (self.ids("passwd"), self.ids("group"));
+                let (uid, gid) = match (id, self.id("group", &name)) {
+                    (Some(id), _) => id,
+                    // A group of the name already: its gid, and the uid alike where free.
+                    (None, Some(g)) if !uids.contains(&g) => (g, g),
+                    _ => {
+                        let Some(free) = (1..=SYSUSERS_MAX_ID)
+                            .rev()
+                            .find(|i| !uids.contains(i) && !gids.contains(i))
+                        else {
+                            return;
+                        };
+                        (free, free)
+                    }
+                };
+                if self.id("group", &name).is_none() {
+                    self.add_group(&name, gid, "!*");
+                }
+                push_line(
+                    &mut self.passwd,
+                    &format!("{name}:x:{uid}:{gid}:{gecos}:{home}:{shell}"),
+                );
+                if let Some(shadow) = &mut self.shadow {
+                    push_line(shadow, &format!("{name}:!*:{}::::::", self.epoch_days));
+                }
+                self.users_added = true;
+            }
+            SysUser::Member { user, group } => {
+                let mut out = String::new();
+                for line in self.group.lines() {
+                    let mut fields: Vec<String> = line.split(':').map(str::to_string).collect();
+                    if fields.len() == 4 && fields[0] == group {
+                        let members: Vec<&str> =
+                            fields[3].split(',').filter(|m| !m.is_empty()).collect();
+                        if !members.contains(&user.as_str()) {
+                            fields[3] = members
+                                .into_iter()
+                                .chain([user.as_str()])
+                                .collect::<Vec<_>>()
+                                .join(",");
+                            self.groups_added = true;
+                        }
+                    }
+                    out.push_str(&fields.join(":"));
+                    out.push('\n');
+                }
+                self.group = out;
+            }
+        }
+    }
+
+    fn add_group(&mut self, name: &str, gid: u32, password: &str) {
+        push_line(&mut self.group, &format!("{name}:x:{gid}:"));
+        if let Some(gshadow) = &mut self.gshadow {
+            push_line(gshadow, &format!("{name}:{password}::"));
+        }
+        self.groups_added = true;
     }
 
     fn mode_of(&self, path: &str, files: &Files) -> u32 {
@@ -386,6 +540,20 @@ impl<'a> Settler<'a> {
                         gid: shadow_gid,
                     },
                     ..file("etc/gshadow", gshadow)
+                });
+            }
+        }
+        if self.users_added {
+            extra.push(file("etc/passwd", &self.passwd));
+            if let Some(shadow) = &self.shadow {
+                let shadow_gid = self.id("group", "shadow").unwrap_or(0);
+                extra.push(Entry {
+                    mode: 0o640,
+                    owner: Owner {
+                        uid: 0,
+                        gid: shadow_gid,
+                    },
+                    ..file("etc/shadow", shadow)
                 });
             }
         }
@@ -462,6 +630,79 @@ impl<'a> Settler<'a> {
         }
         extra
     }
+}
+
+/// A line of a sysusers.d file that makes something.
+#[derive(Debug, PartialEq, Eq)]
+enum SysUser {
+    /// `g NAME ID`: a group, its gid fixed or left to systemd-sysusers.
+    Group { name: String, gid: Option<u32> },
+    /// `u NAME ID GECOS HOME SHELL`: a user with a group of its name.
+    User {
+        name: String,
+        id: Option<(u32, u32)>,
+        gecos: String,
+        home: String,
+        shell: String,
+    },
+    /// `m USER GROUP`: a user joins a group.
+    Member { user: String, group: String },
+}
+
+/// Reads one line of a sysusers.d file: None for a comment or a blank line, an error for a
+/// kind gpubake does not make (`r` ranges, ids taken from a file's owner, ...).
+fn sysusers_line(line: &str) -> std::result::Result<Option<SysUser>, ()> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    // Fields split at blanks, a double-quoted one kept whole.
+    let mut fields = Vec::new();
+    let mut rest = line;
+    while !rest.is_empty() {
+        rest = rest.trim_start();
+        if let Some(quoted) = rest.strip_prefix('"') {
+            let end = quoted.find('"').ok_or(())?;
+            fields.push(quoted[..end].to_string());
+            rest = &quoted[end + 1..];
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            fields.push(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    let field = |i: usize| fields.get(i).map(String::as_str).filter(|f| *f != "-");
+    let number = |f: Option<&str>| -> std::result::Result<Option<u32>, ()> {
+        f.map(|v| v.parse().map_err(|_| ())).transpose()
+    };
+    let name = field(1).ok_or(())?.to_string();
+    Ok(Some(match field(0) {
+        Some("g") => SysUser::Group {
+            name,
+            gid: number(field(2))?,
+        },
+        Some("u") => {
+            let id = match field(2) {
+                None => None,
+                Some(v) => {
+                    let (u, g) = v.split_once(':').unwrap_or((v, v));
+                    Some((u.parse().map_err(|_| ())?, g.parse().map_err(|_| ())?))
+                }
+            };
+            SysUser::User {
+                name,
+                id,
+                gecos: field(3).unwrap_or("").to_string(),
+                home: field(4).unwrap_or("/").to_string(),
+                shell: field(5).unwrap_or(NOLOGIN).to_string(),
+            }
+        }
+        Some("m") => SysUser::Member {
+            user: name,
+            group: field(2).ok_or(())?.to_string(),
+        },
+        _ => return Err(()),
+    }))
 }
 
 /// The text of the init script `name` a package of the layer ships.
@@ -692,7 +933,7 @@ mod tests {
             })
         };
         let skip = BTreeMap::new();
-        let mut s = Settler::new(&base, &read, &skip).unwrap();
+        let mut s = Settler::new(&base, &read, &skip, 0).unwrap();
         let mut files: Files = [file("usr/bin/ssh-agent", 0o755)].into_iter().collect();
         let script = "set -e\naddgroup --system rdma\nif ! dpkg-statoverride --list /usr/bin/ssh-agent >/dev/null; then\nchgrp _ssh /usr/bin/ssh-agent\nfi\n";
         // The group is not there yet: the chgrp is refused before anything changes.
@@ -730,11 +971,80 @@ mod tests {
     }
 
     #[test]
+    fn sysusers_allocate_downward_from_999_and_keep_what_exists() {
+        let base = BTreeMap::new();
+        let read = |p: &str| -> Result<Option<String>> {
+            Ok(match p {
+                "etc/group" => Some("root:x:0:\nshadow:x:42:\nusers:x:100:\n".into()),
+                "etc/gshadow" => Some(String::new()),
+                "etc/passwd" => Some("root:x:0:0:root:/root:/bin/bash\n".into()),
+                "etc/shadow" => Some("root:*:1::::::\n".into()),
+                "usr/lib/sysusers.d/basic.conf" => Some("g users 100 -\nu root 0 - /root\n".into()),
+                "usr/lib/sysusers.d/systemd-journal.conf" => {
+                    Some("# journal\ng systemd-journal - -\n".into())
+                }
+                "usr/lib/sysusers.d/systemd-network.conf" => Some(
+                    "u systemd-network - \"systemd Network Management\"\nm systemd-network users\n"
+                        .into(),
+                ),
+                _ => None,
+            })
+        };
+        let skip = BTreeMap::new();
+        let mut s = Settler::new(&base, &read, &skip, 86_400 * 20_000).unwrap();
+        let files = Files::new();
+        s.run(
+            "systemd",
+            (
+                "postinst",
+                "systemd-sysusers basic.conf systemd-journal.conf systemd-network.conf\n",
+            ),
+            &["configure", ""],
+            &files,
+        )
+        .unwrap();
+        let err = s
+            .run(
+                "p",
+                ("postinst", "systemd-sysusers absent.conf\n"),
+                &["configure", ""],
+                &files,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("a file it does not find"), "{err}");
+        let mut files = Files::new();
+        let extra = s.finish(&mut files, &|p: &str| p.to_string());
+        let text = |path: &str| match &extra.iter().find(|e| e.path == path).unwrap().source {
+            Source::Bytes(b) => String::from_utf8(b.clone()).unwrap(),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            text("etc/group"),
+            "root:x:0:\nshadow:x:42:\nusers:x:100:systemd-network\nsystemd-journal:x:999:\n\
+             systemd-network:x:998:\n"
+        );
+        assert_eq!(
+            text("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/bash\n\
+             systemd-network:x:998:998:systemd Network Management:/:/usr/sbin/nologin\n"
+        );
+        assert_eq!(
+            text("etc/shadow"),
+            "root:*:1::::::\nsystemd-network:!*:20000::::::\n"
+        );
+        assert_eq!(
+            text("etc/gshadow"),
+            "systemd-journal:!*::\nsystemd-network:!*::\n"
+        );
+        assert_eq!(sysusers_line("r - 500-900"), Err(()), "ranges are not made");
+    }
+
+    #[test]
     fn alternatives_pick_the_highest_priority_and_skip_slaves_without_files() {
         let base = BTreeMap::new();
         let read = |_: &str| -> Result<Option<String>> { Ok(None) };
         let skip = BTreeMap::new();
-        let mut s = Settler::new(&base, &read, &skip).unwrap();
+        let mut s = Settler::new(&base, &read, &skip, 0).unwrap();
         let mut files: Files = [
             file("usr/bin/mpirun.openmpi", 0o755),
             file("usr/bin/mpiexec.openmpi", 0o755),
@@ -792,7 +1102,7 @@ mod tests {
         let none = BTreeMap::new();
         let script = ("postinst", "set -e\nsystemd-hwdb --usr update || true\n");
         let files = Files::new();
-        let err = Settler::new(&base, &read, &none)
+        let err = Settler::new(&base, &read, &none, 0)
             .unwrap()
             .run("udev", script, &["configure", ""], &files)
             .unwrap_err()
@@ -803,14 +1113,14 @@ mod tests {
             "{err}"
         );
         let skip = BTreeMap::from([("udev".to_string(), "no hwdb in a container".to_string())]);
-        let mut s = Settler::new(&base, &read, &skip).unwrap();
+        let mut s = Settler::new(&base, &read, &skip, 0).unwrap();
         s.run("udev", script, &["configure", ""], &files).unwrap();
         assert_eq!(
             s.notes,
             ["udev's postinst runs `systemd-hwdb --usr update`: skipped (no hwdb in a container)"]
         );
         // A script that fails as dpkg runs it fails the build.
-        let err = Settler::new(&base, &read, &none)
+        let err = Settler::new(&base, &read, &none, 0)
             .unwrap()
             .run(
                 "p",

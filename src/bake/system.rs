@@ -301,7 +301,7 @@ pub fn build(
                 base,
                 status.as_deref(),
                 (packages, &debs),
-                skip,
+                (skip, opts.epoch),
                 stage.path(),
             )?;
             report(&layer);
@@ -339,7 +339,7 @@ pub fn system_layer(
     base: &Image,
     status: Option<&[u8]>,
     (packages, debs): (&[SystemPackage], &[PathBuf]),
-    skip: &BTreeMap<String, String>,
+    (skip, epoch): (&BTreeMap<String, String>, u64),
     stage: &Path,
 ) -> Result<SystemLayer> {
     let status = status.map(<[u8]>::to_vec).ok_or_else(|| {
@@ -365,7 +365,7 @@ pub fn system_layer(
     let read_base = |path: &str| -> Result<Option<String>> {
         Ok(read_file(base, path)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
     };
-    let mut settler = Settler::new(&listing, &read_base, skip)?;
+    let mut settler = Settler::new(&listing, &read_base, skip, epoch)?;
     let mut files: Files = BTreeMap::new();
     let mut info_entries = Vec::new();
     let mut postinsts = Vec::new();

@@ -91,6 +91,11 @@ pub enum Effect {
         /// The script under /etc/init.d.
         name: String,
     },
+    /// `systemd-sysusers CONF...`: the users and groups those sysusers.d files declare.
+    SysUsers {
+        /// The files' names (`basic.conf`), looked up as systemd-sysusers does.
+        confs: Vec<String>,
+    },
     /// `chmod MODE PATH`, with the mode as written (octal or symbolic).
     Chmod {
         /// The mode as the script gives it.
@@ -1159,6 +1164,12 @@ impl Shell<'_> {
             "udevadm" if args.first() == Some(&"trigger") => Flow::Next(0),
             "invoke-rc.d" => Flow::Next(0),
             "update-alternatives" => self.alternatives(argv),
+            "systemd-sysusers" if !args.is_empty() && args.iter().all(|a| !a.starts_with('-')) => {
+                self.effects.push(Effect::SysUsers {
+                    confs: args.iter().map(|a| a.to_string()).collect(),
+                });
+                Flow::Next(0)
+            }
             "update-rc.d" => {
                 let words: Vec<&str> = args
                     .iter()
@@ -1858,6 +1869,38 @@ update-rc.d udev defaults >/dev/null || exit 1
                     name: "udev".into()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn sysusers_with_the_dpkg_root_idiom_names_its_files() {
+        let script = "if [ -z \"${DPKG_ROOT:-}\" ] || [ \"$1\" = configure ]; then\n   systemd-sysusers ${DPKG_ROOT:+--root=\"$DPKG_ROOT\"} basic.conf systemd-network.conf\nfi\n";
+        let out = evaluate(
+            script,
+            &["configure", ""],
+            "systemd",
+            &Image::default(),
+            false,
+        );
+        assert_eq!(
+            (out.effects, out.unmodelled),
+            (
+                vec![Effect::SysUsers {
+                    confs: vec!["basic.conf".into(), "systemd-network.conf".into()]
+                }],
+                None
+            )
+        );
+        let out = evaluate(
+            "systemd-sysusers --cat-config\n",
+            &["configure", ""],
+            "p",
+            &Image::default(),
+            false,
+        );
+        assert_eq!(
+            out.unmodelled.as_deref(),
+            Some("runs `systemd-sysusers --cat-config`")
         );
     }
 

@@ -203,39 +203,50 @@ pub fn tools() -> bool {
 }
 
 /// A real Debian bookworm base with CPython 3.11 in an OCI layout (scripts/make-debian-base,
-/// mmdebstrap from Debian's archive). Made once and kept in the target directory; None (with
-/// the reason printed) where mmdebstrap or umoci is missing outside CI.
+/// mmdebstrap from Debian's archive), tagged `bookworm`. Made once and kept in the target
+/// directory; None (with the reason printed) where mmdebstrap or umoci is missing outside CI.
 pub fn debian_base() -> Option<PathBuf> {
     static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BASE.get_or_init(|| {
-        if !have("mmdebstrap", "--version") || !have("umoci", "--version") {
-            return None;
-        }
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .parent()
-            .expect("CARGO_TARGET_TMPDIR is inside the target directory")
-            .to_path_buf();
-        let layout = target.join("debian-base");
-        let lock = std::fs::File::create(target.join("debian-base.lock")).unwrap();
-        // Several test binaries may ask at once: one makes it, the others wait.
-        lock.lock().unwrap();
-        if !layout.join("index.json").exists() {
-            let staging = tempfile::tempdir_in(&target).unwrap();
-            let tmp = staging.path().join("layout");
-            let out = Command::new(root().join("scripts/make-debian-base"))
-                .arg(&tmp)
-                .output()
-                .expect("scripts/make-debian-base runs");
-            assert!(
-                out.status.success(),
-                "make-debian-base: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::rename(&tmp, &layout).unwrap();
-        }
-        Some(layout)
-    })
-    .clone()
+    BASE.get_or_init(|| made_base("debian-base", "bookworm"))
+        .clone()
+}
+
+/// A real Ubuntu 24.04 base with CPython 3.12, as [`debian_base`] makes it from Ubuntu's
+/// archive, tagged `noble`.
+pub fn ubuntu_base() -> Option<PathBuf> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| made_base("ubuntu-base", "noble"))
+        .clone()
+}
+
+fn made_base(name: &str, tag: &str) -> Option<PathBuf> {
+    if !have("mmdebstrap", "--version") || !have("umoci", "--version") {
+        return None;
+    }
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is inside the target directory")
+        .to_path_buf();
+    let layout = target.join(name);
+    let lock = std::fs::File::create(target.join(format!("{name}.lock"))).unwrap();
+    // Several test binaries may ask at once: one makes it, the others wait.
+    lock.lock().unwrap();
+    if !layout.join("index.json").exists() {
+        let staging = tempfile::tempdir_in(&target).unwrap();
+        let tmp = staging.path().join("layout");
+        let out = Command::new(root().join("scripts/make-debian-base"))
+            .arg(&tmp)
+            .arg(tag)
+            .output()
+            .expect("scripts/make-debian-base runs");
+        assert!(
+            out.status.success(),
+            "make-debian-base: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &layout).unwrap();
+    }
+    Some(layout)
 }
 
 /// Writes an OCI index over `manifests`, each with its platform (`linux/arm64`), into
