@@ -1377,6 +1377,11 @@ fn readme_flag_spans() -> Vec<(usize, Option<String>, Vec<String>)> {
         "umoci",
         "tar",
         "apt-get",
+        "numactl",
+        "dpkg",
+        "dpkg-statoverride",
+        "update-alternatives",
+        "addgroup",
     ];
     let text = std::fs::read_to_string(common::root().join("README.md")).unwrap();
     let commands: Vec<String> = flags_by_command().into_iter().map(|(c, _)| c).collect();
