@@ -52,6 +52,10 @@ pub struct SystemPackage {
     pub size: u64,
     /// The SHA256 of the .deb, lower-case hex.
     pub sha256: String,
+    /// The source package it is built from, where that is not its own name (`glibc` for
+    /// libc6); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// A resolved recipe.

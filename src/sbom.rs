@@ -232,6 +232,10 @@ impl Subject<'_> {
             let id = unique_spdx_id(&mut taken, &format!("deb-{}", deb.name));
             let mut package = deb_artifact(deb, &deb_purl(deb)).spdx_package(&id);
             package["comment"] = json!("an OS package the image's system layer installs");
+            package["sourceInfo"] = json!(format!(
+                "built from the source package {}",
+                deb.source.as_deref().unwrap_or(&deb.name)
+            ));
             packages.push(package);
             relationships.push(relationship("SPDXRef-Image", "CONTAINS", &id));
         }
@@ -349,6 +353,7 @@ impl Subject<'_> {
             components.push(deb_artifact(deb, &purl).cyclonedx_component(vec![
                 json!({"name": "gpubake:deb:file", "value": deb_file_name(deb)}),
                 json!({"name": "gpubake:deb:size", "value": deb.size.to_string()}),
+                json!({"name": "gpubake:deb:source", "value": deb.source.as_deref().unwrap_or(&deb.name)}),
             ]));
             depends_on.push(json!(purl));
         }
@@ -941,6 +946,12 @@ mod tests {
             url: url.into(),
             size: 1234,
             sha256: "ab".repeat(32),
+            // Where the archive's file names it: pool/main/SOURCE-INITIAL/SOURCE/.
+            source: url
+                .rsplit('/')
+                .nth(1)
+                .filter(|s| *s != name)
+                .map(str::to_string),
         }
     }
 
@@ -987,6 +998,11 @@ mod tests {
             assert_eq!(p["downloadLocation"], deb.url.as_str());
             assert_eq!(p["checksums"][0]["checksumValue"], deb.sha256.as_str());
             assert_eq!(p["externalRefs"][0]["referenceLocator"], purl);
+            let source = deb.source.as_deref().unwrap_or(&deb.name);
+            assert_eq!(
+                p["sourceInfo"],
+                format!("built from the source package {source}")
+            );
             assert!(spdx["relationships"].as_array().unwrap().iter().any(|r| {
                 r["relationshipType"] == "CONTAINS" && r["relatedSpdxElement"] == p["SPDXID"]
             }));
@@ -1003,6 +1019,13 @@ mod tests {
             assert_eq!(c["version"], deb.version.as_str());
             assert_eq!(c["hashes"][0]["content"], deb.sha256.as_str());
             assert_eq!(c["externalReferences"][0]["url"], deb.url.as_str());
+            let source = deb.source.as_deref().unwrap_or(&deb.name);
+            assert!(
+                c["properties"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"name": "gpubake:deb:source", "value": source}))
+            );
             assert!(image_deps.as_array().unwrap().contains(&json!(purl)));
         }
     }

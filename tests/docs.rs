@@ -1382,6 +1382,7 @@ fn readme_flag_spans() -> Vec<(usize, Option<String>, Vec<String>)> {
         "dpkg-statoverride",
         "update-alternatives",
         "addgroup",
+        "adduser",
     ];
     let text = std::fs::read_to_string(common::root().join("README.md")).unwrap();
     let commands: Vec<String> = flags_by_command().into_iter().map(|(c, _)| c).collect();

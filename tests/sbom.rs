@@ -410,6 +410,18 @@ fn the_debs_of_the_system_layer_are_listed_with_their_hashes_in_valid_documents(
         "the lock pins what was asked: {:?}",
         lock.system
     );
+    // The archive's Source field, kept where it is not the binary's name.
+    let ssh = lock
+        .system
+        .iter()
+        .find(|p| p.name == "openssh-client")
+        .unwrap();
+    assert_eq!(ssh.source.as_deref(), Some("openssh"));
+    assert!(
+        lock.system
+            .iter()
+            .any(|p| p.name == "numactl" && p.source.is_none())
+    );
 
     let spdx = read_json(&spdx_path);
     let packages = spdx["packages"].as_array().unwrap();
@@ -430,6 +442,14 @@ fn the_debs_of_the_system_layer_are_listed_with_their_hashes_in_valid_documents(
         contained_by("SPDXRef-Image").len(),
         lock.system.len(),
         "the image CONTAINS every .deb of the lock"
+    );
+    let ssh_spdx = packages
+        .iter()
+        .find(|p| p["name"] == "openssh-client")
+        .unwrap();
+    assert_eq!(
+        ssh_spdx["sourceInfo"],
+        "built from the source package openssh"
     );
     let of_base = contained_by("SPDXRef-Base");
     assert_eq!(

@@ -109,6 +109,7 @@ mod tests {
                 url: format!("http://deb.debian.org/debian/pool/main/{name}_{version}_{arch}.deb"),
                 size: 1000,
                 sha256: format!("{:0>64}", name.len()),
+                source: None,
             });
         }
         let subject = crate::sbom::Subject {

@@ -10,7 +10,7 @@
 //! to skip that package's scripts and why.
 
 use super::fs::Node;
-use crate::debian::maintscript::{self, Effect, Kind, World};
+use crate::debian::maintscript::{self, Effect, Kind, UserGroup, World};
 use crate::error::{Error, Result};
 use crate::image::layer::{Entry, Owner, ROOT, Source};
 use crate::image::links::{ElfInfo, Entry as TreeEntry, Tree, real_path};
@@ -63,6 +63,7 @@ pub struct Settler<'a> {
     epoch_days: u64,
     statoverride: String,
     gid_range: (u32, u32),
+    uid_range: (u32, u32),
     alternatives: BTreeMap<String, Alternative>,
     /// Paths whose mode or owner a script set: (mode, owner).
     changes: BTreeMap<String, (Option<u32>, Option<Owner>)>,
@@ -110,6 +111,10 @@ impl<'a> Settler<'a> {
             gid_range: (
                 setting("FIRST_SYSTEM_GID", SYSTEM_GIDS.0),
                 setting("LAST_SYSTEM_GID", SYSTEM_GIDS.1),
+            ),
+            uid_range: (
+                setting("FIRST_SYSTEM_UID", SYSTEM_GIDS.0),
+                setting("LAST_SYSTEM_UID", SYSTEM_GIDS.1),
             ),
             alternatives: BTreeMap::new(),
             changes: BTreeMap::new(),
@@ -196,6 +201,18 @@ impl<'a> Settler<'a> {
                 groups.push(name.clone());
             }
             let (path, user, group) = match e {
+                Effect::SystemUser {
+                    group: UserGroup::Named(g),
+                    ..
+                }
+                | Effect::Member { group: g, .. } => {
+                    if self.id("group", g).is_none() && !groups.iter().any(|n| n == g) {
+                        return Err(format!(
+                            "joins a user to the group {g}, which /etc/group does not have"
+                        ));
+                    }
+                    continue;
+                }
                 Effect::SysUsers { confs } => {
                     for conf in confs {
                         let text = self.sysusers_conf(conf, files).ok_or_else(|| {
@@ -337,6 +354,15 @@ impl<'a> Settler<'a> {
                     change.1 = Some(owner);
                 }
             }
+            Effect::SystemUser {
+                name,
+                uid,
+                group,
+                home,
+                shell,
+                gecos,
+            } => self.system_user(&name, uid, &group, (&home, &shell, &gecos)),
+            Effect::Member { user, group } => self.sysusers(SysUser::Member { user, group }),
             Effect::SysUsers { confs } => {
                 for conf in confs {
                     let text = self.sysusers_conf(&conf, files).unwrap_or_default();
@@ -474,6 +500,52 @@ impl<'a> Settler<'a> {
                 self.group = out;
             }
         }
+    }
+
+    /// `adduser --system`: the first free uid of adduser.conf's system range (free as a gid
+    /// too where the user gets a group of its own), nogroup unless a group is named.
+    fn system_user(
+        &mut self,
+        name: &str,
+        uid: Option<u32>,
+        group: &UserGroup,
+        (home, shell, gecos): (&str, &str, &str),
+    ) {
+        if self.id("passwd", name).is_some() {
+            return;
+        }
+        let (uids, gids) = (self.ids("passwd"), self.ids("group"));
+        let (first, last) = self.uid_range;
+        let own = *group == UserGroup::Own;
+        let Some(uid) =
+            uid.or_else(|| (first..=last).find(|i| !(uids.contains(i) || own && gids.contains(i))))
+        else {
+            self.notes
+                .push(format!("no system uid is free for the user {name}"));
+            return;
+        };
+        let gid = match group {
+            UserGroup::Own => {
+                let gid = if gids.contains(&uid) {
+                    let (first, last) = self.gid_range;
+                    (first..=last).find(|g| !gids.contains(g)).unwrap_or(uid)
+                } else {
+                    uid
+                };
+                self.add_group(name, gid, "!");
+                gid
+            }
+            UserGroup::Named(g) => self.id("group", g).unwrap_or(65534),
+            UserGroup::None => self.id("group", "nogroup").unwrap_or(65534),
+        };
+        push_line(
+            &mut self.passwd,
+            &format!("{name}:x:{uid}:{gid}:{gecos}:{home}:{shell}"),
+        );
+        if let Some(shadow) = &mut self.shadow {
+            push_line(shadow, &format!("{name}:!:{}::::::", self.epoch_days));
+        }
+        self.users_added = true;
     }
 
     fn add_group(&mut self, name: &str, gid: u32, password: &str) {
@@ -812,7 +884,15 @@ impl Tree for View<'_, '_> {
         let below = format!("{rel}/");
         let has_below = |keys: Option<&String>| keys.is_some_and(|k| k.starts_with(&below));
         match self.settler.base.get(rel) {
-            None if has_below(self.files.range(below.clone()..).next().map(|(k, _)| k)) => {
+            None if has_below(self.files.range(below.clone()..).next().map(|(k, _)| k))
+                || has_below(
+                    self.settler
+                        .base
+                        .range(below.clone()..)
+                        .next()
+                        .map(|(k, _)| k),
+                ) =>
+            {
                 TreeEntry::Dir
             }
             None => TreeEntry::Absent,
@@ -1037,6 +1117,51 @@ mod tests {
             "systemd-journal:!*::\nsystemd-network:!*::\n"
         );
         assert_eq!(sysusers_line("r - 500-900"), Err(()), "ranges are not made");
+    }
+
+    #[test]
+    fn adduser_takes_the_first_free_system_uid_and_nogroup() {
+        let base = BTreeMap::from([(
+            "usr/sbin/adduser".to_string(),
+            Node::File {
+                mode: 0o755,
+                size: 1,
+            },
+        )]);
+        let read = |p: &str| -> Result<Option<String>> {
+            Ok(match p {
+                "etc/group" => Some("root:x:0:\nusers:x:100:\nnogroup:x:65534:\n".into()),
+                "etc/passwd" => Some("root:x:0:0:root:/root:/bin/bash\n_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\n".into()),
+                "etc/shadow" => Some(String::new()),
+                _ => None,
+            })
+        };
+        let skip = BTreeMap::new();
+        let mut s = Settler::new(&base, &read, &skip, 86_400 * 20_793).unwrap();
+        let files = Files::new();
+        let script = "adduser --quiet --system --no-create-home --home /run/sshd --shell /usr/sbin/nologin sshd\nadduser --system --group --no-create-home --home /run/svc svc\n";
+        s.run(
+            "openssh-server",
+            ("postinst", script),
+            &["configure", ""],
+            &files,
+        )
+        .unwrap();
+        let mut files = Files::new();
+        let extra = s.finish(&mut files, &|p: &str| p.to_string());
+        let text = |path: &str| match &extra.iter().find(|e| e.path == path).unwrap().source {
+            Source::Bytes(b) => String::from_utf8(b.clone()).unwrap(),
+            _ => unreachable!(),
+        };
+        // As adduser 3.134 and 3.137 leave them (bookworm's and noble's images under apt).
+        assert!(text("etc/passwd").ends_with(
+            "sshd:x:100:65534::/run/sshd:/usr/sbin/nologin\nsvc:x:101:101::/run/svc:/usr/sbin/nologin\n"
+        ));
+        assert_eq!(
+            text("etc/shadow"),
+            "sshd:!:20793::::::\nsvc:!:20793::::::\n"
+        );
+        assert!(text("etc/group").ends_with("svc:x:101:\n"));
     }
 
     #[test]

@@ -197,6 +197,7 @@ fn resolve_asks(base: &Image, recipe: &Recipe, recipe_dir: &Path) -> Result<Vec<
             architecture: p.architecture,
             size: p.size,
             sha256: p.sha256,
+            source: p.source,
         })
         .collect())
 }

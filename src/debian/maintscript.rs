@@ -91,6 +91,29 @@ pub enum Effect {
         /// The script under /etc/init.d.
         name: String,
     },
+    /// `adduser --system NAME` with its options: a system user.
+    SystemUser {
+        /// The user.
+        name: String,
+        /// `--uid`, else the first free id of the system range.
+        uid: Option<u32>,
+        /// The primary group: its own (`--group`), a named one (`--ingroup`), else none
+        /// (nogroup).
+        group: UserGroup,
+        /// `--home`, else /nonexistent.
+        home: String,
+        /// `--shell`, else /usr/sbin/nologin.
+        shell: String,
+        /// `--gecos`/`--comment`, else empty.
+        gecos: String,
+    },
+    /// `adduser USER GROUP`: a user joins a group.
+    Member {
+        /// The user.
+        user: String,
+        /// The group.
+        group: String,
+    },
     /// `systemd-sysusers CONF...`: the users and groups those sysusers.d files declare.
     SysUsers {
         /// The files' names (`basic.conf`), looked up as systemd-sysusers does.
@@ -112,6 +135,17 @@ pub enum Effect {
         /// The file.
         path: String,
     },
+}
+
+/// A system user's primary group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UserGroup {
+    /// A group of the user's name, with the user's id where free (`--group`).
+    Own,
+    /// An existing group (`--ingroup`).
+    Named(String),
+    /// nogroup, adduser's choice for a system user without either.
+    None,
 }
 
 /// One `--slave` of an alternative.
@@ -1191,6 +1225,7 @@ impl Shell<'_> {
                 }
             }
             "addgroup" => self.group(argv),
+            "adduser" => self.user(argv),
             "dpkg-statoverride" => self.statoverride(argv),
             "chmod" | "chgrp" | "chown" => self.ownership(argv),
             _ => self.unmodelled(argv),
@@ -1234,6 +1269,81 @@ impl Shell<'_> {
                 self.effects.push(Effect::RemoveAlternative {
                     name: args[1].into(),
                     path: args[2].into(),
+                });
+                Flow::Next(0)
+            }
+            _ => self.unmodelled(argv),
+        }
+    }
+
+    fn user(&mut self, argv: &[String]) -> Flow {
+        if !["/usr/sbin/adduser", "/sbin/adduser"]
+            .iter()
+            .any(|p| self.world.kind(p, true).is_some())
+        {
+            return Flow::Next(127);
+        }
+        let mut system = false;
+        let mut create_home = true;
+        let (mut uid, mut home, mut shell, mut gecos) = (None, None, None, String::new());
+        let mut group = UserGroup::None;
+        let mut names = Vec::new();
+        let mut args = argv[1..].iter();
+        while let Some(a) = args.next() {
+            let mut value = || args.next().cloned();
+            match a.as_str() {
+                "--system" => system = true,
+                "--quiet"
+                | "-q"
+                | "--force-badname"
+                | "--allow-bad-names"
+                | "--disabled-password"
+                | "--disabled-login" => {}
+                "--no-create-home" => create_home = false,
+                "--group" => group = UserGroup::Own,
+                "--ingroup" => match value() {
+                    Some(g) => group = UserGroup::Named(g),
+                    None => return self.unmodelled(argv),
+                },
+                "--home" => home = value(),
+                "--shell" => shell = value(),
+                "--gecos" | "--comment" => gecos = value().unwrap_or_default(),
+                "--uid" => match value().and_then(|v| v.parse().ok()) {
+                    Some(n) => uid = Some(n),
+                    None => return self.unmodelled(argv),
+                },
+                s if s.starts_with('-') => return self.unmodelled(argv),
+                s => names.push(s.to_string()),
+            }
+        }
+        match names.as_slice() {
+            [name] if system => {
+                let home = home.unwrap_or_else(|| "/nonexistent".into());
+                // A home directory adduser would make is a file it writes: not modelled.
+                if create_home && home != "/nonexistent" {
+                    return self.unmodelled(argv);
+                }
+                if !self.world.getent("passwd", name)
+                    && !self
+                        .effects
+                        .iter()
+                        .any(|e| matches!(e, Effect::SystemUser { name: n, .. } if n == name))
+                {
+                    self.effects.push(Effect::SystemUser {
+                        name: name.clone(),
+                        uid,
+                        group,
+                        home,
+                        shell: shell.unwrap_or_else(|| "/usr/sbin/nologin".into()),
+                        gecos,
+                    });
+                }
+                Flow::Next(0)
+            }
+            [user, group] if !system && uid.is_none() && home.is_none() => {
+                self.effects.push(Effect::Member {
+                    user: user.clone(),
+                    group: group.clone(),
                 });
                 Flow::Next(0)
             }
@@ -1595,6 +1705,7 @@ mod tests {
     fn with_adduser() -> Image {
         let mut image = Image::default();
         image.files.insert("/usr/sbin/addgroup".into(), exe());
+        image.files.insert("/usr/sbin/adduser".into(), exe());
         image
     }
 
@@ -1793,7 +1904,7 @@ fi
 
     #[test]
     fn what_is_not_modelled_stops_the_evaluation_and_is_named() {
-        let image = Image::default();
+        let image = with_adduser();
         for (script, named) in [
             (
                 "set -e\nsystemd-hwdb --usr update || true\n",
@@ -1867,6 +1978,39 @@ update-rc.d udev defaults >/dev/null || exit 1
                 Effect::SystemGroup { name: "kvm".into() },
                 Effect::InitLinks {
                     name: "udev".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn adduser_makes_a_system_user_with_its_options_or_joins_a_group() {
+        let image = with_adduser();
+        let script = "set -e\nif ! getent passwd sshd >/dev/null; then\n  adduser --quiet --system --no-create-home --home /run/sshd --shell /usr/sbin/nologin sshd\nfi\nadduser --system --group --uid 120 svc\nadduser svc video\n";
+        let out = evaluate(script, &["configure", ""], "openssh-server", &image, false);
+        assert_eq!(out.unmodelled, None);
+        assert_eq!(
+            out.effects,
+            [
+                Effect::SystemUser {
+                    name: "sshd".into(),
+                    uid: None,
+                    group: UserGroup::None,
+                    home: "/run/sshd".into(),
+                    shell: "/usr/sbin/nologin".into(),
+                    gecos: String::new(),
+                },
+                Effect::SystemUser {
+                    name: "svc".into(),
+                    uid: Some(120),
+                    group: UserGroup::Own,
+                    home: "/nonexistent".into(),
+                    shell: "/usr/sbin/nologin".into(),
+                    gecos: String::new(),
+                },
+                Effect::Member {
+                    user: "svc".into(),
+                    group: "video".into(),
                 },
             ]
         );

@@ -94,6 +94,8 @@ pub struct Pin {
     pub base: String,
     /// The version the base has installed, when this pin upgrades (or replaces) it.
     pub replaces: Option<String>,
+    /// The source package, where its name is not the binary's.
+    pub source: Option<String>,
 }
 
 /// Everything the choice reads, indexed once.
@@ -718,6 +720,7 @@ pub fn solve(
                 size: file.size,
                 sha256: file.sha256.clone(),
                 base: file.base.clone(),
+                source: p.source.clone().filter(|s| *s != p.name),
                 replaces: world
                     .installed
                     .get(p.name.as_str())
