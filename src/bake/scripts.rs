@@ -69,6 +69,8 @@ pub struct Settler<'a> {
     changes: BTreeMap<String, (Option<u32>, Option<Owner>)>,
     /// Runlevel links update-rc.d makes (path, target).
     init_links: Vec<(String, String)>,
+    /// Directories `mkdir -p` makes.
+    dirs: Vec<String>,
     groups_added: bool,
     users_added: bool,
     overrides_added: bool,
@@ -119,6 +121,7 @@ impl<'a> Settler<'a> {
             alternatives: BTreeMap::new(),
             changes: BTreeMap::new(),
             init_links: Vec::new(),
+            dirs: Vec::new(),
             groups_added: false,
             users_added: false,
             overrides_added: false,
@@ -145,7 +148,7 @@ impl<'a> Settler<'a> {
         // A package the recipe skips is read leniently: what gpubake cannot make is passed
         // over (and said), the rest is settled.
         let why = self.skip.get(package);
-        let mut outcome = maintscript::evaluate(text, args, package, &view, why.is_some());
+        let outcome = maintscript::evaluate(text, args, package, &view, why.is_some());
         if let Some(why) = why {
             for what in &outcome.skipped {
                 self.notes
@@ -155,15 +158,6 @@ impl<'a> Settler<'a> {
                 self.notes
                     .push(format!("{package}'s {name} {what}: not run ({why})"));
                 return Ok(());
-            }
-            let effects = std::mem::take(&mut outcome.effects);
-            for effect in effects {
-                match self.check(std::slice::from_ref(&effect), files) {
-                    Ok(()) => outcome.effects.push(effect),
-                    Err(what) => self
-                        .notes
-                        .push(format!("{package}'s {name} {what}: skipped ({why})")),
-                }
             }
         } else {
             let checked = match &outcome.unmodelled {
@@ -187,6 +181,16 @@ impl<'a> Settler<'a> {
             )));
         }
         for effect in outcome.effects {
+            // Leniently, each effect is judged after those before it are made (a group the
+            // script added is there for the chgrp that follows), and one that cannot be made
+            // is passed over and said.
+            if let Some(why) = why
+                && let Err(what) = self.check(std::slice::from_ref(&effect), files)
+            {
+                self.notes
+                    .push(format!("{package}'s {name} {what}: skipped ({why})"));
+                continue;
+            }
             self.apply(effect, files);
         }
         Ok(())
@@ -363,6 +367,7 @@ impl<'a> Settler<'a> {
                 gecos,
             } => self.system_user(&name, uid, &group, (&home, &shell, &gecos)),
             Effect::Member { user, group } => self.sysusers(SysUser::Member { user, group }),
+            Effect::MakeDir { path } => self.dirs.push(path),
             Effect::SysUsers { confs } => {
                 for conf in confs {
                     let text = self.sysusers_conf(&conf, files).unwrap_or_default();
@@ -677,6 +682,18 @@ impl<'a> Settler<'a> {
                     links.push((format!("/etc/alternatives/{slave}"), path.clone()));
                 }
             }
+        }
+        for dir in &self.dirs {
+            let at = place(dir.trim_start_matches('/'));
+            files.entry(at.clone()).or_insert((
+                Entry {
+                    path: at,
+                    mode: 0o755,
+                    owner: ROOT,
+                    source: Source::Dir,
+                },
+                "mkdir".into(),
+            ));
         }
         for (link, target) in links.into_iter().chain(self.init_links.iter().cloned()) {
             let at = place(link.trim_start_matches('/'));

@@ -119,6 +119,12 @@ pub enum Effect {
         /// The files' names (`basic.conf`), looked up as systemd-sysusers does.
         confs: Vec<String>,
     },
+    /// `mkdir -p PATH` of a directory the image lacks (made 0755 root:root, as under the
+    /// scripts' umask 022).
+    MakeDir {
+        /// The directory.
+        path: String,
+    },
     /// `chmod MODE PATH`, with the mode as written (octal or symbolic).
     Chmod {
         /// The mode as the script gives it.
@@ -515,14 +521,25 @@ impl Lexer<'_> {
                     return Ok(Part::Param(name, None, quoted));
                 }
                 let op_start = self.at;
-                if self.peek() == Some(b':') {
+                if let Some(c @ (b'#' | b'%')) = self.peek() {
+                    // Prefix (`#`, `##`) and suffix (`%`, `%%`) removal.
                     self.at += 1;
-                }
-                if matches!(self.peek(), Some(b'-' | b'=' | b'+' | b'?')) {
-                    self.at += 1;
+                    if self.peek() == Some(c) {
+                        self.at += 1;
+                    }
+                } else {
+                    if self.peek() == Some(b':') {
+                        self.at += 1;
+                    }
+                    if matches!(self.peek(), Some(b'-' | b'=' | b'+' | b'?')) {
+                        self.at += 1;
+                    }
                 }
                 let op = String::from_utf8_lossy(&self.text[op_start..self.at]).into_owned();
-                if !["-", ":-", "+", ":+", "=", ":=", "?", ":?"].contains(&op.as_str()) {
+                const OPS: [&str; 12] = [
+                    "-", ":-", "+", ":+", "=", ":=", "?", ":?", "#", "##", "%", "%%",
+                ];
+                if name.is_empty() || !OPS.contains(&op.as_str()) {
                     return Err(format!("the expansion ${{{name}{op}…}}"));
                 }
                 let word_start = self.at;
@@ -1191,6 +1208,33 @@ impl Shell<'_> {
                     _ => self.unmodelled(argv),
                 }
             }
+            // Removing what a fresh install does not have yet (an upgrade's leftovers) changes
+            // nothing; removing what is there is not modelled.
+            "rm" => {
+                let (flags, paths): (Vec<&str>, Vec<&str>) =
+                    args.iter().partition(|a| a.starts_with('-'));
+                let force = flags.iter().any(|f| f.contains('f'));
+                let known = flags
+                    .iter()
+                    .all(|f| f[1..].chars().all(|c| matches!(c, 'f' | 'r' | 'R')));
+                if known && paths.iter().all(|p| self.world.kind(p, false).is_none()) {
+                    Flow::Next(if force || paths.is_empty() { 0 } else { 1 })
+                } else {
+                    self.unmodelled(argv)
+                }
+            }
+            "mkdir" if args.first() == Some(&"-p") && args.len() > 1 => {
+                for path in &args[1..] {
+                    match self.world.kind(path, true) {
+                        Some(Kind::Dir) => {}
+                        None if path.starts_with('/') => self.effects.push(Effect::MakeDir {
+                            path: path.to_string(),
+                        }),
+                        _ => return self.unmodelled(argv),
+                    }
+                }
+                Flow::Next(0)
+            }
             // The cache is settled once for the whole image, as libc-bin's trigger does.
             "ldconfig" => Flow::Next(0),
             // Events for the running system's devices, and services started on a running
@@ -1593,6 +1637,10 @@ impl Shell<'_> {
                                 "?" if unset => {
                                     return Err(format!("stops at the unset ${{{name}{op}…}}"));
                                 }
+                                trim @ ("#" | "##" | "%" | "%%") => {
+                                    let pattern = self.expand_one(alt)?;
+                                    trimmed(&value.unwrap_or_default(), trim, &pattern)
+                                }
                                 _ => value.unwrap_or_default(),
                             }
                         }
@@ -1626,6 +1674,23 @@ impl Shell<'_> {
         }
         Ok(fields)
     }
+}
+
+/// `${VAR#PATTERN}` and its kin: the value without the shortest (`#`, `%`) or longest (`##`,
+/// `%%`) prefix (`#`) or suffix (`%`) the pattern matches.
+fn trimmed(value: &str, op: &str, pattern: &str) -> String {
+    let cuts: Vec<usize> = (0..=value.len())
+        .filter(|i| value.is_char_boundary(*i))
+        .collect();
+    let prefix = |i: &&usize| pattern_matches(pattern, &value[..**i]);
+    let suffix = |i: &&usize| pattern_matches(pattern, &value[**i..]);
+    let found = match op {
+        "#" => cuts.iter().find(prefix).map(|&i| &value[i..]),
+        "##" => cuts.iter().rev().find(prefix).map(|&i| &value[i..]),
+        "%" => cuts.iter().rev().find(suffix).map(|&i| &value[..i]),
+        _ => cuts.iter().find(suffix).map(|&i| &value[..i]),
+    };
+    found.unwrap_or(value).to_string()
 }
 
 /// A `case` pattern against a subject: `*`, `?` and literal text.
@@ -1904,7 +1969,8 @@ fi
 
     #[test]
     fn what_is_not_modelled_stops_the_evaluation_and_is_named() {
-        let image = with_adduser();
+        let mut image = with_adduser();
+        image.files.insert("/etc/there".into(), exe());
         for (script, named) in [
             (
                 "set -e\nsystemd-hwdb --usr update || true\n",
@@ -1929,9 +1995,10 @@ fi
                 "runs `adduser --system --home /run/x sshd`",
             ),
             (
-                "x=${y#pre}\n",
-                "uses shell syntax gpubake does not read: the expansion ${y…}",
+                "x=${#y}\n",
+                "uses shell syntax gpubake does not read: the expansion ${#…}",
             ),
+            ("set -e\nrm -f /etc/there\n", "runs `rm -f /etc/there`"),
         ] {
             let out = evaluate(script, &["configure", ""], "p", &image, false);
             assert_eq!(out.unmodelled.as_deref(), Some(named), "{script}");
@@ -2049,6 +2116,27 @@ update-rc.d udev defaults >/dev/null || exit 1
     }
 
     #[test]
+    fn removing_what_a_fresh_install_lacks_is_nothing_and_mkdir_makes_what_is_missing() {
+        let mut image = Image::default();
+        image.files.insert("/var/lib".into(), Kind::Dir);
+        let script = "set -e\nrm -f /var/lib/pciutils/pci.ids.old\nmkdir -p /var/lib /var/lib/x\n";
+        let out = evaluate(script, &["configure", ""], "p", &image, false);
+        assert_eq!(
+            (out.status, out.unmodelled, out.effects),
+            (
+                0,
+                None,
+                vec![Effect::MakeDir {
+                    path: "/var/lib/x".into()
+                }]
+            )
+        );
+        // Without -f, rm of a missing file fails as rm would.
+        let out = evaluate("set -e\nrm /nope\n", &["configure", ""], "p", &image, false);
+        assert_eq!(out.status, 1);
+    }
+
+    #[test]
     fn set_e_ends_the_script_at_an_untested_failure_only() {
         let image = with_adduser();
         let script =
@@ -2068,7 +2156,7 @@ update-rc.d udev defaults >/dev/null || exit 1
     #[test]
     fn parameters_quote_and_split_as_sh_does() {
         let image = with_adduser();
-        let script = "set -e\naddgroup --system \"r${DPKG_ROOT:+--root=$DPKG_ROOT}\"\nv=\"a b\"\nfor x in $v \"$v\" ${unset:-dflt} \"$@\"; do addgroup --system \"g$x\"; done\ncase \"$1\" in\n  conf*|install) addgroup --system case ;;\n  *) exit 3 ;;\nesac\n";
+        let script = "set -e\naddgroup --system \"r${DPKG_ROOT:+--root=$DPKG_ROOT}\"\np=/usr/lib/x.so.1\naddgroup --system \"${p##*/}-${p%/*}-${p#/usr}-${p%%.*}\"\nv=\"a b\"\nfor x in $v \"$v\" ${unset:-dflt} \"$@\"; do addgroup --system \"g$x\"; done\ncase \"$1\" in\n  conf*|install) addgroup --system case ;;\n  *) exit 3 ;;\nesac\n";
         let out = evaluate(script, &["configure", ""], "p", &image, false);
         let names: Vec<String> = out
             .effects
@@ -2080,7 +2168,17 @@ update-rc.d udev defaults >/dev/null || exit 1
             .collect();
         assert_eq!(
             names,
-            ["r", "ga", "gb", "ga b", "gdflt", "gconfigure", "g", "case"]
+            [
+                "r",
+                "x.so.1-/usr/lib-/lib/x.so.1-/usr/lib/x",
+                "ga",
+                "gb",
+                "ga b",
+                "gdflt",
+                "gconfigure",
+                "g",
+                "case"
+            ]
         );
     }
 
