@@ -132,5 +132,40 @@ fn the_readme_image_and_the_example_recipes_build_and_certify() {
     ] {
         assert!(!closure.contains(plugin), "{plugin}: {closure}");
     }
+    // In the container, the loader cache the OS layer settled answers Python's find_library
+    // (what a user debugging RDMA types first), and mpirun is Open MPI's, by its alternative.
+    if common::have("docker", "version") {
+        let tag = "gpubake-example-multinode:v1";
+        let out = gpubake_in(
+            &common::root(),
+            &["copy", &image, &format!("docker-daemon:{tag}")],
+        );
+        assert_exit(&out, 0);
+        let run = std::process::Command::new("docker")
+            .args(["run", "--rm", "--entrypoint", "sh", tag, "-c"])
+            .arg(
+                "python3 -c \"import ctypes.util; print(ctypes.util.find_library('ibverbs'))\" \
+                 && readlink -f /usr/bin/mpirun",
+            )
+            .output()
+            .unwrap();
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", "-f", tag])
+            .output();
+        let said = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert_eq!(
+            said.lines().collect::<Vec<_>>(),
+            ["libibverbs.so.1", "/usr/bin/orterun"],
+            "{said}"
+        );
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI has a Docker Engine");
+        eprintln!("skipped: no Docker Engine to run the multi-node image in");
+    }
     let _ = std::fs::remove_dir_all(&multi);
 }
