@@ -1092,8 +1092,10 @@ mod tests {
         out
     }
 
-    #[test]
-    fn the_base_s_dpkg_packages_are_listed_under_the_base_once_each() {
+    /// A lock that reinstalls numactl at the base's version (one purl, listed once, as the
+    /// layer's) and upgrades openssh-client (the image's version is the layer's, the base's
+    /// stays the base's), over a base whose status lists both.
+    fn base_fixture() -> (Lock, BasePackages) {
         let mut lock = lock();
         lock.system = vec![
             // Reinstalled at the base's version: one purl, listed once, as the layer's.
@@ -1115,6 +1117,37 @@ mod tests {
             "status",
         )
         .unwrap();
+        (lock, base)
+    }
+
+    /// The base's packages the fixture lists under the base: name, purl, source package.
+    const UNDER_BASE: [(&str, &str, &str); 5] = [
+        (
+            "libc6",
+            "pkg:deb/debian/libc6@2.36-9%2Bdeb12u4?arch=amd64",
+            "glibc",
+        ),
+        ("dpkg", "pkg:deb/debian/dpkg@1.21.22?arch=amd64", "dpkg"),
+        (
+            "libgcc-s1",
+            "pkg:deb/debian/libgcc-s1@12.2.0-14?arch=amd64",
+            "gcc-12",
+        ),
+        (
+            "login",
+            "pkg:deb/debian/login@4.13%2Bdfsg1-1%2Bb1?arch=amd64&epoch=1",
+            "shadow",
+        ),
+        (
+            "openssh-client",
+            "pkg:deb/debian/openssh-client@9.2p1-2?arch=amd64&epoch=1",
+            "openssh",
+        ),
+    ];
+
+    #[test]
+    fn the_base_s_status_gives_its_installed_packages_and_their_sources() {
+        let (_, base) = base_fixture();
         assert_eq!(base.vendor, "debian");
         let names: Vec<&str> = base.packages.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
@@ -1134,32 +1167,14 @@ mod tests {
             sources,
             ["glibc", "dpkg", "gcc-12", "shadow", "numactl", "openssh"]
         );
+    }
+
+    #[test]
+    fn the_base_s_dpkg_packages_are_listed_under_the_base_once_each_in_spdx() {
+        let (lock, base) = base_fixture();
         let mut s = subject(&lock, &[], IMAGE);
         s.base_packages = Some(&base);
-        let under_base = [
-            (
-                "libc6",
-                "pkg:deb/debian/libc6@2.36-9%2Bdeb12u4?arch=amd64",
-                "glibc",
-            ),
-            ("dpkg", "pkg:deb/debian/dpkg@1.21.22?arch=amd64", "dpkg"),
-            (
-                "libgcc-s1",
-                "pkg:deb/debian/libgcc-s1@12.2.0-14?arch=amd64",
-                "gcc-12",
-            ),
-            (
-                "login",
-                "pkg:deb/debian/login@4.13%2Bdfsg1-1%2Bb1?arch=amd64&epoch=1",
-                "shadow",
-            ),
-            (
-                "openssh-client",
-                "pkg:deb/debian/openssh-client@9.2p1-2?arch=amd64&epoch=1",
-                "openssh",
-            ),
-        ];
-
+        let under_base = UNDER_BASE;
         let spdx = s.spdx().unwrap();
         let packages = spdx["packages"].as_array().unwrap();
         let relationships = spdx["relationships"].as_array().unwrap();
@@ -1220,7 +1235,14 @@ mod tests {
             2 + 2 + 5,
             "the image, its base, two .debs, five of the base's"
         );
+    }
 
+    #[test]
+    fn the_base_s_dpkg_packages_are_nested_under_the_base_once_each_in_cyclonedx() {
+        let (lock, base) = base_fixture();
+        let mut s = subject(&lock, &[], IMAGE);
+        s.base_packages = Some(&base);
+        let under_base = UNDER_BASE;
         let cdx = s.cyclonedx().unwrap();
         let components = cdx["components"].as_array().unwrap();
         assert_eq!(

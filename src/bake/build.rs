@@ -744,6 +744,32 @@ impl PlatformBuilt {
 
 /// Builds one platform's manifest in `store`: the base for that platform, the Python stack,
 /// the recipe's layers with `probe` as the probe, and the config.
+/// The OS layer of the lock's `system:` pins, when it has any, with its history line. What a
+/// package's scripts do that gpubake cannot settle is the recipe's to decide, so it is said
+/// at the recipe's `system:`.
+fn system_layer(
+    loaded: &LoadedRecipe,
+    store: &Layout,
+    base: &Image,
+    pins: &[crate::lock::SystemPackage],
+    layers: &super::LayerOptions,
+) -> Result<Option<(String, String, BuiltLayer)>> {
+    if pins.is_empty() {
+        return Ok(None);
+    }
+    let skip = loaded.recipe.scripts_skipped();
+    let (created_by, layer) =
+        super::system::build(store, base, pins, &skip, layers).map_err(|e| match e {
+            Error::Usage(why) => loaded.doc.invalid(
+                &["system"],
+                why,
+                crate::recipe::field_help("system_scripts"),
+            ),
+            other => other,
+        })?;
+    Ok(Some(("system".into(), created_by, layer)))
+}
+
 fn build_platform(
     loaded: &LoadedRecipe,
     plan: Plan,
@@ -810,22 +836,8 @@ fn build_platform(
     if let Some(warning) = super::system::unmet_need(&base, &env, plan.system())? {
         eprintln!("warning: {warning}");
     }
-    if !plan.system().is_empty() {
-        let skip = loaded.recipe.scripts_skipped();
-        let (created_by, layer) = super::system::build(store, &base, plan.system(), &skip, &layers)
-            .map_err(|e| {
-                match e {
-                    // What a package's scripts do that cannot be settled is the recipe's to
-                    // decide: said at its `system:`.
-                    Error::Usage(why) => loaded.doc.invalid(
-                        &["system"],
-                        why,
-                        crate::recipe::field_help("system_scripts"),
-                    ),
-                    other => other,
-                }
-            })?;
-        built.push(("system".into(), created_by, layer));
+    if let Some(system) = system_layer(loaded, store, &base, plan.system(), &layers)? {
+        built.push(system);
     }
     if let (Some(closure), Some(python), Some(lock)) = (closure, &python, plan.lock()) {
         let stack_opts = stack::StackOptions {

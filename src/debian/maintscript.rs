@@ -1120,6 +1120,7 @@ impl Shell<'_> {
     }
 
     /// A command that is no function of the script.
+    /// A shell builtin or a query; anything else is [`Shell::change`]'s.
     fn run(&mut self, argv: &[String]) -> Flow {
         let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
         let ok = |yes: bool| Flow::Next(if yes { 0 } else { 1 });
@@ -1208,6 +1209,13 @@ impl Shell<'_> {
                     _ => self.unmodelled(argv),
                 }
             }
+            _ => self.change(argv, &args),
+        }
+    }
+
+    /// A command that changes the image, or one whose change an image does without.
+    fn change(&mut self, argv: &[String], args: &[&str]) -> Flow {
+        match argv[0].as_str() {
             // Removing what a fresh install does not have yet (an upgrade's leftovers) changes
             // nothing; removing what is there is not modelled.
             "rm" => {
