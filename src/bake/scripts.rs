@@ -605,34 +605,26 @@ impl<'a> Settler<'a> {
             owner: ROOT,
             source: Source::Bytes(text.as_bytes().to_vec()),
         };
+        // Only root reads the shadow files; the group that may read them is shadow's.
+        let shadow_file = |path: &str, text: &str| Entry {
+            mode: 0o640,
+            owner: Owner {
+                uid: 0,
+                gid: self.id("group", "shadow").unwrap_or(0),
+            },
+            ..file(path, text)
+        };
         if self.groups_added {
             extra.push(file("etc/group", &self.group));
-            if let Some(gshadow) = &self.gshadow {
-                // Only root reads the shadow file; the group that may read it is shadow's.
-                let shadow_gid = self.id("group", "shadow").unwrap_or(0);
-                extra.push(Entry {
-                    mode: 0o640,
-                    owner: Owner {
-                        uid: 0,
-                        gid: shadow_gid,
-                    },
-                    ..file("etc/gshadow", gshadow)
-                });
-            }
+            extra.extend(
+                self.gshadow
+                    .as_deref()
+                    .map(|t| shadow_file("etc/gshadow", t)),
+            );
         }
         if self.users_added {
             extra.push(file("etc/passwd", &self.passwd));
-            if let Some(shadow) = &self.shadow {
-                let shadow_gid = self.id("group", "shadow").unwrap_or(0);
-                extra.push(Entry {
-                    mode: 0o640,
-                    owner: Owner {
-                        uid: 0,
-                        gid: shadow_gid,
-                    },
-                    ..file("etc/shadow", shadow)
-                });
-            }
+            extra.extend(self.shadow.as_deref().map(|t| shadow_file("etc/shadow", t)));
         }
         if self.overrides_added {
             extra.push(file("var/lib/dpkg/statoverride", &self.statoverride));

@@ -947,6 +947,13 @@ impl Shell<'_> {
         self.skip_or_stop(format!("runs `{}`", argv.join(" ")))
     }
 
+    /// Whether the image has the administrator's command `name` (in /usr/sbin or /sbin).
+    fn installed(&self, name: &str) -> bool {
+        ["/usr/sbin", "/sbin"]
+            .iter()
+            .any(|d| self.world.kind(&format!("{d}/{name}"), true).is_some())
+    }
+
     fn skip_or_stop(&mut self, what: String) -> Flow {
         if self.lenient {
             self.skipped.push(what);
@@ -1263,9 +1270,7 @@ impl Shell<'_> {
                     .filter(|a| !a.starts_with('-'))
                     .collect();
                 // With insserv, update-rc.d orders the links by the scripts' dependencies.
-                let insserv = ["/sbin/insserv", "/usr/sbin/insserv"]
-                    .iter()
-                    .any(|p| self.world.kind(p, true).is_some());
+                let insserv = self.installed("insserv");
                 match words.as_slice() {
                     [name, "defaults"] if !insserv => {
                         self.effects.push(Effect::InitLinks {
@@ -1329,10 +1334,7 @@ impl Shell<'_> {
     }
 
     fn user(&mut self, argv: &[String]) -> Flow {
-        if !["/usr/sbin/adduser", "/sbin/adduser"]
-            .iter()
-            .any(|p| self.world.kind(p, true).is_some())
-        {
+        if !self.installed("adduser") {
             return Flow::Next(127);
         }
         let mut system = false;
@@ -1405,10 +1407,7 @@ impl Shell<'_> {
 
     fn group(&mut self, argv: &[String]) -> Flow {
         // adduser is no essential package: without it the script fails as sh would.
-        if !["/usr/sbin/addgroup", "/sbin/addgroup"]
-            .iter()
-            .any(|p| self.world.kind(p, true).is_some())
-        {
+        if !self.installed("addgroup") {
             return Flow::Next(127);
         }
         let mut system = false;
