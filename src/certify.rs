@@ -10,6 +10,7 @@ use crate::engine::{Engine, Gpus, RunOutcome};
 use crate::error::{Error, Result};
 use crate::image::digest::Digest;
 use crate::image::model::{ConfigView, Image};
+use crate::image::scan::Scanned;
 use crate::image::{Platform, Transport, referrers};
 use crate::lint::{Context, Severity, check_var};
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock, STACK_LABEL};
@@ -341,9 +342,10 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     report.fact("image", json!(image.to_string()));
     report.fact("manifest", json!(opened.digest()));
 
-    // One pass over the layers: unpacking checks each blob's digest and diff id as it reads,
-    // and the checks after it read the tree (a 4 GB image is read once, not once a check).
-    let (unpacked, layers_read) = crate::image::links::Unpacked::checked(&opened)?;
+    // One pass over the layers: it checks each blob's digest and diff id as it reads, and
+    // keeps in memory what the checks after it read of the files (a 4 GB image is read once,
+    // not once a check, and never written out).
+    let (mut scanned, layers_read) = crate::image::scan::Scanned::checked(&opened)?;
     let verification = verify_image_with(&opened, image, Some(&layers_read))?;
     report.checks.extend(verification.checks);
     // From here on a damaged image is a failed check in the certificate, not an error: CI
@@ -366,11 +368,11 @@ pub fn certify(image: &Transport, opts: &CertifyOptions) -> Result<Certification
     require_cuda(&env, lock.as_ref(), &mut report);
     secrets(&env, &mut report);
     layers(&opened, opts, &mut report);
-    if let Err(e) = contents(&unpacked, &config, lock.as_ref(), &mut report) {
+    if let Err(e) = contents(&mut scanned, &opened, &config, lock.as_ref(), &mut report) {
         report.push("static", "pins vs content", Status::Fail, e.to_string());
     }
-    link_closure(&unpacked, &mut report);
-    drop(unpacked);
+    link_closure(&mut scanned, &opened, &mut report);
+    drop(scanned);
 
     let damaged = report
         .checks
@@ -630,10 +632,13 @@ fn layers(opened: &Image, opts: &CertifyOptions, report: &mut Report) {
 /// settings select it. A plugin that cannot load here and that nothing in the image selects is
 /// named in the detail; one data/plugins.yaml does not know, a duplicate copy or a compat
 /// libcuda the loader reaches deserves a look.
-fn link_closure(unpacked: &crate::image::links::Unpacked, report: &mut Report) {
+fn link_closure(scanned: &mut Scanned, image: &Image, report: &mut Report) {
     const NAME: &str = "link closure";
-    ib_transport(unpacked, report);
-    let links = match crate::image::links::analyze(unpacked.root(), &unpacked.env) {
+    ib_transport(scanned, image, report);
+    let analyzed = scanned.answer(image, |tree| {
+        crate::image::links::analyze_tree(tree, &tree.env)
+    });
+    let links = match analyzed.and_then(|l| l) {
         Ok(l) => l,
         Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
     };
@@ -735,13 +740,16 @@ fn file_name(path: &str) -> &str {
 /// Where the image's NCCL settings ask for the IB transport (`nccl::needs`): whether the
 /// image's loader finds the libraries NCCL and libibverbs open by name, as a process started
 /// in it would (the probe in the container opens them for real).
-fn ib_transport(unpacked: &crate::image::links::Unpacked, report: &mut Report) {
+fn ib_transport(scanned: &mut Scanned, image: &Image, report: &mut Report) {
     const NAME: &str = "IB transport libraries";
-    let Some(need) = crate::nccl::needs::of(&unpacked.env) else {
+    let Some(need) = crate::nccl::needs::of(&scanned.env) else {
         return;
     };
     let names: Vec<&str> = need.libraries.iter().map(|l| l.soname).collect();
-    let found = match crate::image::links::dlopened(unpacked.root(), &unpacked.env, &names) {
+    let found = scanned.answer(image, |tree| {
+        crate::image::links::dlopened(tree, &tree.env, &names)
+    });
+    let found = match found.and_then(|f| f) {
         Ok(found) => found,
         Err(e) => return report.push("static", NAME, Status::Fail, e.to_string()),
     };
@@ -770,7 +778,8 @@ fn ib_transport(unpacked: &crate::image::links::Unpacked, report: &mut Report) {
 /// Pins in the lock against what the layers install: every `==` requirement against the
 /// distribution's own METADATA, and NCCL also against the version compiled into libnccl.
 fn contents(
-    unpacked: &crate::image::links::Unpacked,
+    scanned: &mut Scanned,
+    image: &Image,
     config: &Value,
     lock: Option<&Lock>,
     report: &mut Report,
@@ -784,7 +793,7 @@ fn contents(
         );
         return Ok(());
     };
-    let found = crate::bake::fs::contents_of_tree(unpacked.root())?;
+    let found = scanned.answer(image, crate::bake::fs::contents_of)??;
     let preflight = ConfigView::parse(config).is_ok_and(|c| c.label(STACK_LABEL) == Some("none"));
     if preflight && !found.dists.contains_key("torch") {
         report.push(

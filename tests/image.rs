@@ -201,14 +201,14 @@ fn long_steps_print_progress_lines_without_a_terminal() {
     let err = stderr(&out);
     let lines: Vec<&str> = err
         .lines()
-        .filter(|l| l.starts_with("unpacking the layers: "))
+        .filter(|l| l.starts_with("reading the layers: "))
         .collect();
     assert!(lines.len() >= 3, "{err}");
     assert!(lines.last().unwrap().contains("(100%)"), "{err}");
     // By default a short step prints nothing.
     let out = gpubake(&["inspect", "--libraries", &image]);
     assert!(
-        !stderr(&out).contains("unpacking the layers"),
+        !stderr(&out).contains("reading the layers"),
         "{}",
         stderr(&out)
     );

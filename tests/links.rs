@@ -461,6 +461,13 @@ fn the_binding_map_equals_lddtree_over_the_unpacked_root() {
     let env = [("LD_LIBRARY_PATH".to_string(), LD_LIBRARY_PATH.to_string())];
     let report =
         serde_json::to_value(gpubake::image::links::analyze(&root, &env).unwrap()).unwrap();
+    // `inspect` and certify read the layers into memory, never writing the files out: what
+    // they find is what the walk of the root the engine exported finds, binding by binding.
+    assert_eq!(
+        inspect(&format!("docker-daemon:{tag}")),
+        report,
+        "the layers read in memory against the exported root"
+    );
     let as_root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
     for file in files() {
         let mut cmd = Command::new(if as_root { "chroot" } else { "unshare" });

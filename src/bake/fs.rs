@@ -3,12 +3,11 @@
 //! earlier ones and whiteouts delete, as the image spec says. Once unpacked, the Python
 //! distributions and NCCL libraries it installs (`contents_of_tree`).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::image::model::{Image, LayerEntry};
 use serde::Serialize;
 use std::io::Read;
 use std::ops::ControlFlow;
-use std::path::Path;
 
 /// Where the merged preset, with provenance, is stored in the image.
 pub const PRESET_PATH_IN_IMAGE: &str = "/etc/gpubake/preset.yaml";
@@ -267,36 +266,32 @@ pub struct Contents {
     pub nccl: std::collections::BTreeMap<String, Option<String>>,
 }
 
-/// The Python distributions and NCCL libraries of an image unpacked at `root` (whose layers
-/// `image::unpack` applied, whiteouts included): what the image installs, read from the files
-/// a runtime would see.
-pub fn contents_of_tree(root: &Path) -> Result<Contents> {
+/// The Python distributions and NCCL libraries of an image read into memory (its layers
+/// applied, whiteouts included): what the image installs, read from the files a runtime would
+/// see.
+pub fn contents_of(tree: &crate::image::scan::Scanned) -> Result<Contents> {
+    use crate::image::links::{Listing, Tree};
     let mut out = Contents::default();
-    for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
-        let entry = entry.map_err(|e| Error::io(root, e.into()))?;
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let path = entry.path();
-        let inside = path
-            .strip_prefix(root)
-            .expect("walkdir stays under its root")
-            .to_string_lossy()
-            .into_owned();
-        let (dir, name) = inside.rsplit_once('/').unwrap_or(("", &inside));
+    for path in tree.files()? {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
         if name == "METADATA" && dir.ends_with(".dist-info") {
-            let mut text = String::new();
-            let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-            let _ = file.take(1 << 20).read_to_string(&mut text);
+            // A file that does not read is no distribution, as it was to the walk before.
+            let Ok(bytes) = tree.read(&path) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes);
             if let Some((dist, version)) = metadata_name_version(&text) {
+                let dir = dir.trim_start_matches('/').to_string();
                 out.dists
-                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
+                    .insert(crate::closure::normalize(&dist), (version, dir));
             }
-        } else if name.starts_with("libnccl.so") {
-            let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-            let version = nccl_version(&mut file).map_err(|e| Error::io(path, e))?;
-            out.nccl.insert(inside.clone(), version);
         }
+    }
+    for (path, version) in tree.nccl_libraries() {
+        out.nccl.insert(
+            path.trim_start_matches('/').to_string(),
+            version.map(str::to_string),
+        );
     }
     Ok(out)
 }
@@ -316,42 +311,6 @@ fn metadata_name_version(text: &str) -> Option<(String, String)> {
         }
     }
     Some((name?, version?))
-}
-
-/// The `NCCL version X.Y.Z` string libnccl prints at init, found in the library's bytes.
-fn nccl_version(reader: &mut impl Read) -> std::io::Result<Option<String>> {
-    const NEEDLE: &[u8] = b"NCCL version ";
-    let finder = memchr::memmem::Finder::new(NEEDLE);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut keep = 0usize;
-    loop {
-        let n = reader.read(&mut buf[keep..])?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let filled = keep + n;
-        if let Some(at) = finder.find(&buf[..filled]) {
-            let start = at + NEEDLE.len();
-            // The version follows within a few bytes; read on if the buffer ends first.
-            let mut tail = buf[start..filled].to_vec();
-            if tail.len() < 32 {
-                let mut more = vec![0u8; 32];
-                let m = reader.read(&mut more)?;
-                tail.extend_from_slice(&more[..m]);
-            }
-            let version: String = tail
-                .iter()
-                .take_while(|b| b.is_ascii_digit() || **b == b'.')
-                .map(|b| *b as char)
-                .collect();
-            std::io::copy(reader, &mut std::io::sink())?;
-            return Ok((!version.is_empty()).then_some(version.trim_end_matches('.').to_string()));
-        }
-        // Keep the last bytes in case the needle straddles two reads.
-        let carry = NEEDLE.len().min(filled);
-        buf.copy_within(filled - carry..filled, 0);
-        keep = carry;
-    }
 }
 
 #[cfg(test)]

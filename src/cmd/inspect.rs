@@ -11,7 +11,7 @@ pub struct Args {
     /// Print as JSON.
     #[arg(long)]
     json: bool,
-    /// Report the image's link closure (unpacks its layers into a temporary directory).
+    /// Report the image's link closure (reads its layers once, in memory).
     #[arg(long)]
     libraries: bool,
     /// Check the signature of every bundle attached to a docker:// image with this public
@@ -27,7 +27,7 @@ pub fn run(args: Args) -> Result<i32> {
     // The link closure or the image's own account, printed alike (the closure's JSON, every
     // file's closure, is made only when asked for).
     let printed = if args.libraries {
-        let links = crate::image::links::of_transport(&image, platform.as_ref())?;
+        let links = crate::image::scan::Scanned::links_of(&image, platform.as_ref())?;
         if args.json {
             serde_json::to_string_pretty(&links).expect("reports serialize") + "\n"
         } else {

@@ -22,7 +22,7 @@
 
 use crate::error::{Error, Result};
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
-use object::{FileKind, ReadCache, elf};
+use object::{FileKind, ReadCache, ReadRef, elf};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
@@ -55,17 +55,21 @@ pub struct ElfInfo {
 pub fn read_elf(path: &Path) -> Option<ElfInfo> {
     let file = std::fs::File::open(path).ok()?;
     let bytes = file.metadata().ok()?.len();
-    let data = ReadCache::new(file);
-    let info = match FileKind::parse(&data).ok()? {
-        FileKind::Elf64 => parse::<elf::FileHeader64<object::Endianness>>(&data, true),
-        FileKind::Elf32 => parse::<elf::FileHeader32<object::Endianness>>(&data, false),
+    elf_info(&ReadCache::new(file), bytes)
+}
+
+/// What the ELF file in `data` (`bytes` long) says about linking; None as for [`read_elf`].
+pub fn elf_info<'a, R: ReadRef<'a>>(data: R, bytes: u64) -> Option<ElfInfo> {
+    let info = match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => parse::<elf::FileHeader64<object::Endianness>, R>(data, true),
+        FileKind::Elf32 => parse::<elf::FileHeader32<object::Endianness>, R>(data, false),
         _ => None,
     }?;
     Some(ElfInfo { bytes, ..info })
 }
 
-fn parse<H: FileHeader<Endian = object::Endianness>>(
-    data: &ReadCache<std::fs::File>,
+fn parse<'a, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'a>>(
+    data: R,
     class64: bool,
 ) -> Option<ElfInfo> {
     let header = H::parse(data).ok()?;
@@ -137,6 +141,15 @@ pub trait Tree {
     fn read(&self, real: &str) -> std::io::Result<Vec<u8>>;
 }
 
+/// A tree whose files can be listed, the whole of an image as the link closure reads it.
+pub trait Listing: Tree {
+    /// Every regular file (absolute, real), in the order of a walk with each directory's
+    /// names sorted.
+    fn files(&self) -> Result<Vec<String>>;
+    /// Whether the ELF file at `real` defines the dynamic symbol `symbol`.
+    fn defines(&self, real: &str, symbol: &str) -> bool;
+}
+
 /// A directory taken as `/`: an unpacked image's root.
 pub struct Root<'a>(pub &'a Path);
 
@@ -164,6 +177,30 @@ impl Tree for Root<'_> {
 
     fn read(&self, real: &str) -> std::io::Result<Vec<u8>> {
         std::fs::read(self.at(real))
+    }
+}
+
+impl Listing for Root<'_> {
+    fn files(&self) -> Result<Vec<String>> {
+        let mut files = Vec::new();
+        for entry in walkdir::WalkDir::new(self.0).sort_by_file_name() {
+            let entry = entry.map_err(|e| Error::io(self.0, e.into()))?;
+            if entry.file_type().is_file() {
+                let inside = entry
+                    .path()
+                    .strip_prefix(self.0)
+                    .expect("walkdir stays under its root");
+                files.push(format!("/{}", inside.to_string_lossy()));
+            }
+        }
+        Ok(files)
+    }
+
+    fn defines(&self, real: &str, symbol: &str) -> bool {
+        let Ok(file) = std::fs::File::open(self.at(real)) else {
+            return false;
+        };
+        defines_in(&ReadCache::new(file), symbol).unwrap_or(false)
     }
 }
 
@@ -839,33 +876,21 @@ fn dir_of(path: &str) -> String {
 
 /// The link closure of the image unpacked at `root`, whose config's environment is `env`.
 pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
-    let tree = Root(root);
-    let search = Search::of_tree(&tree, env)?;
-    let mut linker = Linker::new(&tree, &search);
-    let mut files = Vec::new();
-    for entry in walkdir::WalkDir::new(root).sort_by_file_name() {
-        let entry = entry.map_err(|e| Error::io(root, e.into()))?;
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let inside = format!(
-            "/{}",
-            entry
-                .path()
-                .strip_prefix(root)
-                .expect("walkdir stays under its root")
-                .to_string_lossy()
-        );
-        if linker.info(&inside).is_some() {
-            files.push(inside);
-        }
-    }
+    analyze_tree(&Root(root), env)
+}
+
+/// [`analyze`] of any listed tree: an unpacked root, or an image read into memory.
+pub fn analyze_tree(tree: &dyn Listing, env: &[(String, String)]) -> Result<LinkReport> {
+    let search = Search::of_tree(tree, env)?;
+    let mut linker = Linker::new(tree, &search);
+    let mut files = tree.files()?;
+    files.retain(|f| linker.info(f).is_some());
     let mut closures: Vec<Closure> = files.iter().filter_map(|f| linker.closure(f)).collect();
     for c in &mut closures {
         let info = linker.info(&c.file).expect("read above");
         if info.interpreter.is_some() {
             c.role = Role::Program;
-        } else if extension_module(root, &c.file) {
+        } else if extension_module(tree, &c.file) {
             c.role = Role::Extension;
         }
     }
@@ -926,7 +951,7 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
             }
         }
     }
-    let cannot_load = cannot_load(&tree, env, &closures);
+    let cannot_load = cannot_load(tree, env, &closures);
     let bytes = |linker: &mut Linker, p: &str| linker.info(p).map(|i| i.bytes).unwrap_or(0);
     let mut duplicates = Vec::new();
     let mut dead = Vec::new();
@@ -975,7 +1000,7 @@ pub fn analyze(root: &Path, env: &[(String, String)]) -> Result<LinkReport> {
 /// The plugins whose closures miss a library the image does not provide (the driver's own,
 /// mounted at run time, left out), each with what selects it when data/plugins.yaml knows it
 /// and whether the image's own settings do.
-fn cannot_load(tree: &Root, env: &[(String, String)], closures: &[Closure]) -> Vec<CannotLoad> {
+fn cannot_load(tree: &dyn Tree, env: &[(String, String)], closures: &[Closure]) -> Vec<CannotLoad> {
     let read = |path: &str| -> Option<Vec<u8>> {
         let real = real_path(tree, path)?;
         tree.read(&real).ok()
@@ -1007,50 +1032,73 @@ fn cannot_load(tree: &Root, env: &[(String, String)], closures: &[Closure]) -> V
         .collect()
 }
 
-/// Whether CPython's importer takes the shared object at `path` (inside the image at `root`)
-/// as an extension module. Python/dynload_shlib.c lists the suffixes it tries after a module's
+/// Whether CPython's importer takes the shared object at `path` (inside `tree`) as an
+/// extension module. Python/dynload_shlib.c lists the suffixes it tries after a module's
 /// name, `.<SOABI>.so` (`.cpython-311-x86_64-linux-gnu.so`), `.abi3.so` and a bare `.so`,
 /// and imports the file only when it defines `PyInit_<name>`. A tagged suffix says the file
 /// was built as a module; a bare `.so` is also what every library without a version is named
 /// (`libtorch_cuda.so`), so there the symbol decides.
-fn extension_module(root: &Path, path: &str) -> bool {
-    if !in_python_stack(path) {
-        return false;
+fn extension_module(tree: &dyn Listing, path: &str) -> bool {
+    match module_name(path) {
+        None => false,
+        Some(Module::Tagged) => true,
+        Some(Module::Bare(init)) => tree.defines(path, &init),
     }
-    let name = Path::new(path)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let Some((module, suffix)) = name.split_once('.') else {
-        return false;
-    };
+}
+
+/// What the name of a shared object at `path` says of it as an extension module.
+pub enum Module {
+    /// A suffix only modules carry (`.cpython-311-x86_64-linux-gnu.so`, `.abi3.so`).
+    Tagged,
+    /// A bare `.so`: a module only if the file defines this `PyInit_<name>`.
+    Bare(String),
+}
+
+/// The module a file at `path` would be to CPython's importer; None when its place or name
+/// rules that out.
+pub fn module_name(path: &str) -> Option<Module> {
+    if !in_python_stack(path) {
+        return None;
+    }
+    let name = path.rsplit('/').next().unwrap_or_default();
+    let (module, suffix) = name.split_once('.')?;
     let identifier = !module.is_empty()
         && !module.starts_with(|c: char| c.is_ascii_digit())
         && module.chars().all(|c| c.is_alphanumeric() || c == '_');
     if !identifier {
-        return false;
+        return None;
     }
-    let tagged = suffix == "abi3.so" || (suffix.starts_with("cpython-") && suffix.ends_with(".so"));
-    tagged
-        || (suffix == "so"
-            && defines(
-                &root.join(path.trim_start_matches('/')),
-                &format!("PyInit_{module}"),
-            ))
+    if suffix == "abi3.so" || (suffix.starts_with("cpython-") && suffix.ends_with(".so")) {
+        Some(Module::Tagged)
+    } else if suffix == "so" {
+        Some(Module::Bare(format!("PyInit_{module}")))
+    } else {
+        None
+    }
 }
 
-/// Whether the ELF file at `path` defines the dynamic symbol `symbol`.
-fn defines(path: &Path, symbol: &str) -> bool {
-    use object::{Object, ObjectSymbol};
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let data = ReadCache::new(file);
-    let Ok(elf) = object::File::parse(&data) else {
-        return false;
-    };
-    elf.dynamic_symbols()
-        .any(|s| s.is_definition() && s.name_bytes() == Ok(symbol.as_bytes()))
+/// Whether the ELF file in `data` defines the dynamic symbol `symbol` (as `dlsym` finds it:
+/// a definition in .dynsym); None when the file does not read as ELF with dynamic symbols.
+pub fn defines_in<'a, R: ReadRef<'a>>(data: R, symbol: &str) -> Option<bool> {
+    fn look<'a, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'a>>(
+        data: R,
+        symbol: &str,
+    ) -> Option<bool> {
+        let header = H::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let sections = header.sections(endian, data).ok()?;
+        let symbols = sections.symbols(endian, data, elf::SHT_DYNSYM).ok()?;
+        Some(symbols.iter().any(|s| {
+            use object::read::elf::Sym;
+            s.is_definition(endian, symbols.strings())
+                && symbols.symbol_name(endian, s) == Ok(symbol.as_bytes())
+        }))
+    }
+    match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => look::<elf::FileHeader64<object::Endianness>, R>(data, symbol),
+        FileKind::Elf32 => look::<elf::FileHeader32<object::Endianness>, R>(data, symbol),
+        _ => None,
+    }
 }
 
 /// Siblings: two duplicated sonames that one directory provides both of. A closure that
@@ -1251,80 +1299,15 @@ impl LinkReport {
     }
 }
 
-/// Opens `image` (for `platform`, else its default one) and analyzes it.
-pub fn of_transport(
-    image: &crate::image::Transport,
-    platform: Option<&crate::image::Platform>,
-) -> Result<LinkReport> {
-    of_image(&image.open_platform(platform)?)
-}
-
-/// Unpacks `image` into a temporary root and analyzes it.
-pub fn of_image(image: &crate::image::Image) -> Result<LinkReport> {
-    let unpacked = Unpacked::of(image)?;
-    analyze(unpacked.root(), &unpacked.env)
-}
-
-/// An image unpacked into a temporary root (removed when this drops), with its config's
-/// environment: what the loader of a process started in it searches.
-pub struct Unpacked {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    /// The config's `Env`.
-    pub env: Vec<(String, String)>,
-}
-
-impl Unpacked {
-    /// Unpacks `image`.
-    pub fn of(image: &crate::image::Image) -> Result<Self> {
-        let unpacked = Self::empty(image.typed_config()?.env_pairs())?;
-        crate::image::unpack::unpack(image, &unpacked.root)?;
-        Ok(unpacked)
-    }
-
-    /// Unpacks `image` in one pass that also checks it, going on past a layer that does not
-    /// read: each layer's result (its blob digest and diff id checked while it is read), for
-    /// a caller whose other checks read the tree instead of the layers again. A config that
-    /// does not read gives an empty environment: the caller's own checks report it.
-    pub fn checked(
-        image: &crate::image::Image,
-    ) -> Result<(Self, Vec<std::result::Result<(), String>>)> {
-        let env = image
-            .typed_config()
-            .map(|c| c.env_pairs())
-            .unwrap_or_default();
-        let unpacked = Self::empty(env)?;
-        let layers = crate::image::unpack::unpack_checked(image, &unpacked.root)?;
-        Ok((unpacked, layers))
-    }
-
-    /// A temporary root, not yet unpacked into, for an image whose config's `Env` is `env`.
-    fn empty(env: Vec<(String, String)>) -> Result<Self> {
-        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-        let root = dir.path().join("rootfs");
-        Ok(Unpacked {
-            _dir: dir,
-            root,
-            env,
-        })
-    }
-
-    /// The image's `/`.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-}
-
-/// Where `dlopen(name)` from a plain program of the image at `root` (environment `env`) lands
+/// Where `dlopen(name)` from a plain program of the image in `tree` (environment `env`) lands
 /// for each of `names`: the path ld.so would map, or None where it finds nothing.
 pub fn dlopened(
-    root: &Path,
+    tree: &dyn Tree,
     env: &[(String, String)],
     names: &[&str],
 ) -> Result<Vec<(String, Option<String>)>> {
-    let tree = Root(root);
-    let search = Search::of_tree(&tree, env)?;
-    let mut linker = Linker::new(&tree, &search);
+    let search = Search::of_tree(tree, env)?;
+    let mut linker = Linker::new(tree, &search);
     Ok(names
         .iter()
         .map(|name| {

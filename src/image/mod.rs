@@ -16,6 +16,7 @@ pub mod plugins;
 pub mod referrers;
 pub mod registry;
 pub mod sbom;
+pub mod scan;
 pub mod signature;
 pub mod stream;
 pub mod streamcheck;

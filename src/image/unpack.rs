@@ -158,7 +158,7 @@ fn apply<R: Read>(
 }
 
 /// A relative path without `.` or `..` that stays inside the root; None when it would leave.
-fn within(path: &Path) -> Option<PathBuf> {
+pub(super) fn within(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {
