@@ -601,6 +601,21 @@ const EXAMPLES: &[Example] = &[
         exit: &[0],
         how: How::AsWritten,
     },
+    Example {
+        command: "gpubake completions bash",
+        stage: Stage::Offline,
+        exit: &[0],
+        how: How::AsWritten,
+    },
+    Example {
+        command: "gpubake man ~/.local/share/man/man1 && man gpubake-certify",
+        stage: Stage::Offline,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/shell.rs, which writes every page and renders each with groff",
+            why: "it writes into the user's home, and man is not everywhere",
+        },
+    },
 ];
 
 /// The entry of a documented command.

@@ -18,6 +18,7 @@ pub mod probe;
 pub mod probe_worker;
 pub mod render;
 pub mod resolve;
+pub mod shell;
 pub mod verify;
 
 use crate::error::{Error, Result};
@@ -372,6 +373,16 @@ enum Command {
     ///
     /// Example: gpubake compat --release 2.9
     Compat(compat::Args),
+    /// Print a shell's completion script: bash, zsh, fish, elvish or powershell.
+    ///
+    /// bash-completion loads it from ~/.local/share/bash-completion/completions/gpubake.
+    ///
+    /// Example: gpubake completions bash
+    Completions(shell::CompletionsArgs),
+    /// Write the man pages of gpubake and of each command into a directory.
+    ///
+    /// Example: gpubake man ~/.local/share/man/man1 && man gpubake-certify
+    Man(shell::ManArgs),
 }
 
 /// Runs the parsed command line; returns the exit code.
@@ -391,6 +402,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Probe(args) => probe::run(args),
         Command::ProbeWorker(args) => probe_worker::run(args),
         Command::Compat(args) => compat::run(args),
+        Command::Completions(args) => shell::completions(args),
+        Command::Man(args) => shell::man(args),
     }
 }
 
