@@ -453,6 +453,12 @@ const EXAMPLES: &[Example] = &[
         how: How::AsWritten,
     },
     Example {
+        command: "gpubake certify oci:./out:v1 --gpus none",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::AsWritten,
+    },
+    Example {
         command: "gpubake certify oci:./out:v1 --gpus all --out cert.json --junit cert.xml",
         stage: Stage::Image,
         // 3 where the engine has no GPU runtime (the static checks still run and both files
@@ -1371,11 +1377,46 @@ fn flags_by_command() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// The README's spans of code (`…`) outside code blocks that name gpubake's flags: each with
-/// its line, the command it names (`build --engine-build …`, `gpubake compat [--json]`) if
-/// any, and its flags. Spans that are another program's command line (docker, torchrun,
+/// The README's and the guide's spans of code (`…`) outside code blocks that name gpubake's
+/// flags: each with its file and line, the command it names (`build --engine-build …`,
+/// `gpubake compat [--json]`) if any, and its flags. Spans that are another program's command line (docker, torchrun,
 /// nvidia-ctk, cargo, a script) name that program's flags and are left out.
-fn readme_flag_spans() -> Vec<(usize, Option<String>, Vec<String>)> {
+fn readme_flag_spans() -> Vec<(String, Option<String>, Vec<String>)> {
+    let commands: Vec<String> = flags_by_command().into_iter().map(|(c, _)| c).collect();
+    let mut out = Vec::new();
+    for (name, text) in guide_texts() {
+        spans_of(&name, &text, &commands, &mut out);
+    }
+    out
+}
+
+/// The README and the guide's pages (docs/guide/), each with its name.
+fn guide_texts() -> Vec<(String, String)> {
+    let root = common::root();
+    let mut files = vec![root.join("README.md")];
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs/guide"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    files.extend(pages);
+    files
+        .into_iter()
+        .map(|f| {
+            let name = f.strip_prefix(&root).unwrap().display().to_string();
+            (name, std::fs::read_to_string(&f).unwrap())
+        })
+        .collect()
+}
+
+/// [`readme_flag_spans`] of one file.
+fn spans_of(
+    name: &str,
+    text: &str,
+    commands: &[String],
+    out: &mut Vec<(String, Option<String>, Vec<String>)>,
+) {
     static SPAN: std::sync::LazyLock<Regex> =
         std::sync::LazyLock::new(|| Regex::new(r"`([^`]+)`").unwrap());
     static FLAG: std::sync::LazyLock<Regex> =
@@ -1399,9 +1440,6 @@ fn readme_flag_spans() -> Vec<(usize, Option<String>, Vec<String>)> {
         "addgroup",
         "adduser",
     ];
-    let text = std::fs::read_to_string(common::root().join("README.md")).unwrap();
-    let commands: Vec<String> = flags_by_command().into_iter().map(|(c, _)| c).collect();
-    let mut out = Vec::new();
     let mut line_no = 1;
     let mut in_block = false;
     for paragraph in text.split("\n\n") {
@@ -1428,11 +1466,10 @@ fn readme_flag_spans() -> Vec<(usize, Option<String>, Vec<String>)> {
                 .map(str::to_string);
             let flags: Vec<String> = FLAG.captures_iter(span).map(|c| c[1].to_string()).collect();
             if !flags.is_empty() {
-                out.push((start, named, flags));
+                out.push((format!("{name}:{start}"), named, flags));
             }
         }
     }
-    out
 }
 
 /// Every flag the README names is one the command its span names takes (some command where
@@ -1460,7 +1497,7 @@ fn the_readme_names_the_flags_and_commands_the_binary_has() {
             };
             if !ok {
                 wrong.push(format!(
-                    "README.md paragraph at line {line}: {flag} is not a flag of {}",
+                    "{line} (a paragraph): {flag} is not a flag of {}",
                     named.as_deref().unwrap_or("any command")
                 ));
             }
@@ -1520,8 +1557,8 @@ fn the_readme_names_the_flags_and_commands_the_binary_has() {
 /// the host's /bin/sh with the three names on a PATH of stand-in programs.
 #[test]
 fn the_tours_command_v_line_prints_every_name_under_dash() {
-    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
-    let line = readme
+    let guide: String = guide_texts().into_iter().map(|(_, t)| t).collect();
+    let line = guide
         .lines()
         .find(|l| l.starts_with("$ docker run --rm train:v1 sh -c '"))
         .expect("the tour runs a shell line in the image");
@@ -1557,4 +1594,29 @@ fn the_tours_command_v_line_prints_every_name_under_dash() {
         .collect();
     assert_eq!(printed.lines().collect::<Vec<_>>(), want, "{script}");
     assert!(out.status.success());
+}
+
+/// The README's five-minute path is the guide's own: each of its lines is an example a guide
+/// page shows and this file runs, word for word, so the short path cannot drift from the
+/// tested one.
+#[test]
+fn the_readmes_five_minute_path_is_run_by_the_guide() {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
+    let path = readme
+        .split_once("## Five minutes")
+        .and_then(|(_, rest)| rest.split_once("```sh\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("the README shows a five-minute path")
+        .0;
+    let steps: Vec<&str> = path.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(steps.len() >= 4, "{steps:?}");
+    let in_guide: Vec<Documented> = documented()
+        .into_iter()
+        .filter(|d| d.place.starts_with("docs/guide/"))
+        .collect();
+    for step in steps {
+        let shown = in_guide.iter().find(|d| words(&d.command) == words(step));
+        assert!(shown.is_some(), "`{step}` is no example of docs/guide/");
+        assert!(entry(&shown.unwrap().command).is_some(), "{step}");
+    }
 }

@@ -135,3 +135,67 @@ fn strip_overstrike(text: &str) -> String {
     }
     out.into_iter().collect()
 }
+
+/// The visible commands, each as the words that name it (`["key", "generate"]`).
+fn command_paths() -> Vec<Vec<String>> {
+    fn walk(cmd: &clap::Command, above: &[String], out: &mut Vec<Vec<String>>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let mut words = above.to_vec();
+            words.push(sub.get_name().to_string());
+            out.push(words.clone());
+            walk(sub, &words, out);
+        }
+    }
+    let mut out = vec![Vec::new()];
+    walk(&gpubake::cmd::Cli::command(), &[], &mut out);
+    out
+}
+
+/// docs/reference/ holds each command's `--help`, word for word: a change to a command's
+/// options that leaves its page behind fails here. `GPUBAKE_BLESS=1` writes the pages anew.
+#[test]
+fn the_reference_pages_are_the_commands_help() {
+    let dir = common::root().join("docs/reference");
+    let bless = std::env::var_os("GPUBAKE_BLESS").is_some();
+    let mut stale = Vec::new();
+    let mut names = Vec::new();
+    for words in command_paths() {
+        let mut args: Vec<&str> = words.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(&args)
+            .env_remove("COLUMNS")
+            .output()
+            .unwrap();
+        assert_exit(&out, 0);
+        let title = std::iter::once("gpubake")
+            .chain(words.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let page = format!("# `{title}`\n\n```text\n{}```\n", stdout(&out));
+        let name = format!("{}.md", title.replace(' ', "-"));
+        let path = dir.join(&name);
+        names.push(name.clone());
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &page).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(page.as_str()) {
+            stale.push(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/reference/ differs from --help for {stale:?}: run GPUBAKE_BLESS=1 cargo test \
+         --test shell the_reference_pages"
+    );
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    names.sort();
+    assert_eq!(
+        present, names,
+        "docs/reference/ holds a page per command, no more"
+    );
+}
