@@ -7,7 +7,8 @@
 //!   exit code that lint, verify, the probe and certify share), [`nccl`] (NCCL's parameters and
 //!   how it parses them),
 //!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API),
-//!   [`net`] (the HTTP agent the wheel cache and the Debian archive client share);
+//!   [`net`] (the HTTP agent the wheel cache and the Debian archive client share), [`names`]
+//!   (the paths gpubake owns in an image, a Python project's PEP 503 name);
 //! - [`image`]: OCI images and nothing of gpubake's own; [`debian`]: a Debian archive client
 //!   (apt sources, signed InRelease, Packages, what apt would install into a base);
 //! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
@@ -37,6 +38,7 @@ pub mod image;
 pub mod interrupt;
 pub mod lint;
 pub mod lock;
+pub mod names;
 pub mod nccl;
 pub mod net;
 pub mod preset;

@@ -290,7 +290,7 @@ pub fn contents_of_tree(root: &Path) -> Result<Contents> {
             let _ = file.take(1 << 20).read_to_string(&mut text);
             if let Some((dist, version)) = metadata_name_version(&text) {
                 out.dists
-                    .insert(crate::closure::normalize(&dist), (version, dir.to_string()));
+                    .insert(crate::names::normalize(&dist), (version, dir.to_string()));
             }
         } else if name.starts_with("libnccl.so") {
             let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;

@@ -462,7 +462,7 @@ pub fn at_pip_entry(e: Error, loaded: &crate::recipe::LoadedRecipe) -> Error {
         let end = req
             .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
             .unwrap_or(req.len());
-        crate::closure::normalize(&req[..end])
+        crate::names::normalize(&req[..end])
     };
     let blamed = loaded.recipe.pip.iter().position(|req| {
         let name = name_of(req);
