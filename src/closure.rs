@@ -1149,6 +1149,36 @@ fn uv_failure(inputs: &Inputs, stderr: &str) -> Error {
 /// the requirement uv blames.
 pub const UV_SAYS: &str = "uv says:";
 
+/// A closure uv could not resolve, placed at the recipe's `pip:` entry uv names, when it
+/// names one: the recipe's line is where the fix goes.
+pub fn at_pip_entry(e: Error, loaded: &crate::recipe::LoadedRecipe) -> Error {
+    let Error::Closure(message) = &e else {
+        return e;
+    };
+    let Some((_, uv)) = message.split_once(UV_SAYS) else {
+        return e;
+    };
+    let name_of = |req: &str| {
+        let end = req
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .unwrap_or(req.len());
+        normalize(&req[..end])
+    };
+    let blamed = loaded.recipe.pip.iter().position(|req| {
+        let name = name_of(req);
+        !name.is_empty()
+            && uv
+                .split(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ','))
+                .any(|word| name_of(word) == name)
+    });
+    match blamed {
+        Some(i) => loaded
+            .doc
+            .invalid(&["pip", &i.to_string()], message.clone(), None),
+        None => e,
+    }
+}
+
 /// uv's words indented under gpubake's, without the `error:` uv starts with, which would
 /// repeat the one gpubake prints.
 fn uv_said(text: &str) -> String {
