@@ -317,3 +317,47 @@ fn functions_stay_short_and_commands_thin() {
         .collect();
     assert!(long.is_empty(), "too long: {long:#?}");
 }
+
+/// `gpubake build` stays a thin command: the pipeline is the library's (`bake::pipeline`),
+/// and the command turns its flags into a request, runs it and prints. It signs, resolves
+/// closures, writes SBOMs, fetches wheels and writes image stores through that alone.
+#[test]
+fn the_build_command_leaves_the_pipeline_to_the_library() {
+    const THE_LIBRARY_S: [&str; 11] = [
+        "crate::sign",
+        "crate::closure",
+        "crate::sbom",
+        "crate::wheel",
+        "crate::image::registry",
+        "crate::image::layout",
+        "crate::image::layer",
+        "crate::image::archive",
+        "crate::image::stream",
+        "crate::image::referrers",
+        "crate::image::signature",
+    ];
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd/build.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines = text.lines().count();
+    assert!(lines <= 200, "src/cmd/build.rs has {lines} lines, over 200");
+    let path = regex::Regex::new(r"\bcrate(::[A-Za-z_][A-Za-z0-9_]*)+(::\{)?").unwrap();
+    let reached: Vec<String> = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .flat_map(|l| {
+            path.find_iter(l)
+                .map(|m| m.as_str().to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| {
+            p.ends_with("::{") && p.starts_with("crate::image")
+                || THE_LIBRARY_S
+                    .iter()
+                    .any(|m| p == m || p.starts_with(&format!("{m}::")))
+        })
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "src/cmd/build.rs reaches past bake: {reached:?}"
+    );
+}
