@@ -15,7 +15,8 @@
 //!   [`lint`] checks them against [`nccl`], [`resolve`] turns the recipe into a [`lock::Lock`],
 //!   [`closure`] and [`wheel`] fix and fetch the Python closure, [`sbom`] describes it;
 //! - [`bake`]: a lock into an image (the OS layer of `system:` packages, the Python stack,
-//!   the files), daemonless or through a Dockerfile, and reading it back;
+//!   the files), daemonless or through a Dockerfile, and reading it back; [`bake::pipeline`]
+//!   runs a whole build request, from the recipe to the image and what is written beside it;
 //! - run: [`runtime`] runs an image under an OCI runtime with CDI devices, [`probe`] checks a
 //!   node and its GPUs;
 //! - [`certify`]: the verdict on an image;
