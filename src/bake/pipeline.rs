@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 /// What a request built.
 pub enum Built {
-    /// An image gpubake wrote.
-    Image(BuildReport),
+    /// An image gpubake wrote (boxed: its report is large beside the engine's).
+    Image(Box<BuildReport>),
     /// An image the engine built from the rendered Dockerfile.
     Engine(EngineBuilt),
 }
@@ -36,7 +36,7 @@ pub struct EngineBuilt {
 /// beside it.
 pub fn run(req: &Request) -> Result<Built> {
     if req.recipe.recipe.is_probe_image() {
-        return probe_image(req).map(Built::Image);
+        return probe_image(req).map(|report| Built::Image(Box::new(report)));
     }
     let started = outputs::start(req)?;
     let to = req.destination()?;
@@ -89,7 +89,7 @@ pub fn run(req: &Request) -> Result<Built> {
     report.timings.resolve_s = resolve_s;
     report.timings.total_s = req.began.elapsed().as_secs_f64();
     outputs::write(req, started, (&resolved, &closures), &opts, &report)?;
-    Ok(Built::Image(report))
+    Ok(Built::Image(Box::new(report)))
 }
 
 /// The base's glibc, read first: a base that cannot serve the image fails the build before
