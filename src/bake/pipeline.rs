@@ -43,7 +43,6 @@ pub fn run(req: &Request) -> Result<Built> {
     req.signs_something(&to)?;
     let from = req.base()?;
     let base_glibc = base_glibc(req, from.as_ref())?;
-    // Cloned, not taken: a hint to resolve again names them (see `Request::resolve_command`).
     let options = Options {
         driver: req.driver.clone(),
         preset_dirs: req.preset_dirs.clone(),
