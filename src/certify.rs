@@ -814,7 +814,7 @@ fn contents(
 
 /// The verdict of [`contents`], apart from reading the image.
 fn judge_contents(lock: &Lock, found: &crate::bake::fs::Contents) -> (Status, String) {
-    use crate::closure::normalize;
+    use crate::names::normalize;
     let mut wrong = Vec::new();
     let mut checked = 0usize;
     let torch_pin = format!("{}+{}", lock.torch.version, lock.torch.variant);
@@ -1712,7 +1712,7 @@ mod tests {
         for (name, spec) in &lock.packages {
             let v = spec.trim_start_matches("==").to_string();
             found.dists.insert(
-                crate::closure::normalize(name),
+                crate::names::normalize(name),
                 (v, format!("site-packages/{name}.dist-info")),
             );
         }

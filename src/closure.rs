@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::lock::{Lock, WheelChoice};
+use crate::names::normalize;
 use crate::version::Version;
 use crate::wheel::cache::WheelRef;
 use crate::wheel::tags::Target;
@@ -797,24 +798,6 @@ fn recorded_inputs(pylock: &Pylock) -> Option<Inputs> {
     pylock.tool.get("gpubake")?.clone().try_into().ok()
 }
 
-/// PEP 503 names: case and runs of `-_.` do not matter.
-pub fn normalize(name: &str) -> String {
-    let mut out = String::new();
-    let mut dash = false;
-    for c in name.chars() {
-        if matches!(c, '-' | '_' | '.') {
-            dash = true;
-        } else {
-            if dash && !out.is_empty() {
-                out.push('-');
-            }
-            dash = false;
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
-}
-
 /// The closure must agree with every exact pin of the lock: torch, NCCL, cuDNN, the CUDA
 /// runtime and cuBLAS, and each `==` requirement. A pin the database marks unconfirmed gives
 /// way to the closure, which was read from the wheels' own metadata.
@@ -1166,6 +1149,36 @@ fn uv_failure(inputs: &Inputs, stderr: &str) -> Error {
 /// the requirement uv blames.
 pub const UV_SAYS: &str = "uv says:";
 
+/// A closure uv could not resolve, placed at the recipe's `pip:` entry uv names, when it
+/// names one: the recipe's line is where the fix goes.
+pub fn at_pip_entry(e: Error, loaded: &crate::recipe::LoadedRecipe) -> Error {
+    let Error::Closure(message) = &e else {
+        return e;
+    };
+    let Some((_, uv)) = message.split_once(UV_SAYS) else {
+        return e;
+    };
+    let name_of = |req: &str| {
+        let end = req
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .unwrap_or(req.len());
+        normalize(&req[..end])
+    };
+    let blamed = loaded.recipe.pip.iter().position(|req| {
+        let name = name_of(req);
+        !name.is_empty()
+            && uv
+                .split(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ','))
+                .any(|word| name_of(word) == name)
+    });
+    match blamed {
+        Some(i) => loaded
+            .doc
+            .invalid(&["pip", &i.to_string()], message.clone(), None),
+        None => e,
+    }
+}
+
 /// uv's words indented under gpubake's, without the `error:` uv starts with, which would
 /// repeat the one gpubake prints.
 fn uv_said(text: &str) -> String {
@@ -1178,12 +1191,6 @@ fn uv_said(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_normalize_as_pep_503_says() {
-        assert_eq!(normalize("Nvidia_NCCL.cu12"), "nvidia-nccl-cu12");
-        assert_eq!(normalize("typing--extensions"), "typing-extensions");
-    }
 
     #[test]
     fn versions_compare_as_releases() {

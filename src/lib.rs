@@ -7,14 +7,16 @@
 //!   exit code that lint, verify, the probe and certify share), [`nccl`] (NCCL's parameters and
 //!   how it parses them),
 //!   [`compat`] (the embedded compatibility data), [`cdi`], [`engine`] (the Docker Engine API),
-//!   [`net`] (the HTTP agent the wheel cache and the Debian archive client share);
+//!   [`net`] (the HTTP agent the wheel cache and the Debian archive client share), [`names`]
+//!   (the paths gpubake owns in an image, a Python project's PEP 503 name);
 //! - [`image`]: OCI images and nothing of gpubake's own; [`debian`]: a Debian archive client
 //!   (apt sources, signed InRelease, Packages, what apt would install into a base);
 //! - plan: [`recipe`] reads what a team asks for, [`preset`] layers the NCCL presets and
 //!   [`lint`] checks them against [`nccl`], [`resolve`] turns the recipe into a [`lock::Lock`],
 //!   [`closure`] and [`wheel`] fix and fetch the Python closure, [`sbom`] describes it;
 //! - [`bake`]: a lock into an image (the OS layer of `system:` packages, the Python stack,
-//!   the files), daemonless or through a Dockerfile, and reading it back;
+//!   the files), daemonless or through a Dockerfile, and reading it back; [`bake::pipeline`]
+//!   runs a whole build request, from the recipe to the image and what is written beside it;
 //! - run: [`runtime`] runs an image under an OCI runtime with CDI devices, [`probe`] checks a
 //!   node and its GPUs;
 //! - [`certify`]: the verdict on an image;
@@ -37,6 +39,7 @@ pub mod image;
 pub mod interrupt;
 pub mod lint;
 pub mod lock;
+pub mod names;
 pub mod nccl;
 pub mod net;
 pub mod preset;

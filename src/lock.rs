@@ -10,12 +10,6 @@ use serde::{Deserialize, Serialize};
 /// Where in the image the lock is stored.
 pub const LOCK_PATH_IN_IMAGE: &str = "/etc/gpubake/lock.yaml";
 
-/// Where the probe binary is stored in the image.
-pub const PROBE_PATH_IN_IMAGE: &str = "/usr/local/bin/gpubake";
-
-/// The virtual environment the stack is installed into.
-pub const VENV: &str = "/opt/gpubake/venv";
-
 /// The label that says where the Python stack is: the venv's path, or `none` for an image
 /// built with `--without-python` (a preflight image, which certify does not hold to the
 /// lock's Python pins).

@@ -547,7 +547,7 @@ fn check_pip(recipe: &Recipe, doc: &Document) -> Result<()> {
             .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
             .next()
             .unwrap_or_default();
-        if crate::closure::normalize(name) == "torch" {
+        if crate::names::normalize(name) == "torch" {
             return Err(doc.invalid(
                 &["pip", &i.to_string()],
                 format!(
@@ -568,10 +568,10 @@ fn check_pip(recipe: &Recipe, doc: &Document) -> Result<()> {
 /// The paths gpubake writes into every image, which a recipe's `files:` may not replace:
 /// the venv, the lock and preset, NCCL's config file, the probe.
 const OWNED_PATHS: [&str; 4] = [
-    crate::lock::VENV,
+    crate::names::VENV,
     "/etc/gpubake",
     "/etc/nccl.conf",
-    crate::lock::PROBE_PATH_IN_IMAGE,
+    crate::names::PROBE_PATH_IN_IMAGE,
 ];
 
 /// A `files:` entry as it lands in the image: no path of it replaces one gpubake writes, and

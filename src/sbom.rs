@@ -636,7 +636,7 @@ fn purl_of_deb(vendor: &str, name: &str, version: &str, architecture: &str) -> S
 pub fn pypi_purl(wheel: &WheelRef) -> String {
     format!(
         "pkg:pypi/{}@{}?file_name={}",
-        purl_encode(&crate::closure::normalize(&wheel.name), false),
+        purl_encode(&crate::names::normalize(&wheel.name), false),
         purl_encode(&wheel.version, false),
         purl_encode(&wheel.file_name(), false)
     )

@@ -3,13 +3,16 @@
 //! Each file under src/ may import (`crate::NAME`) only modules of its own floor or below;
 //! a file whose module has no floor here fails too, so a new module is placed on purpose.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Bottom to top.
 const FLOORS: &[(&str, &[&str])] = &[
     // What every stage uses: errors, files, documents, versions, child processes, the NCCL
-    // and compatibility knowledge, the node's CDI specs, the Docker Engine's API, the HTTP agent.
+    // and compatibility knowledge, the node's CDI specs, the Docker Engine's API, the HTTP agent;
+    // and the names gpubake gives: the paths it owns in an image and a Python project's PEP 503
+    // name, here because the recipe, the lock and the closure all speak of them and the three
+    // would import one another otherwise.
     (
         "foundation",
         &[
@@ -27,6 +30,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "cdi",
             "engine",
             "net",
+            "names",
         ],
     ),
     // OCI images and nothing of gpubake's own: model, layouts, archives, registries, layers;
@@ -139,6 +143,125 @@ fn an_import_from_the_image_library_of_the_bake_pipeline_is_upward() {
     assert!(imports("/// [`crate::bake`]").is_empty());
 }
 
+/// The files a file imports through `crate::`: each path's longest prefix that names a file
+/// under src/ (`crate::bake::stack::VENV` is bake/stack.rs, `crate::image::Platform`
+/// image/mod.rs), the file itself left out.
+fn imported_files(file: &str, text: &str, known: &BTreeSet<&str>) -> BTreeSet<String> {
+    let path = regex::Regex::new(r"\bcrate((?:::[a-z_][a-z0-9_]*)+)").unwrap();
+    let mut out = BTreeSet::new();
+    for line in text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+    {
+        for c in path.captures_iter(line) {
+            let segments: Vec<&str> = c[1].trim_start_matches("::").split("::").collect();
+            let target = (1..=segments.len()).rev().find_map(|n| {
+                let stem = segments[..n].join("/");
+                [format!("{stem}.rs"), format!("{stem}/mod.rs")]
+                    .into_iter()
+                    .find(|f| known.contains(f.as_str()))
+            });
+            if let Some(target) = target.filter(|t| t != file) {
+                out.insert(target);
+            }
+        }
+    }
+    out
+}
+
+/// A path of imports from `from` to `to`, both ends included, if there is one (breadth first,
+/// so the shortest).
+fn import_path(
+    graph: &BTreeMap<&str, BTreeSet<String>>,
+    from: &str,
+    to: &str,
+) -> Option<Vec<String>> {
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::from([(from, from)]);
+    let mut queue = std::collections::VecDeque::from([from]);
+    while let Some(file) = queue.pop_front() {
+        if file == to {
+            let mut path = vec![to.to_string()];
+            let mut at = to;
+            while at != from {
+                at = came_from[at];
+                path.push(at.to_string());
+            }
+            path.reverse();
+            return Some(path);
+        }
+        for next in graph.get(file).into_iter().flatten() {
+            if !came_from.contains_key(next.as_str()) {
+                came_from.insert(next, file);
+                queue.push_back(next);
+            }
+        }
+    }
+    None
+}
+
+/// No two modules import each other, directly or around a circle of files: a circle that
+/// crosses modules ties them into one, and the floors say nothing of which stands on which.
+/// Files of one module (bake/*.rs, probe/*.rs) may import one another freely. A circle
+/// between modules has an import that crosses from one to the other, so each crossing import
+/// a -> b is checked for a way back from b to a.
+#[test]
+fn no_import_circle_crosses_modules() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &src, &mut files);
+    let known: BTreeSet<&str> = files.iter().map(|(f, _, _)| f.as_str()).collect();
+    let module: BTreeMap<&str, &str> = files
+        .iter()
+        .map(|(f, m, _)| (f.as_str(), m.as_str()))
+        .collect();
+    let graph: BTreeMap<&str, BTreeSet<String>> = files
+        .iter()
+        .map(|(f, _, text)| (f.as_str(), imported_files(f, text, &known)))
+        .collect();
+    let mut circles = Vec::new();
+    for (file, imported) in &graph {
+        for target in imported
+            .iter()
+            .filter(|t| module[t.as_str()] != module[file])
+        {
+            if let Some(back) = import_path(&graph, target, file) {
+                circles.push(format!("src/{file} -> src/{}", back.join(" -> src/")));
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "imports that run in a circle between modules:\n  {}",
+        circles.join("\n  ")
+    );
+}
+
+/// The circle check has teeth: paths resolve to the file that holds them, and a circle through
+/// a third module is found.
+#[test]
+fn a_circle_through_a_third_module_is_found() {
+    let known = BTreeSet::from(["recipe.rs", "lock.rs", "preset.rs", "image/mod.rs"]);
+    let imports = imported_files(
+        "recipe.rs",
+        "use crate::lock::VENV;\nlet p: crate::image::Platform; // crate::preset\n",
+        &known,
+    );
+    assert_eq!(
+        imports,
+        BTreeSet::from(["lock.rs".into(), "image/mod.rs".into()])
+    );
+    let graph = BTreeMap::from([
+        ("recipe.rs", imports),
+        ("lock.rs", BTreeSet::from(["preset.rs".into()])),
+        ("preset.rs", BTreeSet::from(["recipe.rs".into()])),
+    ]);
+    assert_eq!(
+        import_path(&graph, "lock.rs", "recipe.rs").unwrap(),
+        ["lock.rs", "preset.rs", "recipe.rs"]
+    );
+    assert_eq!(import_path(&graph, "image/mod.rs", "recipe.rs"), None);
+}
+
 /// Every function in src/ by its length in lines, longest first: (lines, file, name). A
 /// function is counted from its `fn` line to the closing brace at the same indentation.
 fn function_lengths(files: &[(String, String, String)]) -> Vec<(usize, String, String)> {
@@ -193,4 +316,48 @@ fn functions_stay_short_and_commands_thin() {
         .map(|(n, file, name)| format!("src/{file}: {name} ({n} lines)"))
         .collect();
     assert!(long.is_empty(), "too long: {long:#?}");
+}
+
+/// `gpubake build` stays a thin command: the pipeline is the library's (`bake::pipeline`),
+/// and the command turns its flags into a request, runs it and prints. It signs, resolves
+/// closures, writes SBOMs, fetches wheels and writes image stores through that alone.
+#[test]
+fn the_build_command_leaves_the_pipeline_to_the_library() {
+    const THE_LIBRARY_S: [&str; 11] = [
+        "crate::sign",
+        "crate::closure",
+        "crate::sbom",
+        "crate::wheel",
+        "crate::image::registry",
+        "crate::image::layout",
+        "crate::image::layer",
+        "crate::image::archive",
+        "crate::image::stream",
+        "crate::image::referrers",
+        "crate::image::signature",
+    ];
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd/build.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines = text.lines().count();
+    assert!(lines <= 200, "src/cmd/build.rs has {lines} lines, over 200");
+    let path = regex::Regex::new(r"\bcrate(::[A-Za-z_][A-Za-z0-9_]*)+(::\{)?").unwrap();
+    let reached: Vec<String> = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .flat_map(|l| {
+            path.find_iter(l)
+                .map(|m| m.as_str().to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| {
+            p.ends_with("::{") && p.starts_with("crate::image")
+                || THE_LIBRARY_S
+                    .iter()
+                    .any(|m| p == m || p.starts_with(&format!("{m}::")))
+        })
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "src/cmd/build.rs reaches past bake: {reached:?}"
+    );
 }

@@ -18,7 +18,8 @@ use crate::image::layout::{Layout, digest_of};
 use crate::image::model::{ConfigView, Image, IndexImage, Platform, strings};
 use crate::image::stream::EngineStream;
 use crate::image::transport::Transport;
-use crate::lock::{BASE_NAME, LOCK_PATH_IN_IMAGE, Lock, PROBE_PATH_IN_IMAGE, SystemPackage};
+use crate::lock::{BASE_NAME, LOCK_PATH_IN_IMAGE, Lock, SystemPackage};
+use crate::names::PROBE_PATH_IN_IMAGE;
 use crate::preset::MergedEnv;
 use crate::recipe::LoadedRecipe;
 use crate::resolve::{ProbeImage, Resolved};
@@ -846,7 +847,7 @@ fn build_platform(
             extras: lock
                 .pip
                 .iter()
-                .map(|r| crate::closure::normalize(requirement_name(r)))
+                .map(|r| crate::names::normalize(requirement_name(r)))
                 .collect(),
         };
         for l in stack::build(store, closure, python, &stack_opts)? {

@@ -283,7 +283,7 @@ pub fn contents_of(tree: &crate::image::scan::Scanned) -> Result<Contents> {
             if let Some((dist, version)) = metadata_name_version(&text) {
                 let dir = dir.trim_start_matches('/').to_string();
                 out.dists
-                    .insert(crate::closure::normalize(&dist), (version, dir));
+                    .insert(crate::names::normalize(&dist), (version, dir));
             }
         }
     }

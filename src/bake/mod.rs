@@ -2,13 +2,19 @@
 //! below the probe and certify. The plan of a build and its layers (the base, the Python
 //! stack streamed from wheels, the probe, presets, files), the daemonless build itself, the
 //! Dockerfile path for an engine's builder (the same contents), and the reading of a gpubake
-//! image back (`inspect`, `verify`).
+//! image back (`inspect`, `verify`). A [`request::Request`] runs the whole of `gpubake build`
+//! through [`pipeline::run`]: the recipe resolved and linted, the closures, the image, and the
+//! lock, SBOM and signed provenance beside it.
 
 pub mod build;
 pub mod fs;
 pub mod inspect;
+pub mod outputs;
+pub mod pipeline;
 pub mod provenance;
 pub mod render;
+pub mod report;
+pub mod request;
 pub mod scripts;
 pub mod stack;
 pub mod system;

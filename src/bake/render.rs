@@ -7,8 +7,8 @@
 use crate::closure::Closure;
 use crate::error::{Error, Location, Result};
 use crate::image::layer::{Entry, ROOT, Source, tree_entries};
-use crate::lock::VENV;
 use crate::lock::{LOCK_PATH_IN_IMAGE, Lock};
+use crate::names::VENV;
 use crate::recipe::LoadedRecipe;
 use crate::wheel::cache::WheelCache;
 use minijinja::{Environment, context};

@@ -12,11 +12,11 @@
 //! only on its wheels' sha256, the install scheme and the layer writer's version, so it is
 //! found in the cache without opening a wheel.
 
-use crate::closure::{Closure, normalize};
+use crate::closure::Closure;
 use crate::error::{Error, Result};
 use crate::image::layer::{BuiltLayer, Entry, LayerSpec, ROOT, Source, build_keyed_to};
 use crate::image::layout::Layout;
-use crate::lock::VENV;
+use crate::names::{VENV, normalize};
 use crate::wheel::cache::{FetchOptions, WheelCache, WheelRef};
 use crate::wheel::install::{self, Scheme};
 use serde::{Deserialize, Serialize};

@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<i32> {
     println!(
         "installed {} wheels ({files} files) into {} over {} in {:.1} s",
         closure.wheels.len(),
-        root.join(crate::lock::VENV.trim_start_matches('/'))
+        root.join(crate::names::VENV.trim_start_matches('/'))
             .display(),
         python.path,
         start.elapsed().as_secs_f64()

@@ -443,7 +443,7 @@ pub fn open_base(
         Some(f) => f.parse::<crate::image::Transport>()?.open(),
         None => crate::image::Transport::of_base(&loaded.recipe.base)?
             .open()
-            .map_err(with_local_copy_hint),
+            .map_err(crate::bake::request::with_local_copy_hint),
     }
 }
 
@@ -460,51 +460,4 @@ pub fn system_pins(
         .and_then(std::path::Path::parent)
         .unwrap_or(std::path::Path::new("."));
     crate::bake::system::resolve(base, loaded, dir)
-}
-
-/// A closure uv could not resolve, placed at the recipe's `pip:` entry uv names, when it
-/// names one: the recipe's line is where the fix goes.
-pub fn at_pip_entry(e: Error, loaded: &crate::recipe::LoadedRecipe) -> Error {
-    let Error::Closure(message) = &e else {
-        return e;
-    };
-    let Some((_, uv)) = message.split_once(crate::closure::UV_SAYS) else {
-        return e;
-    };
-    let name_of = |req: &str| {
-        let end = req
-            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-            .unwrap_or(req.len());
-        crate::closure::normalize(&req[..end])
-    };
-    let blamed = loaded.recipe.pip.iter().position(|req| {
-        let name = name_of(req);
-        !name.is_empty()
-            && uv
-                .split(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ','))
-                .any(|word| name_of(word) == name)
-    });
-    match blamed {
-        Some(i) => loaded
-            .doc
-            .invalid(&["pip", &i.to_string()], message.clone(), None),
-        None => e,
-    }
-}
-
-/// An error reading the recipe's own base, with the way around it: most bases are on
-/// registries a build machine may not reach.
-pub fn with_local_copy_hint(e: Error) -> Error {
-    let hint = |m: &String| {
-        format!(
-            "{m}\nthe recipe's base is pulled from its registry without --from; pass \
-             --from with a local copy (oci:DIR[:TAG], docker-archive:FILE) or another registry \
-             (docker://REGISTRY/NAME:TAG)"
-        )
-    };
-    match &e {
-        Error::Environment(m) => Error::Environment(hint(m)),
-        Error::Usage(m) => Error::Usage(hint(m)),
-        _ => e,
-    }
 }

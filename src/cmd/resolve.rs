@@ -86,7 +86,7 @@ pub fn run(args: Args) -> Result<i32> {
             args.pylock.as_deref(),
             &dir,
         )
-        .map_err(|e| super::at_pip_entry(e, &loaded))?;
+        .map_err(|e| crate::closure::at_pip_entry(e, &loaded))?;
     }
     if args.explain {
         explain(&resolved);

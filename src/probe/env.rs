@@ -151,7 +151,7 @@ impl Discovery {
     pub fn site_packages(&self) -> Vec<PathBuf> {
         let mut patterns: Vec<String> = vec![
             // gpubake's own environment first: launchers may scrub VIRTUAL_ENV.
-            format!("{}/lib/python3*/site-packages", crate::lock::VENV),
+            format!("{}/lib/python3*/site-packages", crate::names::VENV),
             "/opt/*/lib/python3*/site-packages".into(),
             "/opt/*/.venv/lib/python3*/site-packages".into(),
             "/usr/local/lib/python3*/site-packages".into(),

@@ -16,7 +16,7 @@ const SCRIPT: &str = include_str!("framework.py");
 
 /// Where a gpubake image keeps its Python stack's interpreter.
 pub fn image_python() -> PathBuf {
-    Path::new(crate::lock::VENV).join("bin/python3")
+    Path::new(crate::names::VENV).join("bin/python3")
 }
 
 /// `name` as the shell finds it: a bare name (`python3`) through PATH, anything else as given.
