@@ -2,11 +2,12 @@
 //! target, flush it to disk, then rename it over the target.
 
 use crate::error::{Error, Result};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Where an output named `path` is really written: a symlink is written through (the link
@@ -165,6 +166,31 @@ fn umask() -> u32 {
     })
 }
 
+/// gpubake's cache directory, which holds the wheels, the .debs and the registry blobs:
+/// `GPUBAKE_CACHE_DIR`, else `$XDG_CACHE_HOME/gpubake`, else `~/.cache/gpubake`.
+pub fn cache_root() -> Result<PathBuf> {
+    cache_root_from(|key| std::env::var_os(key))
+}
+
+fn cache_root_from(var: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf> {
+    let set = |key: &str| var(key).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = set("GPUBAKE_CACHE_DIR") {
+        return Ok(dir);
+    }
+    // The XDG base directory spec says a relative value is invalid and is to be ignored.
+    if let Some(dir) = set("XDG_CACHE_HOME").filter(|d| d.is_absolute()) {
+        return Ok(dir.join("gpubake"));
+    }
+    if let Some(home) = set("HOME") {
+        return Ok(home.join(".cache").join("gpubake"));
+    }
+    Err(Error::Environment(
+        "no place for gpubake's cache (wheels, .debs, registry blobs): set GPUBAKE_CACHE_DIR (or \
+         XDG_CACHE_HOME or HOME)"
+            .into(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +250,38 @@ mod tests {
         let new = dir.path().join("new");
         write_atomic(&new, b"new").unwrap();
         assert_eq!(mode(&new), 0o666 & !umask());
+    }
+
+    #[test]
+    fn the_root_follows_the_environment_in_order() {
+        fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+            move |key| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        }
+        let all = [
+            ("GPUBAKE_CACHE_DIR", "/c"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(cache_root_from(env(&all)).unwrap(), PathBuf::from("/c"));
+        let no_own = [
+            ("GPUBAKE_CACHE_DIR", ""),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(
+            cache_root_from(env(&no_own)).unwrap(),
+            PathBuf::from("/x/gpubake")
+        );
+        let relative_xdg = [("XDG_CACHE_HOME", "rel"), ("HOME", "/h")];
+        assert_eq!(
+            cache_root_from(env(&relative_xdg)).unwrap(),
+            PathBuf::from("/h/.cache/gpubake")
+        );
+        assert_eq!(cache_root_from(env(&[])).unwrap_err().exit_code(), 3);
     }
 }

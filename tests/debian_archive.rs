@@ -44,6 +44,7 @@ fn versions(pins: &[Pin]) -> BTreeMap<String, String> {
 /// True when Debian's archive answers; outside CI its absence skips the live tests.
 fn online() -> bool {
     let ok = Client::new(Duration::from_secs(20))
+        .unwrap()
         .get(&format!("{DEBIAN}/dists/bookworm/Release.gpg"), 1 << 20)
         .is_ok();
     if !ok {
@@ -128,7 +129,12 @@ fn live() -> Option<&'static Live> {
         // Right after apt read the archive, so both see the same state of it.
         let base = debian::read_base(r).unwrap();
         let started = std::time::Instant::now();
-        let available = debian::fetch_index(&Client::default(), &base.sources, &base.arch).unwrap();
+        let available = debian::fetch_index(
+            &Client::new(Duration::from_secs(30)).unwrap(),
+            &base.sources,
+            &base.arch,
+        )
+        .unwrap();
         eprintln!(
             "fetched and verified {} packages from {} sources in {:.1?}",
             available.len(),
@@ -189,7 +195,7 @@ fn bookworm_inrelease_verifies_with_the_host_keyring_and_its_index_matches() {
     if !online() {
         return;
     }
-    let client = Client::default();
+    let client = Client::new(Duration::from_secs(30)).unwrap();
     let source = Source {
         uri: DEBIAN.into(),
         suite: "bookworm".into(),
@@ -259,7 +265,8 @@ fn the_issue_packages_resolve_as_apt_resolves_them() {
     }
     // Every pin's file is the one the index vouches for: fetch one and hash it.
     let small = pins.iter().min_by_key(|p| p.size).unwrap();
-    let deb = Client::default()
+    let deb = Client::new(Duration::from_secs(30))
+        .unwrap()
         .get(
             &format!("{}/{}", small.base, small.filename),
             small.size + 1,
@@ -659,7 +666,7 @@ impl Local {
 
     fn resolve(&self, suite: &str, list: &[&str]) -> gpubake::Result<Vec<Pin>> {
         debian::resolve(
-            &Client::new(Duration::from_secs(5)),
+            &Client::new(Duration::from_secs(5)).unwrap(),
             &self.root,
             &[self.source(suite, &self.armored)],
             &asks(list),
@@ -670,7 +677,7 @@ impl Local {
 #[test]
 fn a_local_archive_resolves_and_refuses_each_defect() {
     let Some(local) = local() else { return };
-    let client = Client::new(Duration::from_secs(5));
+    let client = Client::new(Duration::from_secs(5)).unwrap();
 
     // The good suite, through an armored and a binary keyring.
     let pins = local.resolve("good", &["hello"]).unwrap();
@@ -809,7 +816,8 @@ fn an_archive_nobody_serves_is_the_environment_naming_it() {
         eprintln!("skipped: no {HOST_KEYRING}");
         return;
     }
-    let e = debian::release::fetch(&Client::new(Duration::from_secs(5)), &source).unwrap_err();
+    let e =
+        debian::release::fetch(&Client::new(Duration::from_secs(5)).unwrap(), &source).unwrap_err();
     assert_eq!(e.exit_code(), 3, "{e}");
     assert!(
         e.to_string().contains(&format!(

@@ -185,7 +185,7 @@ fn resolve_asks(base: &Image, recipe: &Recipe, recipe_dir: &Path) -> Result<Vec<
         .iter()
         .map(|a| a.parse())
         .collect::<Result<Vec<crate::debian::Ask>>>()?;
-    let client = crate::debian::Client::new(ARCHIVE_TIMEOUT);
+    let client = crate::debian::Client::new(ARCHIVE_TIMEOUT)?;
     let available = crate::debian::fetch_index(&client, &sources, &found.arch)?;
     let pins = crate::debian::solve(&found.installed, &available, &asks, &found.arch)?;
     Ok(pins

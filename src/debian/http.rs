@@ -2,38 +2,34 @@
 //! them: an archive out of reach or a file it does not have is the environment (exit 3).
 
 use crate::error::{Error, Result};
+use std::io::Read;
 use std::time::Duration;
 
-/// One agent for all of an archive client's requests, so connections are reused.
+/// One HTTP client for all of an archive client's requests, so connections are reused.
 #[derive(Clone, Debug)]
 pub struct Client {
-    agent: ureq::Agent,
-}
-
-impl Default for Client {
-    fn default() -> Self {
-        Client::new(Duration::from_secs(30))
-    }
+    http: reqwest::blocking::Client,
 }
 
 impl Client {
     /// A client that gives up on a connection, or on a read that stalls, after `timeout`.
-    pub fn new(timeout: Duration) -> Client {
+    pub fn new(timeout: Duration) -> Result<Client> {
         // Most archives are plain HTTP anyway, their integrity coming from the signed
         // InRelease; for those that are not, crate::net trusts the system's store.
-        Client {
-            agent: crate::net::agent(timeout, timeout),
-        }
+        Ok(Client {
+            http: crate::net::client(timeout, timeout)?,
+        })
     }
 
     /// The body of `url`, at most `limit` bytes: more is refused, since an index file that
     /// outgrows its limit is not one an archive serves.
     pub fn get(&self, url: &str, limit: u64) -> Result<Vec<u8>> {
-        let mut response = self.agent.get(url).call().map_err(|e| {
+        let response = self.http.get(url).send().map_err(|e| {
             Error::Environment(format!(
-                "cannot reach the package archive at {url}: {e}; where the archive is out of \
+                "cannot reach the package archive at {url}: {}; where the archive is out of \
                  reach, `build --offline --lock LOCK` installs the pins an earlier `resolve -o` \
-                 wrote, from the .debs in the cache"
+                 wrote, from the .debs in the cache",
+                crate::net::chain(&e)
             ))
         })?;
         let status = response.status().as_u16();
@@ -42,11 +38,19 @@ impl Client {
                 "the package archive answered HTTP {status} for {url}"
             )));
         }
+        let mut body = Vec::new();
         response
-            .body_mut()
-            .with_config()
-            .limit(limit)
-            .read_to_vec()
-            .map_err(|e| Error::Environment(format!("reading {url} from the package archive: {e}")))
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut body)
+            .map_err(|e| {
+                Error::Environment(format!("reading {url} from the package archive: {e}"))
+            })?;
+        if body.len() as u64 > limit {
+            return Err(Error::Environment(format!(
+                "reading {url} from the package archive: the body is larger than the \
+                 {limit} bytes such a file may have"
+            )));
+        }
+        Ok(body)
     }
 }

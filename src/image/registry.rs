@@ -133,9 +133,7 @@ impl Session {
     /// loopback, or marked insecure (see [`super::insecure`]). HTTPS is tried first, as
     /// containers/image does; a registry marked insecure is not verified either.
     pub(super) fn open(remote: &Remote, reference: &Reference) -> Result<Session> {
-        // reqwest's rustls is built without a crypto provider of its own; ring is the one
-        // the rest of gpubake (ureq) uses. A second install is refused, which is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::net::use_ring();
         let registry = reference.resolve_registry().to_string();
         let what = format!("docker://{}", remote.reference);
         let standing = super::insecure::standing(
@@ -296,7 +294,7 @@ impl Session {
             OciDistributionError::IoError(_) => true,
             _ => false,
         };
-        let detail = without_queries(&chain(&e));
+        let detail = without_queries(&crate::net::chain(&e));
         if detail.contains("certificate") {
             return Error::Environment(format!(
                 "{}: the registry's TLS certificate is not trusted while {doing} ({detail}); \
@@ -347,21 +345,6 @@ async fn scheme(
         ))),
         (false, _) => Ok("https"),
     }
-}
-
-/// The error's sources, joined: reqwest hides the useful part (a refused certificate, a
-/// refused connection) a few levels down.
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
 }
 
 /// A registry's error answer in its own words (`the registry answered 400: provided digest
@@ -491,7 +474,7 @@ fn http_client(roots: &[Certificate], tls_verify: bool) -> Result<reqwest::Clien
         .tls_certs_merge(extra)
         .connect_timeout(Duration::from_secs(30))
         .read_timeout(Duration::from_secs(300))
-        .user_agent(concat!("gpubake/", env!("CARGO_PKG_VERSION")))
+        .user_agent(crate::net::USER_AGENT)
         .build()
         .map_err(|e| Error::Environment(format!("cannot set up an HTTP client: {e}")))
 }

@@ -152,7 +152,7 @@ impl Session {
             Error::Environment(format!(
                 "{}: the registry's token server {realm} did not answer while {doing}: {}",
                 self.what,
-                super::registry::chain(&e)
+                crate::net::chain(&e)
             ))
         })?;
         let status = answer.status();

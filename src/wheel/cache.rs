@@ -158,7 +158,7 @@ impl std::ops::Add for FetchTimes {
 impl WheelCache {
     /// $GPUBAKE_CACHE_DIR, else $XDG_CACHE_HOME/gpubake, else $HOME/.cache/gpubake.
     pub fn default_root() -> Result<PathBuf> {
-        root_from(|key| std::env::var_os(key))
+        crate::fsutil::cache_root()
     }
 
     /// Opens (creating it if needed) the cache under `root`.
@@ -256,7 +256,7 @@ impl WheelCache {
         };
         let run = Run {
             cache: self,
-            agent: crate::net::agent(self.network.connect_timeout, self.network.read_timeout),
+            http: crate::net::client(self.network.connect_timeout, self.network.read_timeout)?,
             offline: opts.offline,
             progress: MultiProgress::with_draw_target(target),
             stop: AtomicBool::new(false),
@@ -335,23 +335,6 @@ impl WheelCache {
     }
 }
 
-fn root_from(var: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf> {
-    let set = |key: &str| var(key).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = set("GPUBAKE_CACHE_DIR") {
-        return Ok(dir);
-    }
-    // The XDG base directory spec says a relative value is invalid and is to be ignored.
-    if let Some(dir) = set("XDG_CACHE_HOME").filter(|d| d.is_absolute()) {
-        return Ok(dir.join("gpubake"));
-    }
-    if let Some(home) = set("HOME") {
-        return Ok(home.join(".cache").join("gpubake"));
-    }
-    Err(Error::Environment(
-        "no place for the wheel cache: set GPUBAKE_CACHE_DIR (or XDG_CACHE_HOME or HOME)".into(),
-    ))
-}
-
 fn check_sha256(wheel: &WheelRef) -> Result<()> {
     let ok = wheel.sha256.len() == 64 && wheel.sha256.bytes().all(|b| b.is_ascii_hexdigit());
     if ok {
@@ -400,7 +383,7 @@ fn content_range_start(value: &str) -> Option<u64> {
 /// What one `fetch` call shares between its worker threads.
 struct Run<'a> {
     cache: &'a WheelCache,
-    agent: ureq::Agent,
+    http: reqwest::blocking::Client,
     offline: bool,
     progress: MultiProgress,
     stop: AtomicBool,
@@ -617,11 +600,11 @@ impl Run<'_> {
             }
         }
 
-        let mut request = self.agent.get(&wheel.url);
+        let mut request = self.http.get(&wheel.url);
         if have > 0 {
-            request = request.header("Range", format!("bytes={have}-"));
+            request = request.header(reqwest::header::RANGE, format!("bytes={have}-"));
         }
-        let response = request.call().map_err(|e| classify(wheel, e))?;
+        let mut response = request.send().map_err(|e| classify(wheel, e))?;
         let status = response.status();
         let code = status.as_u16();
         let mut hasher = Sha256::new();
@@ -629,7 +612,7 @@ impl Run<'_> {
             206 if have > 0 => {
                 let range = response
                     .headers()
-                    .get("content-range")
+                    .get(reqwest::header::CONTENT_RANGE)
                     .and_then(|v| v.to_str().ok());
                 if range.and_then(content_range_start) != Some(have) {
                     return Err(Failure::Restart(format!(
@@ -666,23 +649,19 @@ impl Run<'_> {
             }
         };
         let resumed = len > 0;
-        let body_len = response
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        let body_len = response.content_length();
         if let Some(total) = wheel.size.or(body_len.map(|n| n + len)) {
             bar.set_length(total);
         }
         bar.set_position(len);
 
-        let mut reader = response.into_body().into_reader();
         let mut buf = vec![0u8; CHUNK];
         let mut overran = false;
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(Attempt::Stopped);
             }
-            let n = match reader.read(&mut buf) {
+            let n = match response.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -735,16 +714,17 @@ impl Run<'_> {
     }
 }
 
-fn classify(wheel: &WheelRef, error: ureq::Error) -> Failure {
-    let text = error.to_string();
-    match error {
-        ureq::Error::BadUri(_) | ureq::Error::Http(_) => Failure::Fatal(Error::Wheel {
+fn classify(wheel: &WheelRef, error: reqwest::Error) -> Failure {
+    let text = crate::net::chain(&error);
+    if error.is_builder() || error.is_redirect() {
+        Failure::Fatal(Error::Wheel {
             wheel: wheel.label(),
             message: format!("cannot download `{}`: {text}", wheel.url),
-        }),
-        ureq::Error::Tls(_) | ureq::Error::Rustls(_) => tls_failure(wheel, &text),
-        _ if text.contains("certificate") => tls_failure(wheel, &text),
-        _ => Failure::Transient(text),
+        })
+    } else if crate::net::is_certificate_refusal(&error) {
+        tls_failure(wheel, &text)
+    } else {
+        Failure::Transient(text)
     }
 }
 
@@ -894,39 +874,6 @@ mod tests {
         assert_eq!(content_range_start("bytes 100-199/200"), Some(100));
         assert_eq!(content_range_start("bytes */200"), None);
         assert_eq!(content_range_start("items 1-2/3"), None);
-    }
-
-    #[test]
-    fn the_root_follows_the_environment_in_order() {
-        fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
-            move |key| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, v)| OsString::from(v))
-            }
-        }
-        let all = [
-            ("GPUBAKE_CACHE_DIR", "/c"),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ];
-        assert_eq!(root_from(env(&all)).unwrap(), PathBuf::from("/c"));
-        let no_own = [
-            ("GPUBAKE_CACHE_DIR", ""),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ];
-        assert_eq!(
-            root_from(env(&no_own)).unwrap(),
-            PathBuf::from("/x/gpubake")
-        );
-        let relative_xdg = [("XDG_CACHE_HOME", "rel"), ("HOME", "/h")];
-        assert_eq!(
-            root_from(env(&relative_xdg)).unwrap(),
-            PathBuf::from("/h/.cache/gpubake")
-        );
-        assert_eq!(root_from(env(&[])).unwrap_err().exit_code(), 3);
     }
 
     #[test]
