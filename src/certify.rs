@@ -1234,6 +1234,12 @@ fn judged_digest(
     Ok((read.digest, v))
 }
 
+/// `verify` without a key: the image's structure, and every blob re-hashed as its source
+/// serves it (see [`crate::bake::inspect::verify`]).
+pub fn verify_blobs(image: &Transport, platform: Option<&Platform>) -> Result<Verification> {
+    crate::bake::inspect::verify(image, platform)
+}
+
 /// A check that the image's manifest carries a simple signature (`sha256-<hex>.sig`, as
 /// podman and skopeo check at pull) made with `key` for this repository (`verify --key`),
 /// after the checks of [`judged_digest`] (`verify`'s, with `blobs`).

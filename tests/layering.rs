@@ -361,3 +361,127 @@ fn the_build_command_leaves_the_pipeline_to_the_library() {
         "src/cmd/build.rs reaches past bake: {reached:?}"
     );
 }
+
+/// The module that owns each command's job: the command calls it, and beside it only the
+/// foundation and the types its arguments become, never a module below its owner.
+const OWNERS: &[(&str, &[&str])] = &[
+    ("build", &["bake"]),
+    ("render", &["bake"]),
+    ("install", &["bake"]),
+    ("inspect", &["bake"]),
+    // A lock is resolve's; pinned against a base, with its closures beside it, bake's.
+    ("resolve", &["bake", "resolve"]),
+    ("copy", &["image"]),
+    ("certify", &["certify"]),
+    ("verify", &["certify"]),
+    ("lint", &["lint"]),
+    ("presets", &["preset"]),
+    ("compat", &["compat"]),
+    ("key", &["sign"]),
+    ("probe", &["probe"]),
+    ("probe_worker", &["probe"]),
+    ("shell", &[]),
+    // The arguments every command shares.
+    ("mod", &[]),
+];
+
+/// What a command's arguments become, whatever its owner: an image reference, its platform
+/// and the registry options, a layer compression, a recipe, a key file, the resolve options
+/// (`--driver`, `--preset-dir`).
+const ARGUMENT_TYPES: &[&str] = &[
+    "image::Transport",
+    "image::Platform",
+    "image::Compression",
+    "image::registry::Access",
+    "recipe::LoadedRecipe",
+    "recipe::DEFAULT_RECIPE",
+    "sign::keys",
+    "sign::signing_key",
+    "resolve::Options",
+];
+
+/// Every `crate::` path `text` names outside comments, with `{a, b::c}` groups spread out.
+fn crate_paths(text: &str) -> Vec<String> {
+    let path =
+        regex::Regex::new(r"\bcrate((?:::[A-Za-z_][A-Za-z0-9_]*)+)(::\{([^}]*)\})?").unwrap();
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+    {
+        for c in path.captures_iter(line) {
+            let stem = c[1].trim_start_matches("::").to_string();
+            match c.get(3) {
+                None => out.push(stem),
+                Some(group) => out.extend(
+                    group
+                        .as_str()
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|item| !item.is_empty())
+                        .map(|item| match item {
+                            "self" => stem.clone(),
+                            _ => format!("{stem}::{item}"),
+                        }),
+                ),
+            }
+        }
+    }
+    out
+}
+
+/// The paths of `text` that pass the owners and reach a module below them.
+fn past_the_owner(text: &str, owners: &[&str]) -> Vec<String> {
+    let foundation = FLOORS[0].1;
+    crate_paths(text)
+        .into_iter()
+        .filter(|p| {
+            let module = p.split("::").next().unwrap_or_default();
+            let named = |t: &&str| p == t || p.starts_with(&format!("{t}::"));
+            !(owners.contains(&module)
+                || foundation.contains(&module)
+                || ARGUMENT_TYPES.iter().any(named))
+        })
+        .collect()
+}
+
+#[test]
+fn each_command_calls_the_module_that_owns_its_job() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd");
+    let mut past = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let Some((_, owners)) = OWNERS.iter().find(|(c, _)| *c == name) else {
+            panic!("src/cmd/{name}.rs: no owner in tests/layering.rs's OWNERS");
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        for p in past_the_owner(&text, owners) {
+            past.push(format!(
+                "src/cmd/{name}.rs (owner {owners:?}) -> crate::{p}"
+            ));
+        }
+    }
+    assert!(
+        past.is_empty(),
+        "commands that reach past their owner:\n  {}",
+        past.join("\n  ")
+    );
+}
+
+/// The rule has teeth: a call below the owner is caught, in a group as alone, while the
+/// owner, the foundation and an argument type pass.
+#[test]
+fn a_command_reaching_below_its_owner_is_caught() {
+    let text = "use crate::bake::stack::{self, install};\n\
+                use crate::image::{Platform, layer::materialize};\n\
+                let c = crate::wheel::cache::WheelCache::open(dir)?; // crate::sbom in a comment\n\
+                crate::fsutil::write_atomic(p, b)?;";
+    assert_eq!(
+        past_the_owner(text, &["bake"]),
+        [
+            "image::layer::materialize",
+            "wheel::cache::WheelCache::open"
+        ]
+    );
+}

@@ -175,7 +175,7 @@ impl Inspection {
     pub fn to_text(&self) -> String {
         let info = self;
         let rebuilt = if info.manifest_made_by_gpubake {
-            MADE_HERE
+            crate::image::MADE_HERE
         } else {
             ""
         };
@@ -296,11 +296,6 @@ fn signed_claim(
     })
 }
 
-/// What `inspect` and `copy` say beside a manifest digest that gpubake made.
-pub const MADE_HERE: &str = " (made by gpubake from Docker's manifest.json: the source holds \
-     no manifest, and other tools make their own; the image ID, the config's digest, is the \
-     same in all)";
-
 /// What `verify` found.
 #[derive(Debug, Serialize)]
 pub struct Verification {
@@ -325,6 +320,15 @@ impl Verification {
     pub fn check(&mut self, name: impl Into<String>, result: std::result::Result<String, String>) {
         self.checks.push(Check::held("structure", name, result));
     }
+}
+
+/// The link closure of the image (`inspect --libraries`): every ELF file's needs as the
+/// loader would meet them, from one read of the layers.
+pub fn libraries(
+    image: &Transport,
+    platform: Option<&Platform>,
+) -> Result<crate::image::links::LinkReport> {
+    crate::image::scan::Scanned::links_of(image, platform)
 }
 
 /// Re-hashes every blob and checks structure and consistency. A missing blob or an

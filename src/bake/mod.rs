@@ -9,6 +9,7 @@
 pub mod build;
 pub mod fs;
 pub mod inspect;
+pub mod locking;
 pub mod outputs;
 pub mod pipeline;
 pub mod provenance;

@@ -103,6 +103,13 @@ impl ContextPlan {
     }
 }
 
+/// Writes a context's entries under `dir` (created if missing), as `docker build` will read
+/// them: the files a layer of them would hold, with their modes.
+pub fn write_context(entries: Vec<Entry>, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    crate::image::layer::materialize(entries, 0, dir)
+}
+
 impl ContextPlan {
     /// The context of `loaded`'s image with its Dockerfile, rendered for `lock` from the
     /// template at `template` (the built-in one when absent); `stack` is false for an image

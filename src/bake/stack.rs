@@ -22,7 +22,7 @@ use crate::wheel::install::{self, Scheme};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Wheels at least this large get a layer of their own.
 const BIG_WHEEL: u64 = 32 << 20;
@@ -560,20 +560,60 @@ fn install_all(
     Ok((entries, files))
 }
 
-/// Installs the closure into the filesystem under `root`, as [`build`] installs it into
-/// layers, for builds that run inside a container (the rendered Dockerfile): the same
-/// entries, the same tar stream, unpacked. Every wheel is checked by its sha256 and every
-/// file against RECORD on the way.
-pub fn install_into(
-    root: &std::path::Path,
-    closure: &Closure,
-    python: &Interpreter,
-    cache: &WheelCache,
-    fetch: &FetchOptions,
-    epoch: u64,
-) -> Result<usize> {
+/// What `gpubake install` installs, and where: the step of a rendered Dockerfile that puts
+/// the Python stack into its build stage.
+pub struct InstallRequest<'a> {
+    /// The closure (PEP 751), as `resolve -o` writes it.
+    pub pylock: &'a Path,
+    /// The wheel cache to take wheels from, and fill unless `offline`.
+    pub wheels: PathBuf,
+    /// The filesystem root to install under.
+    pub root: &'a Path,
+    /// The filesystem whose CPython the venv runs on.
+    pub python_root: &'a Path,
+    /// Take every wheel from the cache; download none.
+    pub offline: bool,
+}
+
+/// What an install put where.
+pub struct Installed {
+    /// The closure's wheels.
+    pub wheels: usize,
+    /// The files written.
+    pub files: usize,
+    /// The venv, under the root.
+    pub venv: PathBuf,
+    /// The CPython it runs on, as the image names it.
+    pub python: String,
+}
+
+/// Installs the closure into the filesystem under `req.root`, as [`build`] installs it into
+/// layers: the same entries, the same tar stream, unpacked. Every wheel is checked by its
+/// sha256 and every file against RECORD on the way.
+pub fn install(req: &InstallRequest) -> Result<Installed> {
+    let text = crate::closure::read_text(req.pylock)?;
+    let closure = crate::closure::parse(req.pylock, &text)?;
+    let want = closure.inputs().map(|i| i.python).ok_or_else(|| {
+        Error::Closure(format!(
+            "{}: no [tool.gpubake] table names the CPython it was resolved for",
+            req.pylock.display()
+        ))
+    })?;
+    let python = find_python_in(req.python_root, &want).map_err(|m| {
+        Error::Environment(format!(
+            "{}: {m}; the venv runs on the CPython of --root, or of --python-root when the \
+             stack is installed apart from the image's filesystem",
+            req.python_root.display()
+        ))
+    })?;
+    let cache = WheelCache::open(req.wheels.clone())?;
+    let fetch = FetchOptions {
+        offline: req.offline,
+        ..Default::default()
+    };
+    let epoch = super::build::source_date_epoch()?.unwrap_or(0);
     let scheme = Scheme::venv(VENV, &python.version);
-    let paths = cache.fetch(&closure.wheels, fetch)?;
+    let paths = cache.fetch(&closure.wheels, &fetch)?;
     let fetched: HashMap<String, PathBuf> = closure
         .wheels
         .iter()
@@ -581,18 +621,20 @@ pub fn install_into(
         .zip(paths)
         .collect();
     let (mut entries, _) = install_all(&closure.wheels, &fetched, &scheme)?;
-    entries.extend(venv_entries(python));
-    let count = entries.len();
-    crate::image::layer::materialize(entries, epoch, root)?;
-    Ok(count)
+    entries.extend(venv_entries(&python));
+    let files = entries.len();
+    crate::image::layer::materialize(entries, epoch, req.root)?;
+    Ok(Installed {
+        wheels: closure.wheels.len(),
+        files,
+        venv: req.root.join(VENV.trim_start_matches('/')),
+        python: python.path,
+    })
 }
 
 /// The CPython of a live filesystem (a build stage), found as [`find_python`] finds it in
 /// a base's layers.
-pub fn find_python_in(
-    root: &std::path::Path,
-    want: &str,
-) -> std::result::Result<Interpreter, String> {
+fn find_python_in(root: &Path, want: &str) -> std::result::Result<Interpreter, String> {
     let mut paths = Vec::new();
     for dir in ["usr/local/bin", "usr/bin"] {
         if let Ok(list) = std::fs::read_dir(root.join(dir)) {

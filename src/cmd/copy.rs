@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Result<i32> {
         copied.blobs
     );
     if copied.made_here {
-        println!("  {}", crate::bake::inspect::MADE_HERE.trim_start());
+        println!("  {}", crate::image::MADE_HERE.trim_start());
     }
     if !copied.platforms.is_empty() {
         println!("  platforms {}", copied.platforms.join(", "));

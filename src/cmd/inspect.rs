@@ -27,7 +27,7 @@ pub fn run(args: Args) -> Result<i32> {
     // The link closure or the image's own account, printed alike (the closure's JSON, every
     // file's closure, is made only when asked for).
     let printed = if args.libraries {
-        let links = crate::image::scan::Scanned::links_of(&image, platform.as_ref())?;
+        let links = crate::bake::inspect::libraries(&image, platform.as_ref())?;
         if args.json {
             serde_json::to_string_pretty(&links).expect("reports serialize") + "\n"
         } else {

@@ -1,6 +1,7 @@
 //! `gpubake install`: a Python closure into a filesystem, as `build` installs it into layers.
 
-use crate::error::{Error, Result};
+use crate::bake::stack::{InstallRequest, install};
+use crate::error::Result;
 use std::path::PathBuf;
 
 /// `gpubake install`'s arguments.
@@ -24,37 +25,20 @@ pub struct Args {
 
 /// Installs the closure over the root's CPython and says where.
 pub fn run(args: Args) -> Result<i32> {
-    let text = crate::closure::read_text(&args.pylock)?;
-    let closure = crate::closure::parse(&args.pylock, &text)?;
-    let want = closure.inputs().map(|i| i.python).ok_or_else(|| {
-        Error::Closure(format!(
-            "{}: no [tool.gpubake] table names the CPython it was resolved for",
-            args.pylock.display()
-        ))
-    })?;
-    let root = &args.root;
-    let python_root = args.python_root.as_deref().unwrap_or(root);
-    let python = crate::bake::stack::find_python_in(python_root, &want).map_err(|m| {
-        Error::Environment(format!(
-            "{}: {m}; the venv runs on the CPython of --root, or of --python-root when the \
-             stack is installed apart from the image's filesystem",
-            python_root.display()
-        ))
-    })?;
-    let cache = crate::wheel::cache::WheelCache::open(args.wheels)?;
-    let fetch = crate::wheel::cache::FetchOptions {
-        offline: args.offline,
-        ..Default::default()
-    };
-    let epoch = crate::bake::build::source_date_epoch()?.unwrap_or(0);
     let start = std::time::Instant::now();
-    let files = crate::bake::stack::install_into(root, &closure, &python, &cache, &fetch, epoch)?;
+    let installed = install(&InstallRequest {
+        pylock: &args.pylock,
+        wheels: args.wheels,
+        root: &args.root,
+        python_root: args.python_root.as_deref().unwrap_or(&args.root),
+        offline: args.offline,
+    })?;
     println!(
-        "installed {} wheels ({files} files) into {} over {} in {:.1} s",
-        closure.wheels.len(),
-        root.join(crate::names::VENV.trim_start_matches('/'))
-            .display(),
-        python.path,
+        "installed {} wheels ({} files) into {} over {} in {:.1} s",
+        installed.wheels,
+        installed.files,
+        installed.venv.display(),
+        installed.python,
         start.elapsed().as_secs_f64()
     );
     Ok(0)

@@ -76,7 +76,7 @@ impl RegistryArgs {
             authfile: self.authfile.clone(),
             registries_conf: self.registries_conf.clone(),
             platform,
-            blob_cache: Some(crate::wheel::cache::WheelCache::default_root()?.join("layout")),
+            blob_cache: Some(crate::fsutil::cache_root()?.join("layout")),
         })
     }
 
@@ -431,33 +431,4 @@ fn print_json(value: &impl serde::Serialize) {
 pub fn report_error(err: &Error) -> i32 {
     eprintln!("error: {err}");
     err.exit_code()
-}
-
-/// The base `resolve` and `render` read: `from` (an image reference, as --from takes it),
-/// else the recipe's own base pulled from its registry.
-pub fn open_base(
-    loaded: &crate::recipe::LoadedRecipe,
-    from: Option<&str>,
-) -> crate::error::Result<crate::image::Image> {
-    match from {
-        Some(f) => f.parse::<crate::image::Transport>()?.open(),
-        None => crate::image::Transport::of_base(&loaded.recipe.base)?
-            .open()
-            .map_err(crate::bake::request::with_local_copy_hint),
-    }
-}
-
-/// The recipe's `system:` packages pinned against `base`.
-pub fn system_pins(
-    loaded: &crate::recipe::LoadedRecipe,
-    recipe_path: Option<&std::path::Path>,
-    base: &crate::image::Image,
-) -> crate::error::Result<Vec<crate::lock::SystemPackage>> {
-    if loaded.recipe.system.is_empty() {
-        return Ok(Vec::new());
-    }
-    let dir = recipe_path
-        .and_then(std::path::Path::parent)
-        .unwrap_or(std::path::Path::new("."));
-    crate::bake::system::resolve(base, loaded, dir)
 }

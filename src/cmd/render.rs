@@ -1,9 +1,9 @@
 //! `gpubake render`: a recipe's Dockerfile, or its whole build context.
 
 use super::{RecipeFiles, emit};
+use crate::bake::locking::{self, LockRequest};
 use crate::bake::render::ContextPlan;
-use crate::error::{Error, Result};
-use crate::resolve;
+use crate::error::Result;
 use crate::version::Version;
 use std::path::PathBuf;
 
@@ -60,13 +60,15 @@ pub fn run(args: Args) -> Result<i32> {
         from,
     } = args;
     let (loaded, opts) = super::recipe_options(&files, recipe.as_deref(), driver, preset_dir)?;
-    let mut resolved = resolve::resolve_recipe(&loaded, &opts)?;
     // The Dockerfile installs the same pins a daemonless build unpacks.
-    if !loaded.recipe.system.is_empty() {
-        let base = super::open_base(&loaded, from.as_deref())?;
-        let pins = super::system_pins(&loaded, recipe.as_deref(), &base)?;
-        resolved.lock.set_system(&loaded.recipe.system, pins);
-    }
+    let resolved = locking::lock(&LockRequest {
+        recipe: &loaded,
+        recipe_file: recipe.as_deref(),
+        options: opts,
+        from: from.as_deref(),
+        check_needs: false,
+        closures: None,
+    })?;
     let (plan, dockerfile) = ContextPlan::with_dockerfile(
         &loaded,
         &resolved.lock,
@@ -85,8 +87,7 @@ pub fn run(args: Args) -> Result<i32> {
         pylock.as_deref(),
         offline,
     )?;
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    crate::image::layer::materialize(entries, 0, &dir)?;
+    crate::bake::render::write_context(entries, &dir)?;
     eprintln!(
         "wrote the build context to {}: docker build {}",
         dir.display(),

@@ -1,8 +1,9 @@
 //! `gpubake resolve`: a recipe into a lock, and the lock's closures with it.
 
 use super::{RecipeFiles, emit};
+use crate::bake::locking::{self, ClosureFiles, LockRequest};
 use crate::error::Result;
-use crate::resolve::{self, Resolved};
+use crate::resolve::Resolved;
 use crate::version::Version;
 use std::path::{Path, PathBuf};
 
@@ -50,44 +51,30 @@ pub fn run(args: Args) -> Result<i32> {
         args.driver,
         args.preset_dir,
     )?;
-    let mut resolved = resolve::resolve_recipe(&loaded, &opts).inspect_err(|e| {
-        // A script that asked for JSON gets JSON on failure too: the error, its exit code
-        // and, for a conflict, its parts.
-        if args.json {
-            super::print_json(&e.to_json());
-        }
-    })?;
-    for w in &resolved.lock.warnings {
-        eprintln!("warning: {w}");
-    }
-    // The base is read for its `system:` pins, or when --from names it: then what the NCCL
-    // settings need from the OS is checked against it too.
-    let env = resolved.lock.image_env();
-    if !loaded.recipe.system.is_empty() || args.from.is_some() {
-        let base = super::open_base(&loaded, args.from.as_deref())?;
-        let pins = super::system_pins(&loaded, args.recipe.as_deref(), &base)?;
-        resolved.lock.set_system(&loaded.recipe.system, pins);
-        if let Some(w) = crate::bake::system::unmet_need(&base, &env, &resolved.lock.system)? {
-            eprintln!("warning: {w}");
-        }
-    } else if let Some(need) = crate::nccl::needs::of(&env) {
-        eprintln!("warning: {}", need.warning_unread_base());
-    }
     let closure_dir = match (&args.pylock, &args.output) {
         _ if args.no_closure => None,
         (Some(_), _) => Some(PathBuf::new()),
         (None, Some(out)) => Some(out.parent().unwrap_or(Path::new("")).to_path_buf()),
         (None, None) => None,
     };
-    if let Some(dir) = closure_dir {
-        crate::closure::resolve_platforms(
-            &mut resolved.lock,
-            loaded.recipe.index.as_deref(),
-            args.pylock.as_deref(),
-            &dir,
-        )
-        .map_err(|e| crate::closure::at_pip_entry(e, &loaded))?;
-    }
+    let request = LockRequest {
+        recipe: &loaded,
+        recipe_file: args.recipe.as_deref(),
+        options: opts,
+        from: args.from.as_deref(),
+        check_needs: true,
+        closures: closure_dir.map(|dir| ClosureFiles {
+            pylock: args.pylock.as_deref(),
+            dir,
+        }),
+    };
+    let resolved = locking::lock(&request).inspect_err(|e| {
+        // A script that asked for JSON gets JSON on failure too: the error, its exit code
+        // and, for a conflict, its parts.
+        if args.json {
+            super::print_json(&e.to_json());
+        }
+    })?;
     if args.explain {
         explain(&resolved);
     }

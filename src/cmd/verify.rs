@@ -62,7 +62,7 @@ pub fn run(args: Args) -> Result<i32> {
         };
         crate::certify::verify_certified(&image, platform.as_ref(), key, &wanted, args.blobs)?
     } else {
-        crate::bake::inspect::verify(&image, platform.as_ref())?
+        crate::certify::verify_blobs(&image, platform.as_ref())?
     };
     if args.json {
         super::print_json(&v);

@@ -28,3 +28,8 @@ mod wire;
 pub use layer::Compression;
 pub use model::{Image, IndexImage, Layer, Platform};
 pub use transport::Transport;
+
+/// What `inspect` and `copy` say beside a manifest digest that gpubake made.
+pub const MADE_HERE: &str = " (made by gpubake from Docker's manifest.json: the source holds \
+     no manifest, and other tools make their own; the image ID, the config's digest, is the \
+     same in all)";
