@@ -500,6 +500,18 @@ const EXAMPLES: &[Example] = &[
             why: "it needs Slurm and a GPU per node",
         },
     },
+    Example {
+        command: "gpubake build recipe.yaml --compression estargz --to docker://registry.example.com/team/train:v1",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/image.rs builds with --compression estargz into a layout and reads it \
+                 back with umoci and verify (an_estargz_image_unpacks_as_gzip_and_verify_checks_its_tocs); \
+                 tests/estargz.rs reads the layers with the stargz snapshotter's own library",
+            why: "registry.example.com stands for the reader's registry; a push is the same for \
+                  every compression (tests/registry.rs)",
+        },
+    },
     // Registries: each test of tests/registry.rs starts its own registry (TLS, logins).
     Example {
         command: "gpubake build examples/debian-pytorch2.9.yaml --from docker://registry.example.com/base/bookworm:1 --to docker://registry.example.com/team/train:v1",

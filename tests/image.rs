@@ -442,6 +442,82 @@ fn verify_names_a_tampered_blob() {
     );
 }
 
+/// `--compression estargz`: the layers gpubake writes carry the TOC's digest and the inflated
+/// size; umoci unpacks them as gzip (the landmark and the TOC become files); verify reads each
+/// TOC back and fails a layer whose descriptor names another.
+#[test]
+fn an_estargz_image_unpacks_as_gzip_and_verify_checks_its_tocs() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    let report = build(&recipe, &oci(&layout, "v1"), &["--compression", "estargz"]);
+    let raw: Value = serde_json::from_str(&run(Command::new("skopeo")
+        .args(["inspect", "--raw"])
+        .arg(oci(&layout, "v1"))))
+    .unwrap();
+    let layers = raw["layers"].as_array().unwrap();
+    // The base's layer is copied as the base has it; gpubake's own are eStargz.
+    assert!(layers[0].get("annotations").is_none(), "{raw}");
+    for layer in &layers[1..] {
+        let a = &layer["annotations"];
+        assert!(
+            a["containerd.io/snapshot/stargz/toc.digest"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("sha256:")),
+            "{raw}"
+        );
+        assert!(
+            a["io.containers.estargz.uncompressed-size"]
+                .as_str()
+                .is_some()
+        );
+        assert_eq!(
+            layer["mediaType"],
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        );
+    }
+    let bundle = dir.path().join("bundle");
+    run(Command::new("umoci")
+        .args(["unpack", "--rootless", "--image"])
+        .arg(format!("{}:v1", layout.display()))
+        .arg(&bundle));
+    let rootfs = bundle.join("rootfs");
+    assert!(rootfs.join("etc/nccl.conf").exists());
+    assert_eq!(
+        std::fs::read(rootfs.join(".no.prefetch.landmark")).unwrap(),
+        [0xf]
+    );
+    let verified = gpubake(&["verify", &oci(&layout, "v1")]);
+    assert_exit(&verified, 0);
+    let text = stdout(&verified);
+    assert!(text.contains("ok   layer 2 eStargz"), "{text}");
+    assert!(text.contains("ok   layer 3 eStargz"), "{text}");
+
+    // The descriptor of layer 3 names another TOC: a new manifest in the index.
+    let index_path = layout.join("index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let mut manifest = raw.clone();
+    manifest["layers"][2]["annotations"]["containerd.io/snapshot/stargz/toc.digest"] =
+        format!("sha256:{}", "0".repeat(64)).into();
+    let bytes = serde_json::to_vec(&manifest).unwrap();
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    std::fs::write(layout.join("blobs/sha256").join(&digest), &bytes).unwrap();
+    index["manifests"][0]["digest"] = format!("sha256:{digest}").into();
+    index["manifests"][0]["size"] = bytes.len().into();
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    let out = gpubake(&["verify", &oci(&layout, "v1")]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("FAIL layer 3 eStargz") && text.contains("the descriptor says sha256:000"),
+        "{text}"
+    );
+    assert_eq!(report["layers"].as_array().unwrap().len(), 3);
+}
+
 #[test]
 fn broken_layouts_exit_2_with_a_clear_message() {
     if !common::tools() {

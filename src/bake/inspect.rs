@@ -27,6 +27,12 @@ pub struct LayerInfo {
     pub size: u64,
     /// Media type.
     pub media_type: String,
+    /// How it is compressed: `gzip`, `zstd`, `estargz` (gzip with a table of contents, for
+    /// lazy pulls), `none`, or the media type itself when it is none of those.
+    pub compression: String,
+    /// For an eStargz layer, its TOC's digest, as the descriptor gives it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub toc_digest: Option<String>,
     /// What made it, from the history.
     pub created_by: String,
 }
@@ -78,6 +84,19 @@ pub struct SignatureCheck {
     pub says: String,
 }
 
+/// A layer's compression by its media type (OCI's or Docker's), and whether its descriptor
+/// names an eStargz TOC.
+fn compression_of(media_type: &str, estargz: bool) -> String {
+    let kind = match media_type.rsplit(['+', '.']).next().unwrap_or_default() {
+        _ if estargz => "estargz",
+        "gzip" => "gzip",
+        "zstd" => "zstd",
+        "tar" => "none",
+        _ => media_type,
+    };
+    kind.to_string()
+}
+
 /// Reads an image's pins, presets, layers and environment. For an index, the image of
 /// `platform`; without one, this machine's (else the index's first), and the platforms the
 /// index holds are listed.
@@ -112,11 +131,21 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
         .layers()
         .iter()
         .enumerate()
-        .map(|(i, l)| LayerInfo {
-            digest: l.digest().to_string(),
-            size: l.size(),
-            media_type: l.media_type().to_string(),
-            created_by: history.get(i).copied().unwrap_or("").to_string(),
+        .map(|(i, l)| {
+            let toc_digest = l
+                .annotations()
+                .as_ref()
+                .and_then(|a| a.get(crate::image::estargz::TOC_DIGEST))
+                .cloned();
+            let media_type = l.media_type().to_string();
+            LayerInfo {
+                digest: l.digest().to_string(),
+                size: l.size(),
+                compression: compression_of(&media_type, toc_digest.is_some()),
+                media_type,
+                toc_digest,
+                created_by: history.get(i).copied().unwrap_or("").to_string(),
+            }
         })
         .collect();
     let presets = read_file(&img, PRESET_PATH_IN_IMAGE)?
@@ -218,9 +247,10 @@ impl Inspection {
         out.push_str("layers\n");
         for l in &info.layers {
             out.push_str(&format!(
-                "  {} {:>9}  {}\n",
+                "  {} {:>9}  {:<7}  {}\n",
                 l.digest,
                 crate::units::human_size(l.size),
+                l.compression,
                 l.created_by
             ));
         }
@@ -431,6 +461,18 @@ pub fn verify_image_with(
             )
         });
         v.check(format!("layer {}", i + 1), result);
+        let toc = layer
+            .descriptor()
+            .annotations()
+            .as_ref()
+            .and_then(|a| a.get(crate::image::estargz::TOC_DIGEST));
+        if let Some(want) = toc {
+            let blob = layout.blob_path(&digest_of(layer.descriptor())?);
+            v.check(
+                format!("layer {} eStargz", i + 1),
+                crate::image::estargz::check_toc(&blob, want),
+            );
+        }
         progress.inc(layer.size());
     }
     progress.finish();

@@ -28,13 +28,16 @@ pub enum Compression {
     Gzip,
     /// zstd (multi-threaded): smaller and faster; containerd 1.5+, Docker 23+, podman.
     Zstd,
+    /// eStargz: gzip with a table of contents, which the stargz snapshotter pulls lazily,
+    /// chunk by chunk, and every other runtime reads as gzip.
+    Estargz,
 }
 
 impl Compression {
     /// The OCI media type of a layer compressed this way.
     pub fn media_type(self) -> MediaType {
         match self {
-            Compression::Gzip => MediaType::ImageLayerGzip,
+            Compression::Gzip | Compression::Estargz => MediaType::ImageLayerGzip,
             Compression::Zstd => MediaType::ImageLayerZstd,
         }
     }
@@ -44,7 +47,7 @@ impl Compression {
     /// smaller (zlib-ng's level 1 is faster still, but 40% larger); zstd's 3 is its default.
     fn level(self) -> u32 {
         match self {
-            Compression::Gzip => 1,
+            Compression::Gzip | Compression::Estargz => 1,
             Compression::Zstd => 3,
         }
     }
@@ -423,6 +426,8 @@ enum Chunk {
     Packed(Vec<u8>),
     /// Compressed bytes that a gzip worker is still making.
     Pending(mpsc::Receiver<Vec<u8>>),
+    /// Asks for the blob offset reached here: where the next gzip member begins.
+    Mark(mpsc::SyncSender<u64>),
 }
 
 /// A block of the tar stream, shared by the hashing thread and a compressor.
@@ -538,7 +543,7 @@ impl Encoder {
         })?;
         let gzip_cpu = Arc::new(Mutex::new(0.0));
         let kind = match compression {
-            Compression::Gzip => {
+            Compression::Gzip | Compression::Estargz => {
                 let (jobs, queue) = mpsc::sync_channel::<Job>(threads);
                 let queue = Arc::new(Mutex::new(queue));
                 let workers = (0..threads)
@@ -623,6 +628,22 @@ impl Encoder {
                 Err(e) => return Err(e),
             },
         };
+        if sent {
+            Ok(())
+        } else {
+            Err(self.writer_error())
+        }
+    }
+
+    /// Hands the writer thread something to write in stream order, bypassing the
+    /// compressors and the diff ID.
+    fn send_to_writer(&mut self, chunk: Chunk) -> io::Result<()> {
+        let sent = self
+            .to_writer
+            .as_ref()
+            .expect("not finished")
+            .send(chunk)
+            .is_ok();
         if sent {
             Ok(())
         } else {
@@ -737,6 +758,25 @@ impl Write for Encoder {
     }
 }
 
+impl super::estargz::Members for Encoder {
+    fn cut(&mut self) -> io::Result<mpsc::Receiver<u64>> {
+        if !self.block.is_empty() {
+            self.send_block()?;
+        }
+        let (asked, offset) = mpsc::sync_channel(1);
+        self.send_to_writer(Chunk::Mark(asked))?;
+        Ok(offset)
+    }
+
+    fn append_raw(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        if !self.block.is_empty() {
+            self.send_block()?;
+        }
+        self.sent = true;
+        self.send_to_writer(Chunk::Packed(bytes))
+    }
+}
+
 /// The hashing thread: the diff ID of the uncompressed stream, once the encoder hangs up.
 fn hash_all(blocks: mpsc::Receiver<Block>, pool: &Pool) -> Digest {
     let (mut diff, tally) = HashingWriter::new(io::sink());
@@ -755,14 +795,21 @@ fn drain(
     pool: &Pool,
 ) -> io::Result<()> {
     let mut unsynced = 0;
+    let mut offset = 0u64;
     for chunk in chunks {
         let bytes = match chunk {
+            Chunk::Mark(asked) => {
+                // The asker may be gone after an error of its own; it reports that.
+                let _ = asked.send(offset);
+                continue;
+            }
             Chunk::Packed(bytes) => bytes,
             Chunk::Pending(pending) => pending
                 .recv()
                 .map_err(|_| io::Error::other("a gzip worker stopped"))?,
         };
         out.write_all(&bytes)?;
+        offset += bytes.len() as u64;
         unsynced += bytes.len();
         pool.give(bytes);
         if unsynced >= WRITEBACK {
@@ -1165,17 +1212,30 @@ fn write_layer_on(
     let blobs = layout.root().join("blobs");
     let io_err = |e: io::Error| Error::io(&blobs, e);
     let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
+    let sink = match compression {
+        Compression::Estargz => {
+            Sink::Estargz(super::estargz::Writer::new(encoder).map_err(io_err)?)
+        }
+        _ => Sink::Plain(encoder),
+    };
     let progress = layer_progress(spec);
     let mut tar = tar::Builder::new(Counting {
-        inner: encoder,
+        inner: sink,
         progress: &progress,
     });
     let install_before = crate::units::thread_cpu_seconds();
     append_entries(&mut tar, &spec.entries, epoch, &blobs)?;
-    let encoder = tar.into_inner().map_err(io_err)?.inner;
+    let sink = tar.into_inner().map_err(io_err)?.inner;
     let install_s = crate::units::thread_cpu_seconds() - install_before;
     let tar_bytes = progress.done();
     progress.finish();
+    let (encoder, toc) = match sink {
+        Sink::Plain(encoder) => (encoder, None),
+        Sink::Estargz(writer) => {
+            let (encoder, toc) = writer.finish().map_err(io_err)?;
+            (encoder, Some(toc))
+        }
+    };
     let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
     // zstd's workers are its own threads: they are what the process used beyond the rest.
@@ -1183,8 +1243,23 @@ fn write_layer_on(
         let all = crate::units::process_cpu_seconds() - cpu_before;
         (all - install_s - done.hash_s - done.write_s).max(0.0)
     });
+    let mut descriptor = descriptor(compression.media_type(), &digest, size);
+    if let Some(toc) = toc {
+        descriptor.set_annotations(Some(
+            [
+                (super::estargz::TOC_DIGEST, toc.digest.to_string()),
+                (
+                    super::estargz::UNCOMPRESSED_SIZE,
+                    toc.uncompressed_size.to_string(),
+                ),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        ));
+    }
     Ok(BuiltLayer {
-        descriptor: descriptor(compression.media_type(), &digest, size),
+        descriptor,
         diff_id: done.diff_id,
         reused: false,
         timing: Some(LayerTiming {
@@ -1196,6 +1271,28 @@ fn write_layer_on(
             tar_bytes,
         }),
     })
+}
+
+/// Where a layer's tar stream goes: straight to the compressor, or through the eStargz
+/// framing that cuts its members.
+// One per layer being written, moved once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Sink {
+    Plain(Encoder),
+    Estargz(super::estargz::Writer<Encoder>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::Plain(encoder) => encoder.write(buf),
+            Sink::Estargz(writer) => writer.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The zip archives a layer reads from, opened once each.
@@ -1387,7 +1484,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::create(dir.path()).unwrap();
         let spec = mixed_spec();
-        for compression in [Compression::Gzip, Compression::Zstd] {
+        for compression in [Compression::Gzip, Compression::Zstd, Compression::Estargz] {
             let one = write_layer_on(&layout, &spec, compression, 0, 1).unwrap();
             let four = write_layer_on(&layout, &spec, compression, 0, 4).unwrap();
             assert_eq!(
@@ -1400,9 +1497,11 @@ mod tests {
             let packed = blob(&layout, &one);
             let mut tar = Vec::new();
             match compression {
-                Compression::Gzip => flate2::read::MultiGzDecoder::new(&packed[..])
-                    .read_to_end(&mut tar)
-                    .unwrap(),
+                Compression::Gzip | Compression::Estargz => {
+                    flate2::read::MultiGzDecoder::new(&packed[..])
+                        .read_to_end(&mut tar)
+                        .unwrap()
+                }
                 Compression::Zstd => zstd::stream::read::Decoder::new(&packed[..])
                     .unwrap()
                     .read_to_end(&mut tar)
@@ -1410,13 +1509,24 @@ mod tests {
             };
             assert_eq!(Digest::of(&tar), one.diff_id, "{compression:?}");
             let expected = write_tar(&spec.entries, 0, Vec::new(), dir.path()).unwrap();
-            assert!(
-                tar == expected,
-                "{compression:?}: the blob holds the layer's tar"
-            );
+            let written = expected.len() as u64;
+            if compression == Compression::Estargz {
+                // The landmark (a header and a block of payload) leads; the TOC replaces the
+                // end-of-archive blocks.
+                let entries = &expected[..expected.len() - 1024];
+                assert!(
+                    tar[1024..1024 + entries.len()] == *entries,
+                    "the layer's entries"
+                );
+            } else {
+                assert!(
+                    tar == expected,
+                    "{compression:?}: the blob holds the layer's tar"
+                );
+            }
             // The timing counts the tar stream it wrote, and every stage did some work.
             let t = one.timing.clone().expect("a layer written now is timed");
-            assert_eq!(t.tar_bytes, tar.len() as u64, "{compression:?}");
+            assert_eq!(t.tar_bytes, written, "{compression:?}");
             assert!(
                 t.compress_s > 0.0 && t.hash_s > 0.0,
                 "{compression:?}: {t:?}"

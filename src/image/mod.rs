@@ -6,6 +6,7 @@
 
 pub mod archive;
 pub mod digest;
+pub mod estargz;
 mod insecure;
 pub mod layer;
 pub mod layout;

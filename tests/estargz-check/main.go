@@ -1,0 +1,125 @@
+// estargz-check reads an eStargz blob with the stargz snapshotter's own library (Debian's
+// golang-github-containerd-stargz-snapshotter-dev) as the snapshotter does before it mounts
+// a layer: the footer, the TOC checked against the digest the layer's descriptor gives, then
+// every chunk of every regular file read through the reader and checked by its verifier. It
+// also inflates the whole blob, as a runtime that unpacks the layer does, for the diff ID and
+// the uncompressed size.
+//
+// usage: estargz-check BLOB TOC-DIGEST
+// prints: OK files=N chunks=N landmark=NAME diffID=sha256:HEX uncompressed=N
+// and exits 1 naming the first check that failed.
+package main
+
+import (
+	"compress/gzip"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	"github.com/containerd/stargz-snapshotter/estargz"
+	digest "github.com/opencontainers/go-digest"
+)
+
+func fail(step string, err error) {
+	fmt.Fprintf(os.Stderr, "FAIL %s: %v\n", step, err)
+	os.Exit(1)
+}
+
+func main() {
+	if len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: estargz-check BLOB TOC-DIGEST")
+		os.Exit(2)
+	}
+	f, err := os.Open(os.Args[1])
+	if err != nil {
+		fail("open", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		fail("stat", err)
+	}
+	want, err := digest.Parse(os.Args[2])
+	if err != nil {
+		fail("TOC digest", err)
+	}
+	r, err := estargz.Open(io.NewSectionReader(f, 0, st.Size()))
+	if err != nil {
+		fail("Open", err)
+	}
+	verifiers, err := r.VerifyTOC(want)
+	if err != nil {
+		fail("VerifyTOC", err)
+	}
+	landmark := "none"
+	for _, name := range []string{estargz.PrefetchLandmark, estargz.NoPrefetchLandmark} {
+		if _, ok := r.Lookup(name); ok {
+			landmark = name
+		}
+	}
+	files, chunks := 0, 0
+	var walk func(dir string, e *estargz.TOCEntry)
+	walk = func(dir string, e *estargz.TOCEntry) {
+		e.ForeachChild(func(base string, ent *estargz.TOCEntry) bool {
+			name := path.Join(dir, base)
+			if ent.Type == "dir" {
+				walk(name, ent)
+				return true
+			}
+			if ent.Type != "reg" || ent.Size == 0 {
+				return true
+			}
+			files++
+			file, err := r.OpenFile(name)
+			if err != nil {
+				fail("OpenFile "+name, err)
+			}
+			for off := int64(0); off < ent.Size; {
+				ce, ok := r.ChunkEntryForOffset(name, off)
+				if !ok {
+					fail("chunks", fmt.Errorf("%s: no chunk holds offset %d", name, off))
+				}
+				size := ce.ChunkSize
+				if size == 0 || ce.ChunkOffset+size > ent.Size {
+					size = ent.Size - ce.ChunkOffset
+				}
+				data := make([]byte, size)
+				if _, err := file.ReadAt(data, ce.ChunkOffset); err != nil && err != io.EOF {
+					fail("read "+name, err)
+				}
+				v, err := verifiers.Verifier(ce)
+				if err != nil {
+					fail("verifier "+name, err)
+				}
+				v.Write(data)
+				if !v.Verified() {
+					fail("chunk", fmt.Errorf("chunk digest mismatch %s chunkOffset=%d", name, ce.ChunkOffset))
+				}
+				chunks++
+				off = ce.ChunkOffset + size
+			}
+			return true
+		})
+	}
+	root, ok := r.Lookup("")
+	if !ok {
+		fail("root", fmt.Errorf("no root directory"))
+	}
+	walk("", root)
+
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		fail("seek", err)
+	}
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		fail("gunzip", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, zr)
+	if err != nil {
+		fail("gunzip", err)
+	}
+	fmt.Printf("OK files=%d chunks=%d landmark=%s diffID=sha256:%x uncompressed=%d\n",
+		files, chunks, landmark, h.Sum(nil), n)
+}

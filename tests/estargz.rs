@@ -1,0 +1,401 @@
+//! gpubake's eStargz layers judged by the stargz snapshotter's own reader: tests/estargz-check,
+//! built with Debian's Go against Debian's source of the snapshotter's library, opens each
+//! blob as the snapshotter does before it mounts a layer (footer, TOC against the descriptor's
+//! digest, every chunk through its verifier) and inflates it as a runtime that unpacks it
+//! does. A corrupt chunk, TOC, footer or annotation must fail it.
+
+mod common;
+
+use gpubake::image::Compression;
+use gpubake::image::estargz::{self, FOOTER_SIZE, NO_PREFETCH_LANDMARK, TOC_DIGEST};
+use gpubake::image::layer::{BuiltLayer, Entry, LayerSpec, ROOT, Source, build_layer};
+use gpubake::image::layout::{Layout, digest_of};
+use sha2::{Digest as _, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const LIBRARY: &str = "/usr/share/gocode/src/github.com/containerd/stargz-snapshotter/estargz";
+
+/// The checker, built once per test run; None (with the reason printed) where Go or the
+/// library source is missing outside CI.
+fn checker() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if !common::have("go", "version") {
+                return None;
+            }
+            if !Path::new(LIBRARY).is_dir() {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "CI installs golang-github-containerd-stargz-snapshotter-dev"
+                );
+                eprintln!("skipped: {LIBRARY} is missing");
+                return None;
+            }
+            let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("estargz-check");
+            let src = work.join("src/estargz-check");
+            std::fs::create_dir_all(&src).unwrap();
+            let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/estargz-check/main.go");
+            std::fs::copy(main, src.join("main.go")).unwrap();
+            let binary = work.join("estargz-check");
+            let out = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&binary)
+                .arg(".")
+                .current_dir(&src)
+                .env("GO111MODULE", "off")
+                .env("GOPATH", format!("{}:/usr/share/gocode", work.display()))
+                .env("GOCACHE", work.join("cache"))
+                .env("GOFLAGS", "-mod=mod")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "go build: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(binary)
+        })
+        .clone()
+}
+
+/// What the checker said: its OK line's fields, or its failure.
+fn check(checker: &Path, blob: &Path, toc: &str) -> Result<Vec<(String, String)>, String> {
+    let out = Command::new(checker).arg(blob).arg(toc).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    let line = stdout.trim().strip_prefix("OK ").expect("an OK line");
+    Ok(line
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
+fn field<'a>(fields: &'a [(String, String)], key: &str) -> &'a str {
+    &fields.iter().find(|(k, _)| k == key).expect(key).1
+}
+
+fn entry(path: &str, mode: u32, source: Source) -> Entry {
+    Entry {
+        path: path.into(),
+        mode,
+        owner: ROOT,
+        source,
+    }
+}
+
+/// Bytes that compress unevenly: random stretches between text, so members are both
+/// stored and deflated.
+fn mixed(len: usize) -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|i| {
+            if (i / 100_000) % 2 == 0 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            } else {
+                b"all-reduce "[i % 11]
+            }
+        })
+        .collect()
+}
+
+fn random(len: usize) -> Vec<u8> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// Every kind of entry gpubake's layers hold.
+fn every_kind(dir: &Path) -> LayerSpec {
+    let on_disk = dir.join("on-disk.so");
+    std::fs::write(&on_disk, mixed(300_000)).unwrap();
+    let long = format!("opt/{}/lib.so", "n".repeat(140));
+    LayerSpec {
+        name: "every-kind".into(),
+        created_by: "tests/estargz.rs".into(),
+        entries: vec![
+            entry(
+                "etc/small.conf",
+                0o644,
+                Source::Bytes(b"NCCL_DEBUG=WARN\n".to_vec()),
+            ),
+            entry("etc/empty", 0o644, Source::Bytes(Vec::new())),
+            // Three chunks and a piece.
+            entry(
+                "usr/lib/libbig.so",
+                0o755,
+                Source::Bytes(mixed(3 * estargz::CHUNK as usize + 12_345)),
+            ),
+            entry(
+                "usr/lib/exact.bin",
+                0o644,
+                Source::Bytes(mixed(estargz::CHUNK as usize)),
+            ),
+            // Random bytes, which the compressor stores as they are.
+            entry("usr/lib/random.bin", 0o644, Source::Bytes(random(2 << 20))),
+            entry(
+                "usr/lib/libbig.so.1",
+                0o777,
+                Source::Symlink("libbig.so".into()),
+            ),
+            entry(
+                "usr/bin/setuid-tool",
+                0o4755,
+                Source::Bytes(b"#!/bin/sh\n".to_vec()),
+            ),
+            entry("var/empty-dir", 0o755, Source::Dir),
+            entry(&long, 0o644, Source::Bytes(b"long".to_vec())),
+            entry(
+                "srv/données-ü.txt",
+                0o644,
+                Source::Bytes(b"non-ascii".to_vec()),
+            ),
+            entry("srv/.wh.gone", 0o644, Source::Bytes(Vec::new())),
+            entry("srv/old/.wh..wh..opq", 0o644, Source::Bytes(Vec::new())),
+            entry("usr/lib/on-disk.so", 0o755, Source::File(on_disk)),
+        ],
+    }
+}
+
+fn blob_of(layout: &Layout, built: &BuiltLayer) -> PathBuf {
+    layout.blob_path(&digest_of(&built.descriptor).unwrap())
+}
+
+fn annotation<'a>(built: &'a BuiltLayer, key: &str) -> &'a str {
+    built
+        .descriptor
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .unwrap_or_else(|| panic!("no {key} annotation"))
+}
+
+/// The TOC's JSON, read from the blob's footer onwards.
+fn toc_of(blob: &[u8]) -> serde_json::Value {
+    let at = estargz::toc_offset(&blob[blob.len() - FOOTER_SIZE..]).unwrap() as usize;
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(&blob[at..])
+        .read_to_end(&mut tar)
+        .unwrap();
+    let mut archive = tar::Archive::new(&tar[..]);
+    let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
+    let mut json = Vec::new();
+    entry.read_to_end(&mut json).unwrap();
+    serde_json::from_slice(&json).unwrap()
+}
+
+#[test]
+fn every_kind_of_entry_reads_back_through_the_snapshotters_reader() {
+    let Some(checker) = checker() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::create(&dir.path().join("layout")).unwrap();
+    let spec = every_kind(dir.path());
+    let built = build_layer(&layout, &spec, Compression::Estargz, 0, false).unwrap();
+    let blob = blob_of(&layout, &built);
+    let toc = annotation(&built, TOC_DIGEST);
+    let fields = check(&checker, &blob, toc).unwrap();
+
+    assert_eq!(field(&fields, "diffID"), built.diff_id.as_str());
+    assert_eq!(
+        field(&fields, "uncompressed"),
+        annotation(&built, estargz::UNCOMPRESSED_SIZE)
+    );
+    assert_eq!(field(&fields, "landmark"), NO_PREFETCH_LANDMARK);
+    // The landmark and the eight regular files with content; libbig.so in four chunks,
+    // exact.bin in one, the others in one each.
+    assert_eq!(field(&fields, "files"), "9");
+    assert_eq!(field(&fields, "chunks"), "12");
+    let bytes = std::fs::read(&blob).unwrap();
+    assert_eq!(bytes.len() as u64, built.descriptor.size());
+    assert_eq!(
+        format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
+        built.descriptor.digest().to_string()
+    );
+
+    // The same entries give the same blob.
+    let again = Layout::create(&dir.path().join("again")).unwrap();
+    let rebuilt = build_layer(&again, &spec, Compression::Estargz, 0, false).unwrap();
+    assert_eq!(rebuilt.descriptor, built.descriptor);
+    assert_eq!(rebuilt.diff_id, built.diff_id);
+}
+
+#[test]
+fn a_corrupt_chunk_toc_footer_or_annotation_fails_the_reader() {
+    let Some(checker) = checker() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::create(&dir.path().join("layout")).unwrap();
+    let built = build_layer(
+        &layout,
+        &every_kind(dir.path()),
+        Compression::Estargz,
+        0,
+        false,
+    )
+    .unwrap();
+    let good = std::fs::read(blob_of(&layout, &built)).unwrap();
+    let toc_digest = annotation(&built, TOC_DIGEST).to_string();
+    let toc = toc_of(&good);
+    let chunk = toc["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "chunk")
+        .expect("a chunk entry");
+    let chunk_at = chunk["offset"].as_u64().unwrap() as usize;
+    let toc_at = estargz::toc_offset(&good[good.len() - FOOTER_SIZE..]).unwrap() as usize;
+
+    let write = |name: &str, flip: Option<usize>| {
+        let mut bytes = good.clone();
+        if let Some(at) = flip {
+            bytes[at] ^= 0x55;
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let zeros = format!("sha256:{}", "0".repeat(64));
+    let tampered = dir.path().join("tampered");
+    std::fs::write(
+        &tampered,
+        tamper_stored_chunk(&good, &toc, "usr/lib/random.bin"),
+    )
+    .unwrap();
+    let cases = [
+        // A flipped bit inside a member: gzip's own CRC sees it.
+        (
+            "a member",
+            write("member", Some(chunk_at + 4000)),
+            &toc_digest,
+            "FAIL read",
+        ),
+        // Other bytes in a member that is valid gzip: only the chunk's digest sees it.
+        (
+            "a chunk",
+            tampered,
+            &toc_digest,
+            "FAIL chunk: chunk digest mismatch",
+        ),
+        (
+            "the TOC",
+            write("toc", Some(toc_at + 600)),
+            &toc_digest,
+            "FAIL ",
+        ),
+        (
+            "the footer",
+            write("footer", Some(good.len() - 20)),
+            &toc_digest,
+            "FAIL Open",
+        ),
+        (
+            "the annotation",
+            write("good", None),
+            &zeros,
+            "FAIL VerifyTOC: invalid TOC JSON",
+        ),
+    ];
+    for (what, path, digest, said) in cases {
+        let err = check(&checker, &path, digest).expect_err(what);
+        println!("{what}: {err}");
+        assert!(err.starts_with(said), "{what}: {err}");
+    }
+    // And the blob unchanged passes.
+    check(&checker, &dir.path().join("good"), &toc_digest).unwrap();
+}
+
+/// `blob` with one byte of `name`'s chunk changed inside its stored (uncompressed) gzip
+/// member, and the member's CRC made right again: gzip reads it without complaint.
+fn tamper_stored_chunk(blob: &[u8], toc: &serde_json::Value, name: &str) -> Vec<u8> {
+    let entry = toc["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap();
+    let at = entry["offset"].as_u64().unwrap() as usize;
+    let mut rest = &blob[at..];
+    let mut data = Vec::new();
+    flate2::bufread::GzDecoder::new(&mut rest)
+        .read_to_end(&mut data)
+        .unwrap();
+    let end = blob.len() - rest.len();
+    let window = &data[1000..1032];
+    let found = blob[at..end]
+        .windows(window.len())
+        .position(|w| w == window)
+        .expect("the member stores the bytes as they are");
+    let mut out = blob.to_vec();
+    out[at + found] ^= 0x55;
+    data[1000] ^= 0x55;
+    let mut crc = flate2::Crc::new();
+    crc.update(&data);
+    out[end - 8..end - 4].copy_from_slice(&crc.sum().to_le_bytes());
+    out
+}
+
+/// The framing takes any tar, not only gpubake's: hard links, extended attributes, devices
+/// and fifos from another tool's layer convert and read back.
+#[test]
+fn a_foreign_tar_with_hard_links_xattrs_and_devices_converts() {
+    let Some(checker) = checker() else { return };
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(5);
+    h.set_mode(0o644);
+    h.set_cksum();
+    tar.append_pax_extensions([("SCHILY.xattr.security.capability", &b"\x01\x00\x00\x02"[..])])
+        .unwrap();
+    tar.append_data(&mut h, "bin/ping", &b"ping!"[..]).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Link);
+    h.set_size(0);
+    h.set_cksum();
+    tar.append_link(&mut h, "bin/ping6", "bin/ping").unwrap();
+    for (name, kind) in [
+        ("dev/null", tar::EntryType::Char),
+        ("run/pipe", tar::EntryType::Fifo),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(0);
+        h.set_device_major(1).unwrap();
+        h.set_device_minor(3).unwrap();
+        h.set_cksum();
+        tar.append_data(&mut h, name, std::io::empty()).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blob");
+    let mut blob = Vec::new();
+    let toc = estargz::convert(&tar.into_inner().unwrap()[..], &mut blob).unwrap();
+    std::fs::write(&path, &blob).unwrap();
+    let fields = check(&checker, &path, toc.digest.as_str()).unwrap();
+    assert_eq!(
+        field(&fields, "uncompressed"),
+        toc.uncompressed_size.to_string()
+    );
+    let entries = toc_of(&blob)["entries"].clone();
+    let kinds: Vec<&str> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["reg", "reg", "hardlink", "char", "fifo"]);
+    assert_eq!(entries[1]["xattrs"]["security.capability"], "AQAAAg==");
+    assert_eq!(entries[2]["linkName"], "bin/ping");
+    assert_eq!(entries[3]["devMajor"], 1);
+}
