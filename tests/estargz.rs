@@ -15,50 +15,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const LIBRARY: &str = "/usr/share/gocode/src/github.com/containerd/stargz-snapshotter/estargz";
-
-/// The checker, built once per test run; None (with the reason printed) where Go or the
-/// library source is missing outside CI.
+/// The checker, built once per target directory; None where Go or the library is missing.
 fn checker() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if !common::have("go", "version") {
-                return None;
-            }
-            if !Path::new(LIBRARY).is_dir() {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "CI installs golang-github-containerd-stargz-snapshotter-dev"
-                );
-                eprintln!("skipped: {LIBRARY} is missing");
-                return None;
-            }
-            let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("estargz-check");
-            let src = work.join("src/estargz-check");
-            std::fs::create_dir_all(&src).unwrap();
-            let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/estargz-check/main.go");
-            std::fs::copy(main, src.join("main.go")).unwrap();
-            let binary = work.join("estargz-check");
-            let out = Command::new("go")
-                .args(["build", "-o"])
-                .arg(&binary)
-                .arg(".")
-                .current_dir(&src)
-                .env("GO111MODULE", "off")
-                .env("GOPATH", format!("{}:/usr/share/gocode", work.display()))
-                .env("GOCACHE", work.join("cache"))
-                .env("GOFLAGS", "-mod=mod")
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "go build: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(binary)
-        })
-        .clone()
+    common::go::build("estargz-check", &[])
 }
 
 /// What the checker said: its OK line's fields, or its failure.

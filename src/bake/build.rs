@@ -799,7 +799,10 @@ fn build_platform(
             }
         }
     }
-    import(&base, store, base_ref)?;
+    // Base layers rewritten as eStargz are read from the base itself; their gzip copies
+    // would sit in the destination unreferenced.
+    let rewrite_base = opts.compression == Compression::Estargz && engine.is_none();
+    import(&base, store, base_ref, !rewrite_base)?;
     if let Some(engine) = engine {
         let diff_ids = base_diff_ids(&config, base.manifest().layers().len())
             .map_err(|m| Error::image(base_ref, m))?;
@@ -810,6 +813,11 @@ fn build_platform(
             engine.blob(store, layer, &diff_id)?;
         }
     }
+    let base_layers = if rewrite_base {
+        estargz_base(&base, store, &mut config, !opts.no_cache)?
+    } else {
+        base.manifest().layers().clone()
+    };
     let base_s = base_started.elapsed().as_secs_f64();
 
     let layers_started = std::time::Instant::now();
@@ -883,7 +891,7 @@ fn build_platform(
     // the digest depend on it).
     let annotations = name_base(&mut config, base_name(opts, base_ref, plan), &base, created);
     let new_config = store.write_json(&config, MediaType::ImageConfig)?;
-    let mut layers: Vec<Descriptor> = base.manifest().layers().clone();
+    let mut layers: Vec<Descriptor> = base_layers.clone();
     layers.extend(built.iter().map(|(_, _, l)| l.descriptor.clone()));
     let manifest = ImageManifestBuilder::default()
         .schema_version(2u32)
@@ -902,7 +910,7 @@ fn build_platform(
         manifest: manifest_desc,
         config: new_config,
         base: base.digest().clone(),
-        base_layers: base.manifest().layers().clone(),
+        base_layers,
         built,
         origin: base.origin().cloned(),
         base_s,
@@ -1149,9 +1157,41 @@ fn what_it_is(config: &mut Value, plan: Plan, stack: bool) {
     }
 }
 
-/// Copies the base's config and layers into `store`, unless present. Each layer is verified
-/// against its digest and its diff ID, and scanned for entries that would escape the root.
-fn import(base: &Image, store: &Layout, base_ref: &Transport) -> Result<()> {
+/// The base's layers as eStargz, for an image every layer of which a lazily pulling node can
+/// mount: each layer that is not eStargz already is rewritten (see
+/// [`crate::image::layer::to_estargz`]), and the config's diff IDs follow.
+fn estargz_base(
+    base: &Image,
+    store: &Layout,
+    config: &mut Value,
+    use_cache: bool,
+) -> Result<Vec<Descriptor>> {
+    let mut layers = Vec::new();
+    let mut diff_ids = strings(&config["rootfs"]["diff_ids"]);
+    for (i, layer) in base.layers().iter().enumerate() {
+        let already = layer
+            .descriptor()
+            .annotations()
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::image::estargz::TOC_DIGEST));
+        if already {
+            layers.push(layer.descriptor().clone());
+            continue;
+        }
+        let rewritten = crate::image::layer::to_estargz(store, layer, use_cache)?;
+        if let Some(id) = diff_ids.get_mut(i) {
+            *id = rewritten.diff_id.to_string();
+        }
+        layers.push(rewritten.descriptor);
+    }
+    config["rootfs"]["diff_ids"] = json!(diff_ids);
+    Ok(layers)
+}
+
+/// Copies the base's config and layers (unless `layers` is false) into `store`, unless
+/// present. Each layer is verified against its digest and its diff ID, and scanned for
+/// entries that would escape the root.
+fn import(base: &Image, store: &Layout, base_ref: &Transport, layers: bool) -> Result<()> {
     if base.store().root() == store.root() {
         return Ok(());
     }
@@ -1162,6 +1202,10 @@ fn import(base: &Image, store: &Layout, base_ref: &Transport) -> Result<()> {
     }
     for layer in base.layers() {
         let digest = layer.digest()?;
+        if !layers {
+            layer.scan().map_err(|e| Error::image(base_ref, e))?;
+            continue;
+        }
         if store.has_blob(&digest, layer.size()) {
             continue;
         }

@@ -1243,21 +1243,10 @@ fn write_layer_on(
         let all = crate::units::process_cpu_seconds() - cpu_before;
         (all - install_s - done.hash_s - done.write_s).max(0.0)
     });
-    let mut descriptor = descriptor(compression.media_type(), &digest, size);
-    if let Some(toc) = toc {
-        descriptor.set_annotations(Some(
-            [
-                (super::estargz::TOC_DIGEST, toc.digest.to_string()),
-                (
-                    super::estargz::UNCOMPRESSED_SIZE,
-                    toc.uncompressed_size.to_string(),
-                ),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-        ));
-    }
+    let descriptor = match toc {
+        Some(toc) => estargz_descriptor(&digest, size, &toc),
+        None => descriptor(compression.media_type(), &digest, size),
+    };
     Ok(BuiltLayer {
         descriptor,
         diff_id: done.diff_id,
@@ -1271,6 +1260,84 @@ fn write_layer_on(
             tar_bytes,
         }),
     })
+}
+
+/// An eStargz layer's descriptor: gzip's media type, with the TOC's digest and the inflated
+/// size the stargz snapshotter and containers/storage read.
+fn estargz_descriptor(digest: &Digest, size: u64, toc: &super::estargz::Toc) -> Descriptor {
+    let mut d = descriptor(Compression::Estargz.media_type(), digest, size);
+    d.set_annotations(Some(
+        [
+            (super::estargz::TOC_DIGEST, toc.digest.to_string()),
+            (
+                super::estargz::UNCOMPRESSED_SIZE,
+                toc.uncompressed_size.to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    ));
+    d
+}
+
+/// `source`, a layer of another image (the base's), rewritten as an eStargz layer in
+/// `layout`: its tar stream framed as gpubake's own layers are, so that a node that pulls
+/// lazily can mount every layer of the image (containerd fetches every layer above the first
+/// one it cannot mount). Its diff ID is checked on the way; the cache keeps the result by the
+/// source's digest unless `use_cache` is false.
+pub fn to_estargz(layout: &Layout, source: &super::Layer, use_cache: bool) -> Result<BuiltLayer> {
+    let from = source.digest()?;
+    let record = record_name(&format!("estargz of {from}"), Compression::Estargz, 0);
+    if use_cache && let Some(hit) = cached(layout, &record) {
+        return Ok(hit);
+    }
+    let started = std::time::Instant::now();
+    let threads = thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut blob = layout.blob_writer()?;
+    let blobs = layout.root().join("blobs");
+    let io_err = |e: io::Error| Error::io(&blobs, e);
+    let encoder =
+        Encoder::new(Compression::Estargz, blob.take_writer(), threads).map_err(io_err)?;
+    let mut framed = super::estargz::Writer::new(encoder).map_err(io_err)?;
+    let mut tar = source.uncompressed()?;
+    let progress = crate::progress::Progress::new(
+        format!("rewriting base layer {} as eStargz", &from.hex()[..12]),
+        crate::progress::Unit::Bytes,
+        None,
+    );
+    let copied = io::copy(
+        &mut tar,
+        &mut Counting {
+            inner: &mut framed,
+            progress: &progress,
+        },
+    );
+    progress.finish();
+    copied.map_err(|e| Error::image(&from, e.to_string()))?;
+    let (encoder, toc) = framed
+        .finish()
+        .map_err(|e| Error::image(&from, e.to_string()))?;
+    let done = encoder.finish().map_err(io_err)?;
+    let (digest, size) = blob.commit()?;
+    let built = BuiltLayer {
+        descriptor: estargz_descriptor(&digest, size, &toc),
+        diff_id: done.diff_id,
+        reused: false,
+        timing: Some(LayerTiming {
+            wall_s: started.elapsed().as_secs_f64(),
+            hash_s: done.hash_s,
+            write_s: done.write_s,
+            compress_s: done.gzip_s.unwrap_or(0.0),
+            ..LayerTiming::default()
+        }),
+    };
+    let bytes = serde_json::to_vec(&built).expect("layers serialize");
+    layout.write_record(&record, &bytes, false)?;
+    layout.share_blob(&digest, size);
+    Ok(built)
 }
 
 /// Where a layer's tar stream goes: straight to the compressor, or through the eStargz

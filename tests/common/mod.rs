@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: run the real binary, write recipes to temp dirs.
 #![allow(dead_code)]
 
+pub mod go;
 pub mod nvml;
 pub mod stack;
 pub mod wheels;
