@@ -9,6 +9,9 @@
 //! with the reason otherwise. Every daemon is stopped by its PID.
 
 mod common;
+#[allow(dead_code)]
+#[path = "common/local_registry.rs"]
+mod local_registry;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -78,33 +81,6 @@ fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what} did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The registry, on a port of its own.
-fn registry(dir: &Path) -> (Daemon, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = dir.join("registry.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            dir.join("registry-data").display()
-        ),
-    )
-    .unwrap();
-    let daemon = spawn(
-        Command::new("docker-registry").arg("serve").arg(&config),
-        &dir.join("registry.log"),
-        "TERM",
-    );
-    wait_until("docker-registry", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    (daemon, port)
 }
 
 /// containerd and the stargz snapshotter, each on a fresh root under `dir`: snapshots are
@@ -290,8 +266,10 @@ fn an_estargz_image_is_pulled_lazily_and_a_wrong_toc_falls_back_to_a_full_pull()
         &format!("oci:{}:v1", layout.display()),
         &["--compression", "estargz"],
     );
-    let (_registry, port) = registry(d);
-    let image = format!("127.0.0.1:{port}/gpubake/lazy:v1");
+    // Logging every response, with the bytes it served.
+    let registry = local_registry::local_registry_logging(d, "info");
+    let addr = registry.1.clone();
+    let image = format!("{addr}/gpubake/lazy:v1");
     gpubake(&[
         "copy",
         &format!("oci:{}:v1", layout.display()),
@@ -334,7 +312,7 @@ fn an_estargz_image_is_pulled_lazily_and_a_wrong_toc_falls_back_to_a_full_pull()
     // it, and containerd pulls and unpacks that layer as plain gzip.
     let wrong = d.join("wrong-toc");
     with_wrong_toc(&layout, &wrong);
-    let bad = format!("127.0.0.1:{port}/gpubake/lazy:wrong-toc");
+    let bad = format!("{addr}/gpubake/lazy:wrong-toc");
     gpubake(&[
         "copy",
         &format!("oci:{}:v1", wrong.display()),

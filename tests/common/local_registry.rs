@@ -16,6 +16,11 @@ impl Drop for LocalRegistry {
 
 /// Starts one storing under `dir/registry`, its log in `dir/registry.log`.
 pub fn local_registry(dir: &Path) -> LocalRegistry {
+    local_registry_logging(dir, "warn")
+}
+
+/// [`local_registry`] logging at `level`: `info` logs every response with the bytes it wrote.
+pub fn local_registry_logging(dir: &Path, level: &str) -> LocalRegistry {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -26,7 +31,7 @@ pub fn local_registry(dir: &Path) -> LocalRegistry {
     std::fs::write(
         &config,
         format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+            "version: 0.1\nlog:\n  level: {level}\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
             dir.join("registry").display()
         ),
     )
