@@ -128,6 +128,7 @@ fn gpubake(tree: &Path, work: &Path, compression: Compression) -> Run {
         name: "bench".into(),
         created_by: "bench".into(),
         entries: tree_entries(tree, "/workspace", None).unwrap(),
+        prefetch: None,
     };
     let (cpu0, _) = cpu_seconds();
     let start = Instant::now();

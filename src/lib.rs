@@ -50,6 +50,7 @@ pub mod resolve;
 pub mod runtime;
 pub mod sbom;
 pub mod sign;
+pub mod startup;
 pub mod units;
 pub mod verdict;
 pub mod version;

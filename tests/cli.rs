@@ -1081,3 +1081,54 @@ fn a_build_to_a_registry_that_is_down_fails_first_without_speaking_of_a_login() 
     );
     assert!(!err.contains("logging in"), "{err}");
 }
+
+/// A start-up record that cannot order this build's layers is refused before anything is
+/// resolved over the network or written: without eStargz, an empty one, one of another torch.
+#[test]
+fn a_startup_record_that_cannot_order_the_layers_is_refused_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let to = format!("oci:{}:v1", out_dir.display());
+    let record = |name: &str, torch: &str, files: &str| {
+        write(
+            dir.path(),
+            name,
+            &format!(
+                "{{\"format\": \"gpubake-startup-record/1\", \"torch\": \"{torch}\", \
+                 \"python\": \"3.12.3\", \"steps\": [\"import torch\"],\n\"files\": [{files}]}}\n"
+            ),
+        )
+    };
+    let one = r#"{"path": "site-packages/torch/__init__.py", "size": 9, "read": 9}"#;
+    let h200 = record("h200.json", "2.11.0+cu130", one);
+    let empty = record("empty.json", "2.9.1+cu128", "");
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &["--startup-record", &h200],
+            &[
+                "--startup-record orders eStargz layers",
+                "--compression estargz",
+            ],
+        ),
+        (
+            &["--startup-record", &empty, "--compression", "estargz"],
+            &["empty.json", "files", "is empty"],
+        ),
+        (
+            &["--startup-record", &h200, "--compression", "estargz"],
+            &["h200.json", "torch", "2.11.0+cu130", "2.9.1+cu128"],
+        ),
+    ];
+    let from = common::from_base();
+    for (args, said) in cases {
+        let mut all = vec!["build", "--from", &from, "--to", &to];
+        all.extend_from_slice(args);
+        let out = gpubake(&all);
+        assert_exit(&out, 2);
+        let err = stderr(&out);
+        for s in said {
+            assert!(err.contains(s), "{args:?}: no {s:?} in\n{err}");
+        }
+    }
+    assert!(!out_dir.exists());
+}

@@ -6,38 +6,17 @@
 
 mod common;
 
+use common::toc::{check, checker, field, toc_names, toc_of};
+
 use gpubake::image::Compression;
-use gpubake::image::estargz::{self, FOOTER_SIZE, NO_PREFETCH_LANDMARK, TOC_DIGEST};
-use gpubake::image::layer::{BuiltLayer, Entry, LayerSpec, ROOT, Source, build_layer};
+use gpubake::image::estargz::{
+    self, FOOTER_SIZE, NO_PREFETCH_LANDMARK, PREFETCH_LANDMARK, TOC_DIGEST,
+};
+use gpubake::image::layer::{BuiltLayer, Entry, LayerSpec, Prefetch, ROOT, Source, build_layer};
 use gpubake::image::layout::{Layout, digest_of};
 use sha2::{Digest as _, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// The checker, built once per target directory; None where Go or the library is missing.
-fn checker() -> Option<PathBuf> {
-    common::go::build("estargz-check", &[])
-}
-
-/// What the checker said: its OK line's fields, or its failure.
-fn check(checker: &Path, blob: &Path, toc: &str) -> Result<Vec<(String, String)>, String> {
-    let out = Command::new(checker).arg(blob).arg(toc).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-    let line = stdout.trim().strip_prefix("OK ").expect("an OK line");
-    Ok(line
-        .split(' ')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect())
-}
-
-fn field<'a>(fields: &'a [(String, String)], key: &str) -> &'a str {
-    &fields.iter().find(|(k, _)| k == key).expect(key).1
-}
 
 fn entry(path: &str, mode: u32, source: Source) -> Entry {
     Entry {
@@ -127,6 +106,7 @@ fn every_kind(dir: &Path) -> LayerSpec {
             entry("srv/old/.wh..wh..opq", 0o644, Source::Bytes(Vec::new())),
             entry("usr/lib/on-disk.so", 0o755, Source::File(on_disk)),
         ],
+        prefetch: None,
     }
 }
 
@@ -141,20 +121,6 @@ fn annotation<'a>(built: &'a BuiltLayer, key: &str) -> &'a str {
         .as_ref()
         .and_then(|a| a.get(key))
         .unwrap_or_else(|| panic!("no {key} annotation"))
-}
-
-/// The TOC's JSON, read from the blob's footer onwards.
-fn toc_of(blob: &[u8]) -> serde_json::Value {
-    let at = estargz::toc_offset(&blob[blob.len() - FOOTER_SIZE..]).unwrap() as usize;
-    let mut tar = Vec::new();
-    flate2::read::GzDecoder::new(&blob[at..])
-        .read_to_end(&mut tar)
-        .unwrap();
-    let mut archive = tar::Archive::new(&tar[..]);
-    let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
-    let mut json = Vec::new();
-    entry.read_to_end(&mut json).unwrap();
-    serde_json::from_slice(&json).unwrap()
 }
 
 #[test]
@@ -174,6 +140,7 @@ fn every_kind_of_entry_reads_back_through_the_snapshotters_reader() {
         annotation(&built, estargz::UNCOMPRESSED_SIZE)
     );
     assert_eq!(field(&fields, "landmark"), NO_PREFETCH_LANDMARK);
+    assert_eq!(field(&fields, "prefetch"), "0");
     // The landmark and the eight regular files with content; libbig.so in four chunks,
     // exact.bin in one, the others in one each.
     assert_eq!(field(&fields, "files"), "9");
@@ -357,4 +324,122 @@ fn a_foreign_tar_with_hard_links_xattrs_and_devices_converts() {
     assert_eq!(entries[1]["xattrs"]["security.capability"], "AQAAAg==");
     assert_eq!(entries[2]["linkName"], "bin/ping");
     assert_eq!(entries[3]["devMajor"], 1);
+}
+
+#[test]
+fn a_prefetch_puts_its_files_first_then_the_landmark_whose_offset_is_the_prefetch() {
+    let Some(checker) = checker() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::create(&dir.path().join("layout")).unwrap();
+    let mut spec = every_kind(dir.path());
+    spec.prefetch = Some(std::sync::Arc::new(Prefetch {
+        // First-touch order, not path order; a path of another layer is passed over.
+        fetched: vec![
+            "usr/lib/on-disk.so".into(),
+            "not/in/this/layer.py".into(),
+            "usr/lib/libbig.so".into(),
+            "etc/small.conf".into(),
+        ],
+        lazy: vec!["usr/lib/random.bin".into()],
+    }));
+    let built = build_layer(&layout, &spec, Compression::Estargz, 0, false).unwrap();
+    let blob = blob_of(&layout, &built);
+    let fields = check(&checker, &blob, annotation(&built, TOC_DIGEST)).unwrap();
+    assert_eq!(field(&fields, "landmark"), PREFETCH_LANDMARK);
+    assert_eq!(field(&fields, "diffID"), built.diff_id.as_str());
+    assert_eq!(
+        field(&fields, "uncompressed"),
+        annotation(&built, estargz::UNCOMPRESSED_SIZE)
+    );
+    // Everything but the new landmark is there, as before.
+    assert_eq!(field(&fields, "files"), "9");
+    assert_eq!(field(&fields, "chunks"), "12");
+
+    let bytes = std::fs::read(&blob).unwrap();
+    let names = toc_names(&bytes);
+    let order: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    // Each fetched file after its parents, in the prefetch's order, then the landmark, then
+    // the lazy file, then the rest in path order (parents first).
+    assert_eq!(
+        order[..8],
+        [
+            "usr",
+            "usr/lib",
+            "usr/lib/on-disk.so",
+            "usr/lib/libbig.so",
+            "etc",
+            "etc/small.conf",
+            PREFETCH_LANDMARK,
+            "usr/lib/random.bin",
+        ]
+    );
+    let rest = &order[8..];
+    let mut sorted = rest.to_vec();
+    sorted.sort();
+    assert_eq!(rest, sorted.as_slice());
+    assert!(!rest.contains(&NO_PREFETCH_LANDMARK));
+
+    // The prefetch (the landmark's offset, as the snapshotter reads it) holds every chunk of
+    // the fetched files and nothing of the others.
+    let prefetch: u64 = field(&fields, "prefetch").parse().unwrap();
+    let landmark = names.iter().find(|(n, _)| n == PREFETCH_LANDMARK).unwrap();
+    assert_eq!(prefetch, landmark.1);
+    let toc = toc_of(&bytes);
+    let mut name = "";
+    for e in toc["entries"].as_array().unwrap() {
+        // A chunk after the first is the file's before it, as the reader takes it.
+        if e["type"] != "chunk" {
+            name = e["name"].as_str().unwrap();
+        }
+        let Some(offset) = e["offset"]
+            .as_u64()
+            .filter(|_| e["size"].as_u64() > Some(0) || e["type"] == "chunk")
+        else {
+            continue;
+        };
+        let fetched = ["usr/lib/on-disk.so", "usr/lib/libbig.so", "etc/small.conf"].contains(&name);
+        assert_eq!(
+            offset < prefetch,
+            fetched,
+            "{name} at {offset}, prefetch {prefetch}"
+        );
+    }
+    assert!(
+        prefetch > (3 * estargz::CHUNK) / 4,
+        "libbig.so is in the prefetch"
+    );
+
+    // Another prefetch is another layer, not the cached one; no fetched file of this layer
+    // gives the no-prefetch landmark.
+    let mut other = every_kind(dir.path());
+    other.prefetch = Some(std::sync::Arc::new(Prefetch {
+        fetched: vec!["not/here.py".into()],
+        lazy: vec!["usr/lib/random.bin".into()],
+    }));
+    let again = build_layer(&layout, &other, Compression::Estargz, 0, true).unwrap();
+    assert!(!again.reused);
+    let bytes = std::fs::read(blob_of(&layout, &again)).unwrap();
+    let names = toc_names(&bytes);
+    assert_eq!(names[0].0, NO_PREFETCH_LANDMARK);
+    assert_eq!(names[3].0, "usr/lib/random.bin", "{names:?}");
+    let fields = check(
+        &checker,
+        &blob_of(&layout, &again),
+        annotation(&again, TOC_DIGEST),
+    )
+    .unwrap();
+    assert_eq!(field(&fields, "prefetch"), "0");
+    // A prefetch means nothing to gzip: the layer is the one without it.
+    let plain = build_layer(
+        &layout,
+        &every_kind(dir.path()),
+        Compression::Gzip,
+        0,
+        false,
+    )
+    .unwrap();
+    let mut with = every_kind(dir.path());
+    with.prefetch = spec.prefetch.clone();
+    let gz = build_layer(&layout, &with, Compression::Gzip, 0, false).unwrap();
+    assert_eq!(plain.descriptor.digest(), gz.descriptor.digest());
 }

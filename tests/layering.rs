@@ -38,11 +38,11 @@ const FLOORS: &[(&str, &[&str])] = &[
     // signatures (keys, DSSE, in-toto statements, Sigstore bundles) over what they hold.
     ("image", &["image", "debian", "sign"]),
     // From a recipe to a lock: recipes, presets, the linter, resolution, the Python closure,
-    // wheels, the SBOM of a lock.
+    // wheels, the SBOM of a lock, the record of what a job's start-up reads (kept beside it).
     (
         "plan",
         &[
-            "recipe", "preset", "lint", "resolve", "lock", "closure", "wheel", "sbom",
+            "recipe", "preset", "lint", "resolve", "lock", "closure", "wheel", "sbom", "startup",
         ],
     ),
     // From a lock to an image, and reading a gpubake image back.

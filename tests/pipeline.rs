@@ -22,6 +22,7 @@ fn request(recipe: &Path, to: String) -> Request {
         platform: None,
         base_name: None,
         compression: gpubake::image::Compression::Gzip,
+        startup_record: None,
         no_cache: false,
         pylock: None,
         offline: false,

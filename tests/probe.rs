@@ -689,3 +689,122 @@ fn levels_outside_one_to_three_are_usage_errors() {
         assert!(stderr(&out).contains("--level"), "{}", stderr(&out));
     }
 }
+
+/// A venv whose `torch` is a stand-in that does what the real one's import does: imports its
+/// modules, reads a data file whole and loads a shared library of which it touches two pages.
+/// None where the machine lacks venv or gcc.
+fn stand_in_torch(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let venv = dir.join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: python3 cannot make a venv");
+        return None;
+    }
+    let python = venv.join("bin/python3");
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let site = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let torch = site.join("torch");
+    std::fs::create_dir_all(torch.join("lib")).unwrap();
+    // 16 MiB of data in the library's file, of which touch() reads two bytes 8 MiB apart.
+    let source = "static volatile const unsigned char big[16 << 20] = {1};\n\
+                  int touch(void) { return big[0] + big[8 << 20]; }\n";
+    gcc_library(&torch, "lib/libstandin.so", "libstandin.so", source, &[])?;
+    std::fs::write(
+        torch.join("version.py"),
+        "__version__ = '2.11.0+cpu'\ncuda = None\n",
+    )
+    .unwrap();
+    std::fs::write(torch.join("never_imported.py"), "raise SystemExit\n").unwrap();
+    std::fs::write(torch.join("data.bin"), vec![7u8; 100_000]).unwrap();
+    std::fs::write(
+        torch.join("__init__.py"),
+        "import ctypes, os\n\
+         from .version import __version__\n\
+         from . import version\n\
+         _here = os.path.dirname(__file__)\n\
+         ctypes.CDLL(os.path.join(_here, 'lib', 'libstandin.so')).touch()\n\
+         with open(os.path.join(_here, 'data.bin'), 'rb') as f:\n    f.read()\n\
+         class cuda:\n\
+         \x20   @staticmethod\n\
+         \x20   def init():\n\
+         \x20       raise RuntimeError('Found no NVIDIA driver on your system')\n\
+         class backends:\n\
+         \x20   class cudnn:\n\
+         \x20       version = staticmethod(lambda: None)\n",
+    )
+    .unwrap();
+    Some((python, site))
+}
+
+/// `probe --record-startup` where only `import torch` can run: the files it read under
+/// site-packages in first-touch order, the library with the pages it touched, nothing it
+/// did not read, and a record `build` reads back.
+#[test]
+fn the_startup_record_holds_what_the_import_read_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((python, _site)) = stand_in_torch(dir.path()) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI has python3-venv and gcc"
+        );
+        return;
+    };
+    let record = dir.path().join("startup.json");
+    let out = gpubake(&[
+        "probe",
+        "--quick",
+        "--python",
+        python.to_str().unwrap(),
+        "--record-startup",
+        record.to_str().unwrap(),
+    ]);
+    let text = stdout(&out);
+    assert!(text.contains("startup record"), "{text}\n{}", stderr(&out));
+    let r = gpubake::startup::StartupRecord::read(&record).unwrap();
+    assert_eq!(r.torch, "2.11.0+cpu");
+    assert_eq!(r.steps, ["import torch"]);
+    assert_eq!(r.gpu, None);
+    let paths: Vec<&str> = r.files.iter().map(|f| f.path.as_str()).collect();
+    let at = |p: &str| paths.iter().position(|x| *x == p);
+    let init = at("site-packages/torch/__init__.py").expect("__init__.py");
+    let version = at("site-packages/torch/version.py").expect("version.py");
+    let lib = at("site-packages/torch/lib/libstandin.so").expect("the library");
+    let data = at("site-packages/torch/data.bin").expect("data.bin");
+    assert!(init < version && version < lib && lib < data, "{paths:?}");
+    assert_eq!(at("site-packages/torch/never_imported.py"), None);
+    let f = &r.files[lib];
+    assert!(f.size > 16 << 20, "{f:?}");
+    // Two pages of data and the code's few, with the kernel's fault-around: far from all.
+    assert!(f.read > 0 && f.read < 2 << 20, "{f:?}");
+    assert_eq!(r.files[data].read, 100_000);
+    assert!(
+        text.contains(&format!("{} files under site-packages", r.files.len())),
+        "{text}"
+    );
+
+    // Level 1 has no framework phase to record.
+    let out = gpubake(&[
+        "probe",
+        "--level",
+        "1",
+        "--python",
+        python.to_str().unwrap(),
+        "--record-startup",
+        dir.path().join("other.json").to_str().unwrap(),
+    ]);
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("--record-startup needs --level 2"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -891,3 +891,132 @@ fn a_preflight_build_says_nothing_of_wheels() {
     let err = common::stderr(&out);
     assert!(!err.contains("checking the wheels"), "{err}");
 }
+
+/// `build --compression estargz` with a start-up record: in each stack layer the recorded
+/// files come first, in the record's order, then `.prefetch.landmark`, as the stargz
+/// snapshotter's own reader sees it; a layer the start-up did not read leads with
+/// `.no.prefetch.landmark`. A record naming a file no layer holds fails the build before
+/// the image is written.
+#[test]
+fn a_startup_record_lays_out_the_estargz_stack_layers() {
+    use gpubake::image::estargz::{NO_PREFETCH_LANDMARK, PREFETCH_LANDMARK};
+    use gpubake::startup::{FORMAT, FileRead, StartupRecord};
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let Some(checker) = common::toc::checker() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (loaded, resolved) = recipe(dir.path(), "3.11", &["tqdm==4.67.1"]);
+    let torch = &resolved.lock.torch;
+    let read = |path: &str, size: u64| FileRead {
+        path: format!("site-packages/{path}"),
+        size,
+        read: size,
+    };
+    let record = StartupRecord {
+        format: FORMAT.into(),
+        torch: format!("{}+{}", torch.version, torch.variant),
+        python: "3.11.2".into(),
+        steps: vec!["import torch".into()],
+        gpu: None,
+        files: vec![
+            read("tqdm/__init__.py", 1),
+            read("markupsafe/__init__.py", 1),
+            read("tqdm/std.py", 1),
+        ],
+    };
+    let at = dir.path().join("startup.json");
+    record.write(&at).unwrap();
+    let layout = dir.path().join("out");
+    let from = format!("oci:{}:bookworm", base.display());
+    let mut opts = build_options(
+        &from,
+        &format!("oci:{}:v1", layout.display()),
+        Some(small_closure("")),
+    );
+    opts.compression = gpubake::image::Compression::Estargz;
+    opts.startup = Some((at.clone(), record.clone()));
+    let report = gpubake::bake::build(&loaded, &resolved, &opts).unwrap();
+
+    let site = "opt/gpubake/venv/lib/python3.11/site-packages";
+    let expect = [
+        ("venv", vec![NO_PREFETCH_LANDMARK]),
+        ("nvidia", vec![NO_PREFETCH_LANDMARK]),
+        ("python", vec!["markupsafe/__init__.py", PREFETCH_LANDMARK]),
+        (
+            "extras",
+            vec!["tqdm/__init__.py", "tqdm/std.py", PREFETCH_LANDMARK],
+        ),
+    ];
+    for (name, files) in expect {
+        let l = report.layers.iter().find(|l| l.name == name).unwrap();
+        let blob = layout
+            .join("blobs/sha256")
+            .join(l.digest.trim_start_matches("sha256:"));
+        let manifest: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(
+                layout
+                    .join("blobs/sha256")
+                    .join(report.manifest.trim_start_matches("sha256:")),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let descriptor = manifest["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["digest"] == l.digest)
+            .unwrap();
+        let toc = descriptor["annotations"]["containerd.io/snapshot/stargz/toc.digest"]
+            .as_str()
+            .unwrap();
+        let fields = common::toc::check(&checker, &blob, toc).unwrap();
+        let regular: Vec<String> = common::toc::toc_of(&std::fs::read(&blob).unwrap())["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "reg")
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .take(files.len())
+            .collect();
+        let want: Vec<String> = files
+            .iter()
+            .map(|f| match *f {
+                NO_PREFETCH_LANDMARK | PREFETCH_LANDMARK => f.to_string(),
+                f => format!("{site}/{f}"),
+            })
+            .collect();
+        assert_eq!(regular, want, "{name}");
+        assert_eq!(
+            common::toc::field(&fields, "landmark"),
+            files.last().unwrap().to_string()
+        );
+    }
+
+    // A file the image lacks: named with its field, and no image is written.
+    let mut other = record.clone();
+    other.files.push(read("vllm/__init__.py", 1));
+    let bad_at = dir.path().join("vllm.json");
+    other.write(&bad_at).unwrap();
+    let bad = dir.path().join("bad");
+    let mut opts = build_options(
+        &from,
+        &format!("oci:{}:v1", bad.display()),
+        Some(small_closure("")),
+    );
+    opts.compression = gpubake::image::Compression::Estargz;
+    opts.startup = Some((bad_at, other));
+    let e = gpubake::bake::build(&loaded, &resolved, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("vllm.json") && e.contains("files[3].path"),
+        "{e}"
+    );
+    assert!(e.contains("site-packages/vllm/__init__.py"), "{e}");
+    let index = std::fs::read_to_string(bad.join("index.json")).unwrap_or_default();
+    assert!(!index.contains("\"v1\""), "{index}");
+}

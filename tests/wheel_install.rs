@@ -136,6 +136,7 @@ fn materialize(installs: &[&Installed]) -> gpubake::Result<Tree> {
         name: "wheels".into(),
         created_by: "test".into(),
         entries,
+        prefetch: None,
     };
     let built = build_layer(&layout, &spec, Compression::Gzip, 0, false)?;
     let blob = std::fs::File::open(layout.blob_path(&digest_of(&built.descriptor)?)).unwrap();

@@ -265,6 +265,7 @@ fn read_image(root: &Path, scratch: &Path) {
         stack_layers: 60,
         probe: probe_file(),
         base_packages: true,
+        startup: None,
     };
     let _ = gpubake::bake::build(loaded, resolved, &opts);
 }

@@ -146,6 +146,9 @@ pub struct BuildOptions {
     /// Read the base's dpkg packages for the SBOM ([`BuildReport::base_packages`]); off,
     /// the base's layers are not read for them.
     pub base_packages: bool,
+    /// The record of a job's start-up that orders eStargz layers (see
+    /// [`super::prefetch`]), with the file it was read from.
+    pub startup: Option<(std::path::PathBuf, crate::startup::StartupRecord)>,
 }
 
 /// One layer of the result.
@@ -857,6 +860,7 @@ fn build_platform(
                 .iter()
                 .map(|r| crate::names::normalize(requirement_name(r)))
                 .collect(),
+            startup: opts.startup.as_ref().map(|(at, r)| (at.as_path(), r)),
         };
         for l in stack::build(store, closure, python, &stack_opts)? {
             built.push((l.name, l.created_by, l.layer));
@@ -972,6 +976,7 @@ fn layer_specs(loaded: &LoadedRecipe, plan: Plan, probe: &Path) -> Result<Vec<La
             name: "files".into(),
             created_by: format!("gpubake build: files of recipe {name}"),
             entries,
+            prefetch: None,
         });
     }
     specs.push(LayerSpec {
@@ -987,6 +992,7 @@ fn layer_specs(loaded: &LoadedRecipe, plan: Plan, probe: &Path) -> Result<Vec<La
             owner: ROOT,
             source: Source::File(probe.to_path_buf()),
         }],
+        prefetch: None,
     });
     let env = plan.env();
     if plan.lock().is_none() && env.0.is_empty() {
@@ -1029,6 +1035,7 @@ fn layer_specs(loaded: &LoadedRecipe, plan: Plan, probe: &Path) -> Result<Vec<La
             }
         ),
         entries,
+        prefetch: None,
     });
     Ok(specs)
 }

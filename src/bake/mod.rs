@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod locking;
 pub mod outputs;
 pub mod pipeline;
+pub mod prefetch;
 pub mod provenance;
 pub mod render;
 pub mod report;

@@ -39,6 +39,7 @@ pub fn run(req: &Request) -> Result<Built> {
         return probe_image(req).map(|report| Built::Image(Box::new(report)));
     }
     let started = outputs::start(req)?;
+    let startup = startup_record(req)?;
     let to = req.destination()?;
     req.signs_something(&to)?;
     let from = req.base()?;
@@ -49,6 +50,10 @@ pub fn run(req: &Request) -> Result<Built> {
         base_glibc,
     };
     let mut resolved = resolve::resolve_recipe(&req.recipe, &options)?;
+    if let Some((at, record)) = &startup {
+        let torch = &resolved.lock.torch;
+        record.check_torch(&format!("{}+{}", torch.version, torch.variant), at)?;
+    }
     for w in &resolved.lock.warnings {
         eprintln!("warning: {w}");
     }
@@ -73,7 +78,8 @@ pub fn run(req: &Request) -> Result<Built> {
         [(_, one)] => Some(one.clone()),
         _ => None,
     };
-    let opts = build_options(req, (to, from), cache_dir, closure)?;
+    let mut opts = build_options(req, (to, from), cache_dir, closure)?;
+    opts.startup = startup;
     let platforms = PlatformOptions {
         only,
         probes: req.probe_binaries.clone(),
@@ -89,6 +95,29 @@ pub fn run(req: &Request) -> Result<Built> {
     report.timings.total_s = req.began.elapsed().as_secs_f64();
     outputs::write(req, started, (&resolved, &closures), &opts, &report)?;
     Ok(Built::Image(Box::new(report)))
+}
+
+/// The start-up record the request orders its layers by, read and checked before anything
+/// is resolved: it orders eStargz layers of a Python stack that gpubake writes, and nothing
+/// else.
+fn startup_record(req: &Request) -> Result<Option<(PathBuf, crate::startup::StartupRecord)>> {
+    let Some(at) = &req.startup_record else {
+        return Ok(None);
+    };
+    let refused = if req.compression != crate::image::Compression::Estargz {
+        Some("orders eStargz layers: add --compression estargz")
+    } else if req.without_python {
+        Some("orders the Python stack's layers, and --without-python builds none")
+    } else if req.engine_build.is_some() {
+        Some("orders layers gpubake writes, and --engine-build has the engine write them")
+    } else {
+        None
+    };
+    if let Some(why) = refused {
+        return Err(Error::Usage(format!("--startup-record {why}")));
+    }
+    let record = crate::startup::StartupRecord::read(at)?;
+    Ok(Some((at.clone(), record)))
 }
 
 /// The base's glibc, read first: a base that cannot serve the image fails the build before
@@ -144,6 +173,7 @@ fn build_options(
         probe: req.probe.clone(),
         // Only the SBOM lists them: without it the base's layers are not read again.
         base_packages: req.sbom.is_some(),
+        startup: None,
     })
 }
 
@@ -160,6 +190,7 @@ fn probe_image(req: &Request) -> Result<BuildReport> {
         (req.key.is_some(), "--key"),
         (req.engine_build.is_some(), "--engine-build"),
         (req.driver.is_some(), "--driver"),
+        (req.startup_record.is_some(), "--startup-record"),
     ];
     if let Some((_, flag)) = lock_flags.iter().find(|(given, _)| *given) {
         return Err(loaded.doc.invalid(

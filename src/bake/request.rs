@@ -30,6 +30,8 @@ pub struct Request {
     pub base_name: Option<String>,
     /// Layer compression.
     pub compression: Compression,
+    /// A record of the job's start-up (`probe --record-startup`) to order eStargz layers by.
+    pub startup_record: Option<PathBuf>,
     /// Write every layer again rather than trust the layer cache.
     pub no_cache: bool,
     /// The closure (PEP 751) to install instead of pylock.NAME.toml beside the recipe.

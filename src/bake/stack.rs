@@ -257,6 +257,8 @@ pub struct StackOptions<'a> {
     pub budget: usize,
     /// Normalized names of the recipe's own requirements.
     pub extras: Vec<String>,
+    /// The record of the job's start-up that orders eStargz layers, and its file.
+    pub startup: Option<(&'a Path, &'a crate::startup::StartupRecord)>,
 }
 
 /// A built layer of the stack, with its name and history line.
@@ -272,7 +274,11 @@ pub struct StackLayer {
 /// What a wheel layer holds, kept beside the layer cache so that clashes between layers are
 /// found without opening the wheels again.
 #[derive(Default, Serialize, Deserialize)]
-struct FileList(BTreeMap<String, (String, Option<String>)>);
+struct FileList(Owners);
+
+/// Each path the stack's layers install, with the wheel (`name version`) and the sha256 of
+/// the file it installs there.
+type Owners = BTreeMap<String, (String, Option<String>)>;
 
 /// Builds the venv and every wheel layer into `store`. Wheels are fetched only for layers the
 /// cache lacks, all at once and in parallel.
@@ -293,9 +299,15 @@ pub fn build(
         scheme.interpreter
     );
     let layers = plan(&closure.wheels, &opts.extras, opts.budget)?;
+    let prefetch = opts
+        .startup
+        .map(|(_, record)| std::sync::Arc::new(super::prefetch::plan(record, &scheme.purelib)));
     let key_of = |l: &WheelLayer| {
         let mut h = Sha256::new();
         h.update(format!("{WRITER}\n{scheme_text}\n"));
+        if let Some(p) = &prefetch {
+            h.update(format!("prefetch {}\n", p.key()));
+        }
         for w in &l.wheels {
             h.update(format!("{}\n", w.sha256));
         }
@@ -314,6 +326,7 @@ pub fn build(
             python.path
         ),
         entries: venv_entries(python),
+        prefetch: prefetch.clone(),
     };
     out.push(StackLayer {
         name: venv.name.clone(),
@@ -376,6 +389,7 @@ pub fn build(
             scheme: &scheme,
             read_list: &read_list,
             list_name: &list_name,
+            prefetch: prefetch.clone(),
         };
         let built = build_layers(store, planned, &arrivals, opts, &mut out);
         let fetched = match fetching.join() {
@@ -385,10 +399,14 @@ pub fn build(
         // A layer that waited in vain waited for a wheel the fetch failed on: its error.
         match (built, fetched) {
             (Err(_), Err(e)) if arrivals.starved() => Err(e),
-            (Ok(()), Err(e)) => Err(e),
+            (Ok(_), Err(e)) => Err(e),
             (Err(e), _) => Err(e),
-            (Ok(()), Ok(_)) => Ok(()),
+            (Ok(held), Ok(_)) => Ok(held),
         }
+    })
+    .and_then(|held| match opts.startup {
+        Some((at, record)) => super::prefetch::check_held(record, at, &scheme.purelib, &held),
+        None => Ok(()),
     })?;
     Ok(out)
 }
@@ -452,16 +470,19 @@ struct Planned<'a> {
     scheme: &'a Scheme,
     read_list: &'a dyn Fn(&str) -> Option<FileList>,
     list_name: &'a dyn Fn(&str) -> String,
+    /// What a job's start-up reads first, for eStargz layers.
+    prefetch: Option<std::sync::Arc<crate::image::layer::Prefetch>>,
 }
 
-/// Writes (or finds) each wheel layer in order, each once its wheels have arrived.
+/// Writes (or finds) each wheel layer in order, each once its wheels have arrived; returns
+/// every path the layers hold, with the wheel that installs it.
 fn build_layers(
     store: &Layout,
     planned: Planned<'_>,
     arrivals: &Arrivals,
     opts: &StackOptions<'_>,
     out: &mut Vec<StackLayer>,
-) -> Result<()> {
+) -> Result<Owners> {
     let Planned {
         layers,
         keys,
@@ -470,8 +491,9 @@ fn build_layers(
         scheme,
         read_list,
         list_name,
+        prefetch,
     } = planned;
-    let mut owners: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    let mut owners = Owners::new();
     for ((layer, key), hit) in layers.iter().zip(keys).zip(cached) {
         let names: Vec<String> = layer
             .wheels
@@ -514,6 +536,7 @@ fn build_layers(
                     name: layer.name.clone(),
                     created_by: created_by.clone(),
                     entries,
+                    prefetch: prefetch.clone(),
                 })
             },
         )?;
@@ -537,7 +560,7 @@ fn build_layers(
             layer: built,
         });
     }
-    Ok(())
+    Ok(owners)
 }
 
 /// Plans the installation of `wheels` (each found in `fetched` by sha256) under `scheme`:
@@ -648,12 +671,7 @@ fn find_python_in(root: &Path, want: &str) -> std::result::Result<Interpreter, S
 
 /// Records that `owner` installs `path`; two wheels may ship one path only with the same bytes
 /// (many nvidia wheels ship one empty `nvidia/__init__.py`).
-fn claim(
-    owners: &mut BTreeMap<String, (String, Option<String>)>,
-    path: String,
-    owner: String,
-    sha: Option<String>,
-) -> Result<()> {
+fn claim(owners: &mut Owners, path: String, owner: String, sha: Option<String>) -> Result<()> {
     match owners.get(&path) {
         Some((other, theirs)) if *theirs != sha && *other != owner => Err(Error::Wheel {
             wheel: owner,

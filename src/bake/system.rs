@@ -463,6 +463,7 @@ pub fn system_layer(
             name: "system".into(),
             created_by: created_by(packages),
             entries,
+            prefetch: None,
         },
         skipped,
         not_root,

@@ -32,6 +32,11 @@ pub struct Args {
     /// Layer compression.
     #[arg(long, value_enum, default_value = "gzip")]
     compression: crate::image::Compression,
+    /// With --compression estargz: lay each Python layer out for the job's start-up that
+    /// FILE records (`gpubake probe --record-startup FILE`, kept beside the lock), so the
+    /// stargz snapshotter fetches what the start-up reads before the container starts.
+    #[arg(long, value_name = "FILE")]
+    startup_record: Option<PathBuf>,
     /// Write every layer again: the layer cache knows files by path, size and mtime.
     #[arg(long)]
     no_cache: bool,
@@ -134,6 +139,7 @@ pub fn run(args: Args) -> Result<i32> {
         platform: args.registry.platform()?,
         base_name: args.base_name,
         compression: args.compression,
+        startup_record: args.startup_record,
         no_cache: args.no_cache,
         pylock: args.pylock,
         offline: args.offline,

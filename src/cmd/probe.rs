@@ -75,6 +75,12 @@ pub struct Args {
     /// environment (a venv's bin/python3); default: the image's /opt/gpubake/venv.
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+    /// Record which files under site-packages the framework phase's start-up reads (import
+    /// torch; on a GPU also CUDA init, a GEMM, a cuDNN convolution, an NCCL all-reduce), in
+    /// the order it first reads them, into FILE: the record `build --compression estargz
+    /// --startup-record` lays the layers out by. Keep it beside the lock.
+    #[arg(long, value_name = "FILE", conflicts_with = "world")]
+    record_startup: Option<PathBuf>,
 }
 
 /// Probes this node (or, with --world, every rank's), prints the report and exits with its
@@ -99,6 +105,12 @@ pub fn run(args: Args) -> Result<i32> {
             );
         }
     }
+    if args.record_startup.is_some() && args.level < 2 {
+        return Err(Error::Usage(
+            "--record-startup needs --level 2 or 3: level 1 does not run the framework phase"
+                .into(),
+        ));
+    }
     let opts = crate::probe::ProbeOptions {
         devices: args.devices,
         quick: args.quick,
@@ -108,6 +120,7 @@ pub fn run(args: Args) -> Result<i32> {
             .map(|path| crate::probe::policy::read(&path))
             .transpose()?,
         python: args.python,
+        record_startup: args.record_startup,
         no_framework: args.world,
         level: Level::from_number(args.level).expect("clap keeps the level in 1..=3"),
         burn: Duration::from_secs(args.burn_seconds),

@@ -9,8 +9,10 @@
 //! field. The layer's descriptor carries the TOC's digest (the snapshotter refuses a layer
 //! without it, or whose TOC does not hash to it) and the size of the inflated stream.
 //!
-//! A landmark file leads the entries: `.no.prefetch.landmark` tells the snapshotter to
-//! prefetch nothing. The inflated stream holds the landmark and the TOC as files, so the
+//! A landmark file marks the prefetch: `.no.prefetch.landmark`, first, tells the snapshotter
+//! to prefetch nothing; `.prefetch.landmark` follows the entries a job's start-up reads (see
+//! [`crate::image::layer::Prefetch`]), and the snapshotter fetches the blob up to its
+//! payload's member before the container starts. The inflated stream holds the landmark and the TOC as files, so the
 //! layer's diff ID is of that stream, and a runtime that unpacks the layer (Docker,
 //! containerd's overlayfs, podman) writes `/.no.prefetch.landmark` and `/stargz.index.json`,
 //! mode 0000, into the rootfs; the stargz snapshotter hides both.
@@ -229,7 +231,15 @@ pub struct Writer<M: Members> {
 impl<M: Members> Writer<M> {
     /// Starts the stream with the no-prefetch landmark.
     pub fn new(out: M) -> io::Result<Self> {
-        let mut writer = Writer {
+        let mut writer = Self::prefetching(out);
+        writer.write_all(&single_file(NO_PREFETCH_LANDMARK, &[LANDMARK_BYTE], false))?;
+        Ok(writer)
+    }
+
+    /// Starts a stream whose first entries are the ones a prefetch fetches: the caller
+    /// writes them, then [`Writer::landmark`], then the rest.
+    pub fn prefetching(out: M) -> Self {
+        Writer {
             out,
             block: Vec::with_capacity(512),
             state: State::Header,
@@ -241,9 +251,18 @@ impl<M: Members> Writer<M> {
             file_hash: None,
             file_written: 0,
             inflated: 0,
-        };
-        writer.write_all(&single_file(NO_PREFETCH_LANDMARK, &[LANDMARK_BYTE], false))?;
-        Ok(writer)
+        }
+    }
+
+    /// Writes `.prefetch.landmark` here, between two entries: the snapshotter prefetches
+    /// the blob up to the member that holds the landmark's byte.
+    pub fn landmark(&mut self) -> io::Result<()> {
+        if !matches!(self.state, State::Header) || !self.block.is_empty() {
+            return Err(io::Error::other(
+                "the prefetch landmark goes between two entries of the tar stream",
+            ));
+        }
+        self.write_all(&single_file(PREFETCH_LANDMARK, &[LANDMARK_BYTE], false))
     }
 
     /// Writes the TOC and the footer after the tar stream's end; returns the compressor and

@@ -118,6 +118,81 @@ pub struct LayerSpec {
     pub created_by: String,
     /// The entries; parents are added and order is fixed by the writer.
     pub entries: Vec<Entry>,
+    /// The order a job's start-up reads the image in, for an eStargz layer; none: the
+    /// snapshotter prefetches nothing of it.
+    pub prefetch: Option<Arc<Prefetch>>,
+}
+
+/// Which files of an image a job's start-up reads, as image paths (`opt/...`) in the order
+/// it first touched them. An eStargz layer holds its `fetched` files first, then
+/// `.prefetch.landmark`, so the stargz snapshotter fetches them, and only them, before the
+/// container starts; its `lazy` files follow the landmark, read on demand and first in the
+/// background fetch; the rest follows in path order. A layer holding no `fetched` file
+/// leads with `.no.prefetch.landmark`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Prefetch {
+    /// Read in full or in large part: prefetched whole.
+    pub fetched: Vec<String>,
+    /// Read in small part (a large library whose few pages were mapped): left to be read on
+    /// demand.
+    pub lazy: Vec<String>,
+}
+
+impl Prefetch {
+    /// What a layer cache key must cover of it.
+    pub fn key(&self) -> String {
+        let mut h = Sha256::new();
+        for (kind, paths) in [("fetched", &self.fetched), ("lazy", &self.lazy)] {
+            h.update(format!("{kind} {}\n", paths.len()));
+            for p in paths {
+                h.update(format!("{p}\n"));
+            }
+        }
+        hex::encode(h.finalize())
+    }
+
+    /// `entries` (with their parents, as [`complete`] gives them) in the order an eStargz
+    /// layer holds them, and how many go before the landmark (none: no entry is fetched).
+    /// Each entry's parents come before it.
+    fn order(&self, entries: &[Entry]) -> (Vec<Entry>, Option<usize>) {
+        let all = complete(entries);
+        let index: std::collections::HashMap<&str, usize> = all
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.path.as_str(), i))
+            .collect();
+        let mut taken = vec![false; all.len()];
+        let mut order = Vec::with_capacity(all.len());
+        let mut take = |path: &str, order: &mut Vec<usize>| {
+            let Some(&at) = index.get(path) else { return };
+            let mut chain: Vec<usize> = Path::new(path)
+                .ancestors()
+                .filter_map(|a| index.get(a.to_str()?).copied())
+                .collect();
+            chain.reverse();
+            debug_assert_eq!(chain.last(), Some(&at));
+            for i in chain {
+                if !std::mem::replace(&mut taken[i], true) {
+                    order.push(i);
+                }
+            }
+        };
+        for path in &self.fetched {
+            take(path, &mut order);
+        }
+        let landmark = (!order.is_empty()).then_some(order.len());
+        for path in &self.lazy {
+            take(path, &mut order);
+        }
+        let mut rest: Vec<usize> = (0..all.len()).filter(|&i| !taken[i]).collect();
+        order.append(&mut rest);
+        let mut slots: Vec<Option<Entry>> = all.into_iter().map(Some).collect();
+        let ordered = order
+            .into_iter()
+            .map(|i| slots[i].take().expect("each entry once"))
+            .collect();
+        (ordered, landmark)
+    }
 }
 
 /// A layer in the layout.
@@ -346,6 +421,9 @@ fn cached(layout: &Layout, record: &str) -> Option<BuiltLayer> {
 fn cache_key(spec: &LayerSpec) -> Result<String> {
     let mut h = Sha256::new();
     h.update("gpubake-layer-v2\n");
+    if let Some(prefetch) = &spec.prefetch {
+        h.update(format!("prefetch {}\n", prefetch.key()));
+    }
     for e in &spec.entries {
         h.update(format!("{} {:o} ", e.path, e.mode));
         if e.owner != ROOT {
@@ -1140,19 +1218,29 @@ fn append_entries<W: Write>(
     epoch: u64,
     at: &Path,
 ) -> Result<()> {
+    append_list(tar, &complete(entries), epoch, at, &mut Archives::default())
+}
+
+/// Appends `entries` as they are: ordered, parents included.
+fn append_list<W: Write>(
+    tar: &mut tar::Builder<W>,
+    entries: &[Entry],
+    epoch: u64,
+    at: &Path,
+    archives: &mut Archives,
+) -> Result<()> {
     let io_err = |e: io::Error| Error::io(at, e);
-    let mut archives = Archives::default();
-    for entry in complete(entries) {
+    for entry in entries {
         match &entry.source {
             Source::Bytes(bytes) => {
-                let mut h = header(&entry, bytes.len() as u64, epoch);
+                let mut h = header(entry, bytes.len() as u64, epoch);
                 tar.append_data(&mut h, &entry.path, bytes.as_slice())
                     .map_err(io_err)?;
             }
             Source::File(path) => {
                 let file = File::open(path).map_err(|e| Error::io(path, e))?;
                 let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-                let mut h = header(&entry, len, epoch);
+                let mut h = header(entry, len, epoch);
                 // A file that changes size while it is read would corrupt the tar; `take`
                 // and the size check below catch it.
                 let mut reader = io::Read::take(file, len);
@@ -1168,17 +1256,17 @@ fn append_entries<W: Write>(
                     })?;
             }
             Source::Symlink(target) => {
-                let mut h = header(&entry, 0, epoch);
+                let mut h = header(entry, 0, epoch);
                 tar.append_link(&mut h, &entry.path, target)
                     .map_err(io_err)?;
             }
             Source::Dir => {
-                let mut h = header(&entry, 0, epoch);
+                let mut h = header(entry, 0, epoch);
                 tar.append_data(&mut h, format!("{}/", entry.path), io::empty())
                     .map_err(io_err)?;
             }
             Source::Zip(member) => {
-                let mut h = header(&entry, member.size, epoch);
+                let mut h = header(entry, member.size, epoch);
                 archives.append(tar, &mut h, &entry.path, member)?;
             }
         }
@@ -1212,8 +1300,15 @@ fn write_layer_on(
     let blobs = layout.root().join("blobs");
     let io_err = |e: io::Error| Error::io(&blobs, e);
     let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
-    let sink = match compression {
-        Compression::Estargz => {
+    let (entries, landmark) = match (&spec.prefetch, compression) {
+        (Some(prefetch), Compression::Estargz) => prefetch.order(&spec.entries),
+        _ => (complete(&spec.entries), None),
+    };
+    let sink = match (compression, landmark) {
+        (Compression::Estargz, Some(_)) => {
+            Sink::Estargz(super::estargz::Writer::prefetching(encoder))
+        }
+        (Compression::Estargz, None) => {
             Sink::Estargz(super::estargz::Writer::new(encoder).map_err(io_err)?)
         }
         _ => Sink::Plain(encoder),
@@ -1224,7 +1319,15 @@ fn write_layer_on(
         progress: &progress,
     });
     let install_before = crate::units::thread_cpu_seconds();
-    append_entries(&mut tar, &spec.entries, epoch, &blobs)?;
+    let mut archives = Archives::default();
+    let (first, rest) = entries.split_at(landmark.unwrap_or(0));
+    append_list(&mut tar, first, epoch, &blobs, &mut archives)?;
+    if let Sink::Estargz(writer) = &mut tar.get_mut().inner
+        && landmark.is_some()
+    {
+        writer.landmark().map_err(io_err)?;
+    }
+    append_list(&mut tar, rest, epoch, &blobs, &mut archives)?;
     let sink = tar.into_inner().map_err(io_err)?.inner;
     let install_s = crate::units::thread_cpu_seconds() - install_before;
     let tar_bytes = progress.done();
@@ -1538,6 +1641,7 @@ mod tests {
                 file("b/small.txt", text(PIECE / 3)),
                 file("c/random2.bin", random(BLOCK / 2, 3)),
             ],
+            prefetch: None,
         }
     }
 

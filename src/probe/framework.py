@@ -19,7 +19,122 @@ result = {"rank": rank, "world_size": world, "python": sys.executable,
           "python_version": sys.version.split()[0]}
 
 
+class StartupRecorder:
+    """What the start-up reads under the interpreter's site-packages, in first-access order:
+    the files Python opens (modules, their bytecode, data files), read whole, and the files
+    the process maps (the shared libraries the loader maps), with the bytes of each whose
+    pages the process touched. The maps are looked at on every import and library load, so a
+    library takes its place near the module that loaded it."""
+
+    def __init__(self):
+        import sysconfig
+        paths = sysconfig.get_paths()
+        roots = {os.path.realpath(paths[k]) for k in ("purelib", "platlib") if paths.get(k)}
+        self.roots = sorted(roots, key=len, reverse=True)
+        self.order = []
+        self.seen = set()
+        self.whole = set()
+        self.busy = False
+        self.loading = False
+        self.stopped = None
+        sys.addaudithook(self.event)
+
+    def under_roots(self, path):
+        return any(path.startswith(r + "/") for r in self.roots)
+
+    def add(self, path, whole):
+        if path not in self.seen:
+            self.seen.add(path)
+            self.order.append(path)
+        if whole:
+            self.whole.add(path)
+
+    def event(self, name, args):
+        if self.busy or self.stopped is not None:
+            return
+        self.busy = True
+        try:
+            # An import or a dlopen is announced before it maps anything: what it mapped is
+            # looked for at the next event, before that event's own file.
+            if self.loading:
+                for _, _, _, path in self.mappings():
+                    self.add(path, False)
+                self.loading = False
+            if name == "open" and isinstance(args[0], str) and "r" in str(args[1] or "r"):
+                path = os.path.realpath(args[0])
+                if self.under_roots(path) and os.path.isfile(path):
+                    self.add(path, True)
+            elif name in ("import", "ctypes.dlopen"):
+                self.loading = True
+        except Exception:
+            pass
+        finally:
+            self.busy = False
+
+    def mappings(self):
+        """(start, end, file offset, real path) of each mapping of a file under the roots."""
+        out = []
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    path = parts[5].rstrip("\n")
+                    if self.under_roots(path):
+                        start, end = (int(x, 16) for x in parts[0].split("-"))
+                        out.append((start, end, int(parts[2], 16), path))
+        return out
+
+    def touched(self):
+        """Per mapped file, the set of its pages this process has in its page tables."""
+        page = os.sysconf("SC_PAGE_SIZE")
+        pages = {}
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            for start, end, offset, path in self.mappings():
+                pagemap.seek(start // page * 8)
+                raw = pagemap.read((end - start) // page * 8)
+                first = offset // page
+                hit = pages.setdefault(path, set())
+                for i in range(len(raw) // 8):
+                    # Bit 63: present in memory; bit 62: swapped out.
+                    if raw[i * 8 + 7] & 0xC0:
+                        hit.add(first + i)
+        return page, pages
+
+    def stop(self):
+        """Ends the record (once): what follows is the check's own reporting."""
+        if self.stopped is not None:
+            return self.stopped
+        self.busy = True
+        for _, _, _, path in self.mappings():
+            self.add(path, False)
+        page, pages = self.touched()
+        files, outside_whole = [], 0
+        for path in self.order:
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue
+            read = size if path in self.whole else min(size, len(pages.get(path, ())) * page)
+            root = next(r for r in self.roots if path.startswith(r + "/"))
+            files.append({"path": "site-packages/" + path[len(root) + 1:], "size": size, "read": read})
+        self.stopped = {"python": sys.version.split()[0], "site_packages": self.roots,
+                        "torch": result.get("torch"), "steps": [], "files": files}
+        for step in ("torch", "device_count", "gemm", "conv_rel_error", "allreduce"):
+            if step in result:
+                self.stopped["steps"].append(step)
+        return self.stopped
+
+
+recorder = StartupRecorder() if os.environ.get("GPUBAKE_RECORD_STARTUP") == "1" and rank == 0 else None
+
+
+def stop_recording():
+    if recorder is not None:
+        result["startup"] = recorder.stop()
+
+
 def finish():
+    stop_recording()
     with open(out_path + ".part", "w") as f:
         json.dump(result, f)
     os.replace(out_path + ".part", out_path)
@@ -101,6 +216,7 @@ try:
     result["device_count"] = torch.cuda.device_count()
 except Exception as e:
     failed("cuda_init", e)
+    stop_recording()
     result["maps"] = mapped()
     result["wheel_libraries"] = wheel_libraries()
     finish()
@@ -181,6 +297,7 @@ try:
 except Exception as e:
     failed("allreduce", e)
 
+stop_recording()
 result["maps"] = mapped()
 result["wheel_libraries"] = wheel_libraries()
 finish()

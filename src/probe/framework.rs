@@ -6,6 +6,7 @@
 
 use super::report::{Report, Status};
 use crate::lock::Lock;
+use crate::startup::{FileRead, StartupRecord};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,8 @@ pub struct Run<'a> {
     pub sizes: Vec<u64>,
     /// For the whole run, every rank included.
     pub budget: Duration,
+    /// Rank 0 records what its start-up reads (see [`startup_record`]).
+    pub record: bool,
 }
 
 /// Runs the script in `run.ranks` processes and returns each rank's result, rank 0 first.
@@ -103,6 +106,9 @@ pub fn run(run: &Run) -> Result<Vec<Value>, String> {
         if let Some(v) = &run.visible {
             cmd.env("CUDA_VISIBLE_DEVICES", v);
         }
+        if run.record && rank == 0 {
+            cmd.env("GPUBAKE_RECORD_STARTUP", "1");
+        }
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", run.python.display()))?;
@@ -137,6 +143,44 @@ pub fn run(run: &Run) -> Result<Vec<Value>, String> {
     } else {
         Err(failures.join("; "))
     }
+}
+
+/// The record of what rank 0's start-up read, as the script took it: the steps that ran
+/// (import torch; CUDA init, a bf16 GEMM, a cuDNN convolution and an NCCL all-reduce where
+/// they succeeded) and the files under site-packages in first-touch order.
+pub fn startup_record(first: &Value) -> Result<StartupRecord, String> {
+    let taken = &first["startup"];
+    if taken.is_null() {
+        return Err("the framework script returned no record".into());
+    }
+    let torch = first["torch"]
+        .as_str()
+        .ok_or_else(|| format!("torch did not import: {}", first["errors"]["import"]))?;
+    let names = [
+        ("torch", "import torch"),
+        ("device_count", "cuda init"),
+        ("gemm", "bf16 gemm"),
+        ("conv_rel_error", "cudnn conv"),
+        ("allreduce", "nccl all-reduce"),
+    ];
+    let ran: Vec<&str> = taken["steps"]
+        .as_array()
+        .map(|s| s.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let files: Vec<FileRead> = serde_json::from_value(taken["files"].clone())
+        .map_err(|e| format!("the framework script's record is malformed: {e}"))?;
+    Ok(StartupRecord {
+        format: crate::startup::FORMAT.into(),
+        torch: torch.into(),
+        python: first["python_version"].as_str().unwrap_or_default().into(),
+        steps: names
+            .iter()
+            .filter(|(key, _)| ran.contains(key))
+            .map(|(_, name)| name.to_string())
+            .collect(),
+        gpu: first["device_name"].as_str().map(str::to_string),
+        files,
+    })
 }
 
 /// What the probe measured itself, to set the framework's figures beside.

@@ -4,6 +4,7 @@
 pub mod go;
 pub mod nvml;
 pub mod stack;
+pub mod toc;
 pub mod wheels;
 pub mod world;
 

@@ -20,6 +20,7 @@ pub fn wheel_cache() -> PathBuf {
 /// binary as the probe.
 pub fn build_options(from: &str, to: &str, closure: Option<Closure>) -> BuildOptions {
     BuildOptions {
+        startup: None,
         to: to.parse().unwrap(),
         from: Some(from.parse().unwrap()),
         compression: Compression::Gzip,

@@ -6,7 +6,7 @@
 // the uncompressed size.
 //
 // usage: estargz-check BLOB TOC-DIGEST
-// prints: OK files=N chunks=N landmark=NAME diffID=sha256:HEX uncompressed=N
+// prints: OK files=N chunks=N landmark=NAME prefetch=BYTES diffID=sha256:HEX uncompressed=N
 // and exits 1 naming the first check that failed.
 package main
 
@@ -52,10 +52,15 @@ func main() {
 	if err != nil {
 		fail("VerifyTOC", err)
 	}
-	landmark := "none"
+	// The prefetch as the snapshotter's layer.go takes it: the blob up to the offset of the
+	// .prefetch.landmark entry's payload, nothing for .no.prefetch.landmark.
+	landmark, prefetch := "none", int64(0)
 	for _, name := range []string{estargz.PrefetchLandmark, estargz.NoPrefetchLandmark} {
-		if _, ok := r.Lookup(name); ok {
+		if e, ok := r.Lookup(name); ok {
 			landmark = name
+			if name == estargz.PrefetchLandmark {
+				prefetch = e.Offset
+			}
 		}
 	}
 	files, chunks := 0, 0
@@ -120,6 +125,6 @@ func main() {
 	if err != nil {
 		fail("gunzip", err)
 	}
-	fmt.Printf("OK files=%d chunks=%d landmark=%s diffID=sha256:%x uncompressed=%d\n",
-		files, chunks, landmark, h.Sum(nil), n)
+	fmt.Printf("OK files=%d chunks=%d landmark=%s prefetch=%d diffID=sha256:%x uncompressed=%d\n",
+		files, chunks, landmark, prefetch, h.Sum(nil), n)
 }
