@@ -512,6 +512,31 @@ const EXAMPLES: &[Example] = &[
                   every compression (tests/registry.rs)",
         },
     },
+    Example {
+        command: "gpubake probe --python /opt/gpubake/venv/bin/python3 --record-startup startup.json",
+        stage: Stage::Image,
+        exit: &[0, 1, 3],
+        how: How::Elsewhere {
+            by: "tests/probe.rs records a stand-in torch's import with --python and \
+                 --record-startup (the_startup_record_holds_what_the_import_read_in_order); \
+                 benches/h200-startup.sh records torch 2.11 on a GPU and sets the record beside \
+                 the kernel's page cache",
+            why: "it needs the image's venv with torch, and a GPU for more than the import",
+        },
+    },
+    Example {
+        command: "gpubake build recipe.yaml --compression estargz --startup-record startup.json --to docker://registry.example.com/team/train:v1",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/stack.rs builds a real stack with a start-up record and reads each layer \
+                 back with the snapshotter's own reader and inspect \
+                 (a_startup_record_lays_out_the_estargz_stack_layers); tests/cli.rs runs the \
+                 flag's refusals (a_startup_record_that_cannot_order_the_layers_is_refused_first)",
+            why: "registry.example.com stands for the reader's registry, and the record must be \
+                  one of the recipe's torch",
+        },
+    },
     // Registries: each test of tests/registry.rs starts its own registry (TLS, logins).
     Example {
         command: "gpubake build examples/debian-pytorch2.9.yaml --from docker://registry.example.com/base/bookworm:1 --to docker://registry.example.com/team/train:v1",

@@ -940,6 +940,9 @@ fn a_startup_record_lays_out_the_estargz_stack_layers() {
     opts.startup = Some((at.clone(), record.clone()));
     let report = gpubake::bake::build(&loaded, &resolved, &opts).unwrap();
 
+    let out = common::gpubake(&["inspect", "--json", &format!("oci:{}:v1", layout.display())]);
+    assert_exit(&out, 0);
+    let inspected: serde_json::Value = serde_json::from_str(&common::stdout(&out)).unwrap();
     let site = "opt/gpubake/venv/lib/python3.11/site-packages";
     let expect = [
         ("venv", vec![NO_PREFETCH_LANDMARK]),
@@ -994,6 +997,19 @@ fn a_startup_record_lays_out_the_estargz_stack_layers() {
             common::toc::field(&fields, "landmark"),
             files.last().unwrap().to_string()
         );
+        // inspect shows the prefetch the snapshotter reads off the landmark.
+        let shown = inspected["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["digest"] == l.digest)
+            .unwrap();
+        assert_eq!(
+            shown["prefetch"]["bytes"].to_string(),
+            common::toc::field(&fields, "prefetch"),
+            "{name}"
+        );
+        assert_eq!(shown["prefetch"]["files"], files.len() - 1, "{name}");
     }
 
     // A file the image lacks: named with its field, and no image is written.

@@ -33,6 +33,10 @@ pub struct LayerInfo {
     /// For an eStargz layer, its TOC's digest, as the descriptor gives it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub toc_digest: Option<String>,
+    /// For an eStargz layer whose blob is at hand, what the stargz snapshotter prefetches of
+    /// it before the container starts (its landmark's offset), and how many files that holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<crate::image::estargz::PrefetchSize>,
     /// What made it, from the history.
     pub created_by: String,
 }
@@ -138,12 +142,20 @@ pub fn inspect(image: &Transport, platform: Option<&Platform>) -> Result<Inspect
                 .and_then(|a| a.get(crate::image::estargz::TOC_DIGEST))
                 .cloned();
             let media_type = l.media_type().to_string();
+            // Read where the blob is on this machine: a registry's layer is not fetched for it.
+            let prefetch = toc_digest
+                .as_ref()
+                .and_then(|_| crate::image::layout::digest_of(l).ok())
+                .map(|d| img.store().blob_path(&d))
+                .filter(|blob| blob.exists())
+                .and_then(|blob| crate::image::estargz::prefetch_size(&blob).ok().flatten());
             LayerInfo {
                 digest: l.digest().to_string(),
                 size: l.size(),
                 compression: compression_of(&media_type, toc_digest.is_some()),
                 media_type,
                 toc_digest,
+                prefetch,
                 created_by: history.get(i).copied().unwrap_or("").to_string(),
             }
         })
@@ -253,6 +265,13 @@ impl Inspection {
                 l.compression,
                 l.created_by
             ));
+            if let Some(p) = l.prefetch.filter(|p| p.files > 0) {
+                out.push_str(&format!(
+                    "      prefetched before the container starts: {} ({} files)\n",
+                    crate::units::human_size(p.bytes),
+                    p.files
+                ));
+            }
         }
         if let Some(p) = &info.presets {
             out.push_str("presets\n");

@@ -144,6 +144,53 @@ mod tests {
         );
     }
 
+    /// The start-up of torch 2.11 on a GPU node (import, CUDA init, a GEMM, a cuDNN
+    /// convolution, an NCCL all-reduce), recorded by `probe --record-startup`
+    /// (benches/results/startup-h100-2026-12-06): the big libraries it maps in part stay
+    /// lazy, everything else it read is fetched, in the order it was read.
+    #[test]
+    fn a_gpu_start_up_fetches_what_it_reads_and_leaves_the_large_libraries_lazy() {
+        let at = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/startup-h100-torch2.11.json");
+        let r = StartupRecord::read(&at).unwrap();
+        assert_eq!(r.torch, "2.11.0+cu130");
+        assert_eq!(r.steps.len(), 5, "{:?}", r.steps);
+        let p = plan(&r, "/opt/gpubake/venv/lib/python3.12/site-packages");
+        let site = "opt/gpubake/venv/lib/python3.12/site-packages";
+        assert_eq!(p.fetched.len() + p.lazy.len(), r.files.len());
+        assert_eq!(p.fetched[0], format!("{site}/torch/__init__.py"));
+        for lib in [
+            "torch/lib/libtorch_cuda.so",
+            "torch/lib/libtorch_cpu.so",
+            "nvidia/cu13/lib/libcublasLt.so.13",
+            "nvidia/nccl/lib/libnccl.so.2",
+        ] {
+            assert!(
+                p.lazy.contains(&format!("{site}/{lib}")),
+                "{lib} is fetched"
+            );
+        }
+        let size = |paths: &[String]| -> u64 {
+            paths
+                .iter()
+                .map(|p| {
+                    let rel = p.strip_prefix(&format!("{site}/")).unwrap();
+                    r.files
+                        .iter()
+                        .find(|f| f.path == format!("site-packages/{rel}"))
+                        .unwrap()
+                        .size
+                })
+                .sum()
+        };
+        // What is fetched before the container starts is a small part of what it touches.
+        let (fetched, lazy) = (size(&p.fetched), size(&p.lazy));
+        assert!(
+            fetched < 64 << 20 && lazy > 3 << 30,
+            "{fetched} fetched, {lazy} lazy"
+        );
+    }
+
     #[test]
     fn a_file_the_stack_lacks_is_named_with_its_field() {
         let r = record(&[

@@ -735,6 +735,18 @@ pub fn toc_offset(footer: &[u8]) -> Option<u64> {
 /// footer names where the TOC is, its member holds one tar entry, `stargz.index.json`, whose
 /// bytes must hash to `want`. Says what was found, or why it does not match.
 pub fn check_toc(blob: &std::path::Path, want: &str) -> Result<String, String> {
+    let (json, at) = toc_json(blob)?;
+    let got = Digest::of(&json);
+    if got.as_str() != want {
+        return Err(format!(
+            "the TOC hashes to {got}, the descriptor says {want}"
+        ));
+    }
+    Ok(format!("TOC {got} ({} bytes at {at})", json.len()))
+}
+
+/// The TOC's JSON as the blob's footer places it, and its offset.
+fn toc_json(blob: &std::path::Path) -> Result<(Vec<u8>, u64), String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(blob).map_err(|e| e.to_string())?;
     let len = file.metadata().map_err(|e| e.to_string())?.len();
@@ -771,13 +783,51 @@ pub fn check_toc(blob: &std::path::Path, want: &str) -> Result<String, String> {
     entry
         .read_to_end(&mut json)
         .map_err(|e| format!("the TOC at {at}: {e}"))?;
-    let got = Digest::of(&json);
-    if got.as_str() != want {
-        return Err(format!(
-            "the TOC hashes to {got}, the descriptor says {want}"
-        ));
+    Ok((json, at))
+}
+
+/// What the stargz snapshotter prefetches of a layer before its container starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PrefetchSize {
+    /// Bytes of the blob: the offset of `.prefetch.landmark`, 0 with `.no.prefetch.landmark`.
+    pub bytes: u64,
+    /// The regular files before the landmark.
+    pub files: usize,
+}
+
+/// The prefetch of the eStargz blob at `blob`, read from its TOC (not checked against a
+/// descriptor: [`check_toc`] does that); None for a layer with no landmark, which the
+/// snapshotter prefetches by its own configured size.
+pub fn prefetch_size(blob: &std::path::Path) -> Result<Option<PrefetchSize>, String> {
+    #[derive(serde::Deserialize)]
+    struct Toc {
+        entries: Vec<TocEntry>,
     }
-    Ok(format!("TOC {got} ({} bytes at {at})", json.len()))
+    #[derive(serde::Deserialize)]
+    struct TocEntry {
+        name: Option<String>,
+        #[serde(rename = "type")]
+        kind: String,
+        #[serde(default)]
+        offset: u64,
+    }
+    let (json, at) = toc_json(blob)?;
+    let toc: Toc = serde_json::from_slice(&json).map_err(|e| format!("the TOC at {at}: {e}"))?;
+    let mut files = 0;
+    for e in &toc.entries {
+        match e.name.as_deref() {
+            Some(NO_PREFETCH_LANDMARK) => return Ok(Some(PrefetchSize { bytes: 0, files: 0 })),
+            Some(PREFETCH_LANDMARK) => {
+                return Ok(Some(PrefetchSize {
+                    bytes: e.offset,
+                    files,
+                }));
+            }
+            _ if e.kind == "reg" => files += 1,
+            _ => {}
+        }
+    }
+    Ok(None)
 }
 
 fn prefixed(hash: Sha256) -> String {
