@@ -329,3 +329,138 @@ fn an_estargz_image_is_pulled_lazily_and_a_wrong_toc_falls_back_to_a_full_pull()
         "{verdicts:?}"
     );
 }
+
+/// An image laid out by a start-up record (`build --startup-record`): the snapshotter
+/// prefetches each recorded layer up to its `.prefetch.landmark`, exactly the landmark's
+/// offset by its own log, before the container imports what the record names; a layer
+/// the record does not touch is prefetched not at all.
+#[test]
+fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
+    use gpubake::startup::{FORMAT, FileRead, StartupRecord};
+    if !runs_here() {
+        return;
+    }
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    let (Some(daemon), Some(checker)) = (
+        common::go::build("stargz-daemon", &["service/resolver/cri.go"]),
+        common::toc::checker(),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (loaded, resolved) = common::stack::resolve_text(
+        &d.join("recipe.yaml"),
+        "name: lazy-stack\nbase: debian:bookworm\npython: \"3.11\"\npytorch: \"2.9\"\n\
+         presets: [base]\npip: [tqdm==4.67.1]\n",
+    );
+    let closure = gpubake::closure::parse(
+        Path::new("pylock.small.toml"),
+        include_str!("fixtures/pylock.small.toml"),
+    )
+    .unwrap();
+    let torch = &resolved.lock.torch;
+    let read = |path: &str| FileRead {
+        path: format!("site-packages/{path}"),
+        size: 1,
+        read: 1,
+    };
+    let record = StartupRecord {
+        format: FORMAT.into(),
+        torch: format!("{}+{}", torch.version, torch.variant),
+        python: "3.11.2".into(),
+        steps: vec!["import torch".into()],
+        gpu: None,
+        files: vec![
+            read("tqdm/__init__.py"),
+            read("tqdm/std.py"),
+            read("tqdm/version.py"),
+        ],
+    };
+    let layout = d.join("layout");
+    let mut opts = common::stack::build_options(
+        &format!("oci:{}:bookworm", base.display()),
+        &format!("oci:{}:v1", layout.display()),
+        Some(closure),
+    );
+    opts.compression = gpubake::image::Compression::Estargz;
+    opts.startup = Some((d.join("startup.json"), record));
+    let report = gpubake::bake::build(&loaded, &resolved, &opts).unwrap();
+    let registry = local_registry::local_registry_logging(d, "info");
+    let image = format!("{}/gpubake/lazy-stack:v1", registry.1);
+    gpubake(&[
+        "copy",
+        &format!("oci:{}:v1", layout.display()),
+        &format!("docker://{image}"),
+    ]);
+
+    let node = Node::start(&d.join("node"), &daemon);
+    let out = node.pull_and_run(
+        &image,
+        &[
+            "/opt/gpubake/venv/bin/python3",
+            "-c",
+            "import tqdm; print(tqdm.__version__)",
+        ],
+    );
+    assert_eq!(out.trim(), "4.67.1");
+    // Each layer's prefetch, as the snapshotter logged it once the prefetch ended.
+    let prefetched: Vec<(String, u64)> = node
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["operation"] == "prefetch_total")
+        .filter_map(|v| {
+            let size = v["msg"].as_str()?.split("prefetch_size=").nth(1)?;
+            let size = size.split_whitespace().next()?.parse().ok()?;
+            Some((v["layer_sha"].as_str()?.to_string(), size))
+        })
+        .collect();
+    let of = |name: &str| {
+        let l = report.layers.iter().find(|l| l.name == name).unwrap();
+        let blob = layout
+            .join("blobs/sha256")
+            .join(l.digest.trim_start_matches("sha256:"));
+        let toc = toc_digest(&layout, &l.digest);
+        let fields = common::toc::check(&checker, &blob, &toc).unwrap();
+        let landmark: u64 = common::toc::field(&fields, "prefetch").parse().unwrap();
+        let logged = prefetched
+            .iter()
+            .find(|(sha, _)| *sha == l.digest)
+            .map(|(_, size)| *size);
+        (landmark, logged)
+    };
+    let (landmark, logged) = of("extras");
+    assert!(landmark > 0);
+    assert_eq!(logged, Some(landmark), "{prefetched:?}\n{}", node.log());
+    // The nvidia layer's files were not in the record: nothing of it before the start.
+    let (landmark, logged) = of("nvidia");
+    assert_eq!(landmark, 0);
+    assert!(logged.is_none_or(|size| size == 0), "{prefetched:?}");
+}
+
+/// The TOC digest the manifest in `layout` gives the layer `digest`.
+fn toc_digest(layout: &Path, digest: &str) -> String {
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let blob = |d: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["digest"] == digest)
+        .unwrap()["annotations"]["containerd.io/snapshot/stargz/toc.digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
