@@ -15,6 +15,7 @@ const TARGETS: &[Target] = &[
     ("preset", fuzz_targets::preset),
     ("lock", fuzz_targets::lock),
     ("pylock", fuzz_targets::pylock),
+    ("startup_record", fuzz_targets::startup_record),
     ("oci_image", fuzz_targets::oci_image),
     ("docker_archive", fuzz_targets::docker_archive),
     ("layer_tar", fuzz_targets::layer_tar),

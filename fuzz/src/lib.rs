@@ -80,6 +80,31 @@ pub fn lock(data: &[u8]) {
     assert_eq!(again.to_yaml(), text, "a lock changes on reading back");
 }
 
+/// A start-up record, as `build --startup-record` reads it and lays layers out by it: what
+/// it accepts writes back as itself, and every file it names lands on one side of the landmark.
+pub fn startup_record(data: &[u8]) {
+    let dir = scratch();
+    let path = dir.path().join("startup.json");
+    std::fs::write(&path, data).expect("a scratch file");
+    let Ok(record) = gpubake::startup::StartupRecord::read(&path) else {
+        return;
+    };
+    let again = dir.path().join("again.json");
+    record.write(&again).expect("a record writes");
+    let reread = gpubake::startup::StartupRecord::read(&again)
+        .unwrap_or_else(|e| panic!("a record gpubake wrote does not read back: {e}"));
+    assert_eq!(reread, record, "a record changes on reading back");
+    let site = "opt/gpubake/venv/lib/python3.12/site-packages";
+    let prefetch = gpubake::bake::prefetch::plan(&record, site);
+    assert_eq!(
+        prefetch.fetched.len() + prefetch.lazy.len(),
+        record.files.len()
+    );
+    for path in prefetch.fetched.iter().chain(&prefetch.lazy) {
+        assert!(path.starts_with(site), "{path} is outside site-packages");
+    }
+}
+
 /// A PEP 751 pylock, as `build` reads the closure.
 pub fn pylock(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
