@@ -537,6 +537,19 @@ const EXAMPLES: &[Example] = &[
                   one of the recipe's torch",
         },
     },
+    Example {
+        command: "gpubake copy --compression estargz docker://registry.example.com/team/train:v1 docker://registry.example.com/team/train:v1-estargz",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/estargz.rs copies a gzip image with --compression estargz and reads every \
+                 layer back with the snapshotter's own reader, verify and umoci \
+                 (copy_rewrites_a_gzip_image_as_estargz); tests/platforms.rs copies an index \
+                 (an_index_copied_as_estargz_keeps_its_platforms)",
+            why: "registry.example.com stands for the reader's registry; a copy to or from one \
+                  is tests/registry.rs's",
+        },
+    },
     // Registries: each test of tests/registry.rs starts its own registry (TLS, logins).
     Example {
         command: "gpubake build examples/debian-pytorch2.9.yaml --from docker://registry.example.com/base/bookworm:1 --to docker://registry.example.com/team/train:v1",

@@ -443,3 +443,83 @@ fn a_prefetch_puts_its_files_first_then_the_landmark_whose_offset_is_the_prefetc
     let gz = build_layer(&layout, &with, Compression::Gzip, 0, false).unwrap();
     assert_eq!(plain.descriptor.digest(), gz.descriptor.digest());
 }
+
+/// `copy --compression estargz`: every layer of a gzip image framed anew, each read back by
+/// the snapshotter's reader against its annotation, the config's diff IDs those of the
+/// inflated streams, `verify` and umoci content; the same copy again gives the same digest,
+/// and an eStargz image copied so keeps its own.
+#[test]
+fn copy_rewrites_a_gzip_image_as_estargz() {
+    let Some(checker) = checker() else { return };
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let recipe = common::write(
+        d,
+        "r.yaml",
+        &common::recipe("pytorch: '2.9'\npresets: [base]\n"),
+    );
+    let oci = |name: &str| format!("oci:{}:v1", d.join(name).display());
+    common::build_json_in(d, &recipe, &oci("src"), &[]);
+    let copy = |from: &str, to: &str, extra: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .env("GPUBAKE_CACHE_DIR", d.join("cache"))
+            .args(["copy", "--json", from, to])
+            .args(extra)
+            .output()
+            .unwrap();
+        common::assert_exit(&out, 0);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let gzip = copy(&oci("src"), &oci("plain"), &[]);
+    let first = copy(&oci("src"), &oci("a"), &["--compression", "estargz"]);
+    assert_ne!(first["manifest"], gzip["manifest"]);
+
+    let layout = d.join("a");
+    let blob = |digest: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    };
+    let json = |digest: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(blob(digest)).unwrap()).unwrap()
+    };
+    let manifest = json(first["manifest"].as_str().unwrap());
+    let config = json(manifest["config"]["digest"].as_str().unwrap());
+    let layers = manifest["layers"].as_array().unwrap();
+    assert!(layers.len() >= 3, "{manifest}");
+    for (i, l) in layers.iter().enumerate() {
+        let annotations = &l["annotations"];
+        let toc = annotations[TOC_DIGEST].as_str().expect("a TOC digest");
+        let fields = check(&checker, &blob(l["digest"].as_str().unwrap()), toc).unwrap();
+        assert_eq!(field(&fields, "diffID"), config["rootfs"]["diff_ids"][i]);
+        assert_eq!(
+            field(&fields, "uncompressed"),
+            annotations[estargz::UNCOMPRESSED_SIZE]
+        );
+        assert_eq!(field(&fields, "landmark"), NO_PREFETCH_LANDMARK);
+    }
+    let out = common::gpubake(&["verify", &oci("a")]);
+    common::assert_exit(&out, 0);
+    let bundle = d.join("bundle");
+    common::run(
+        std::process::Command::new("umoci")
+            .args(["unpack", "--rootless", "--image"])
+            .arg(format!("{}:v1", layout.display()))
+            .arg(&bundle),
+    );
+    assert!(bundle.join("rootfs/etc/nccl.conf").exists());
+
+    // The same copy again, into a fresh layout, gives the same image; an eStargz image keeps
+    // its layers and its digest.
+    let again = copy(&oci("src"), &oci("b"), &["--compression", "estargz"]);
+    assert_eq!(again["manifest"], first["manifest"]);
+    let twice = copy(&oci("a"), &oci("c"), &["--compression", "estargz"]);
+    assert_eq!(twice["manifest"], first["manifest"]);
+
+    let out = common::gpubake(&["copy", "--compression", "zstd", &oci("src"), &oci("z")]);
+    common::assert_exit(&out, 2);
+    assert!(common::stderr(&out).contains("rewrites them as estargz"));
+}

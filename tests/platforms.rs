@@ -961,3 +961,70 @@ fn each_platform_s_stack_holds_its_own_wheels() {
         );
     }
 }
+
+/// `copy --compression estargz` of an index: every platform's image rewritten, each keeping
+/// its platform in a new index, every layer with its TOC, each verified.
+#[test]
+fn an_index_copied_as_estargz_keeps_its_platforms() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    assert_exit(
+        &build_two(dir.path(), &format!("oci:{}:v1", src.display()), &[]),
+        0,
+    );
+    let dest = dir.path().join("estargz");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .env("GPUBAKE_CACHE_DIR", dir.path().join("cache"))
+        .args(["copy", "--compression", "estargz"])
+        .arg(format!("oci:{}:v1", src.display()))
+        .arg(format!("oci:{}:v1", dest.display()))
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("platforms linux/amd64, linux/arm64"),
+        "{}",
+        stdout(&out)
+    );
+    let (before, after) = (raw(&src, "v1"), raw(&dest, "v1"));
+    assert_eq!(
+        after["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let platforms = |index: &Value| -> Vec<Value> {
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["platform"].clone())
+            .collect()
+    };
+    assert_eq!(platforms(&after), platforms(&before));
+    for (i, arch) in ["amd64", "arm64"].iter().enumerate() {
+        let digest = after["manifests"][i]["digest"].as_str().unwrap();
+        let manifest: Value = serde_json::from_slice(
+            &std::fs::read(
+                dest.join("blobs/sha256")
+                    .join(digest.trim_start_matches("sha256:")),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        for l in manifest["layers"].as_array().unwrap() {
+            assert!(
+                l["annotations"]["containerd.io/snapshot/stargz/toc.digest"].is_string(),
+                "{arch}: {l}"
+            );
+        }
+        let out = gpubake(&[
+            "verify",
+            "--platform",
+            &format!("linux/{arch}"),
+            &format!("oci:{}:v1", dest.display()),
+        ]);
+        assert_exit(&out, 0);
+    }
+}

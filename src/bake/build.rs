@@ -817,7 +817,7 @@ fn build_platform(
         }
     }
     let base_layers = if rewrite_base {
-        estargz_base(&base, store, &mut config, !opts.no_cache)?
+        crate::image::convert::estargz_layers(&base, store, &mut config, !opts.no_cache)?
     } else {
         base.manifest().layers().clone()
     };
@@ -1162,37 +1162,6 @@ fn what_it_is(config: &mut Value, plan: Plan, stack: bool) {
         config["config"]["Entrypoint"] = json!([PROBE_PATH_IN_IMAGE]);
         config["config"]["Cmd"] = json!(["probe", "--level", "1"]);
     }
-}
-
-/// The base's layers as eStargz, for an image every layer of which a lazily pulling node can
-/// mount: each layer that is not eStargz already is rewritten (see
-/// [`crate::image::layer::to_estargz`]), and the config's diff IDs follow.
-fn estargz_base(
-    base: &Image,
-    store: &Layout,
-    config: &mut Value,
-    use_cache: bool,
-) -> Result<Vec<Descriptor>> {
-    let mut layers = Vec::new();
-    let mut diff_ids = strings(&config["rootfs"]["diff_ids"]);
-    for (i, layer) in base.layers().iter().enumerate() {
-        let already = layer
-            .descriptor()
-            .annotations()
-            .as_ref()
-            .is_some_and(|a| a.contains_key(crate::image::estargz::TOC_DIGEST));
-        if already {
-            layers.push(layer.descriptor().clone());
-            continue;
-        }
-        let rewritten = crate::image::layer::to_estargz(store, layer, use_cache)?;
-        if let Some(id) = diff_ids.get_mut(i) {
-            *id = rewritten.diff_id.to_string();
-        }
-        layers.push(rewritten.descriptor);
-    }
-    config["rootfs"]["diff_ids"] = json!(diff_ids);
-    Ok(layers)
 }
 
 /// Copies the base's config and layers (unless `layers` is false) into `store`, unless

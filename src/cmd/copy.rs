@@ -12,6 +12,11 @@ pub struct Args {
     dest: String,
     #[command(flatten)]
     registry: RegistryArgs,
+    /// Rewrite every layer as eStargz on the way, for nodes that pull lazily (the stargz
+    /// snapshotter): a new config and manifest, so a new digest. Without it the copy keeps
+    /// every blob and the digest as they are.
+    #[arg(long, value_enum, value_name = "estargz")]
+    compression: Option<crate::image::Compression>,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -25,7 +30,20 @@ pub fn run(args: Args) -> Result<i32> {
         registry.transport(&args.dest)?.destination()?,
     );
     let start = std::time::Instant::now();
-    let copied = src.copy_platforms(&dest, registry.platform()?.as_ref())?;
+    let platform = registry.platform()?;
+    let copied = match args.compression {
+        None => src.copy_platforms(&dest, platform.as_ref())?,
+        Some(crate::image::Compression::Estargz) => {
+            src.copy_as_estargz(&dest, platform.as_ref())?
+        }
+        Some(other) => {
+            return Err(crate::error::Error::Usage(format!(
+                "copy --compression {}: copy keeps each layer's bytes, or rewrites them as \
+                 estargz; build with --compression {0} to compress that way",
+                format!("{other:?}").to_lowercase()
+            )));
+        }
+    };
     let seconds = start.elapsed().as_secs_f64();
     let bytes = copied.bytes;
     if args.json {

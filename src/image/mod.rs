@@ -5,6 +5,7 @@
 //! [`crate::bake`], one floor up.
 
 pub mod archive;
+pub mod convert;
 pub mod digest;
 pub mod estargz;
 mod insecure;

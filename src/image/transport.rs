@@ -478,6 +478,51 @@ impl Transport {
         Ok(Copied::of(&image))
     }
 
+    /// [`Transport::copy_platforms`] with every layer rewritten as eStargz on the way (`copy
+    /// --compression estargz`), for nodes that pull lazily: the source is checked as a copy
+    /// checks it, each layer framed anew (see [`super::convert`]) in gpubake's cache layout,
+    /// where the result stays keyed by the source layer's digest, and the new image (a new
+    /// config and manifest, so a new digest; an index of the converted images for an index)
+    /// is written to `dest`.
+    pub fn copy_as_estargz(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
+        let dest = dest.clone().supported()?;
+        let src = self.clone().supported()?;
+        let store = Layout::create(&crate::fsutil::cache_root()?.join("layout"))?;
+        let _lock = store.lock()?;
+        let index = match (platform, &src) {
+            (Some(_), _) => None,
+            (None, Transport::Registry(remote)) => {
+                let (layout, staging) = pull_store(remote, &self.to_string())?;
+                registry::open_index(remote, layout, true)?.map(|i| match staging {
+                    Some(s) => i.with_staging(s),
+                    None => i,
+                })
+            }
+            (None, _) => self.open_index()?,
+        };
+        if let Some(index) = index {
+            let mut images = Vec::new();
+            for image in index.images() {
+                image.check()?;
+                images.push(super::convert::estargz_image(image, &store)?);
+            }
+            let converted = IndexImage::write(&store, images)?;
+            dest.write_index(&converted)?;
+            return Ok(Copied::of_index(&converted));
+        }
+        let image = match &src {
+            Transport::Registry(remote) => self.open_checked(remote, platform)?,
+            _ => {
+                let image = self.open_platform(platform)?;
+                image.check()?;
+                image
+            }
+        };
+        let converted = super::convert::estargz_image(&image, &store)?;
+        dest.write(&converted, None)?;
+        Ok(Copied::of(&converted))
+    }
+
     /// The registry image `remote` (this transport's) for `platform` as [`Transport::open_platform`]
     /// reads it, checked as `copy` checks its source while its blobs stream into the blob
     /// cache (see [`registry::open_checked`]).
