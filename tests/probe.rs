@@ -767,8 +767,13 @@ fn the_startup_record_holds_what_the_import_read_in_order() {
         "--record-startup",
         record.to_str().unwrap(),
     ]);
-    let text = stdout(&out);
-    assert!(text.contains("startup record"), "{text}\n{}", stderr(&out));
+    // Not a check of the node: said beside the verdict, as the files the probe writes are.
+    let said = stderr(&out);
+    assert!(
+        said.contains("recorded the start-up (import torch)"),
+        "{said}"
+    );
+    assert!(!stdout(&out).contains("startup"), "{}", stdout(&out));
     let r = gpubake::startup::StartupRecord::read(&record).unwrap();
     assert_eq!(r.torch, "2.11.0+cpu");
     assert_eq!(r.steps, ["import torch"]);
@@ -787,9 +792,35 @@ fn the_startup_record_holds_what_the_import_read_in_order() {
     assert!(f.read > 0 && f.read < 2 << 20, "{f:?}");
     assert_eq!(r.files[data].read, 100_000);
     assert!(
-        text.contains(&format!("{} files under site-packages", r.files.len())),
-        "{text}"
+        said.contains(&format!("{} files under site-packages", r.files.len())),
+        "{said}"
     );
+
+    // An interpreter without torch has no start-up to record: the record is not written,
+    // the error names the flag and why, and the exit is 2, not the node's verdict.
+    let bare = dir.path().join("bare.json");
+    let empty = dir.path().join("empty-venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&empty)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = gpubake(&[
+        "probe",
+        "--quick",
+        "--python",
+        empty.join("bin/python3").to_str().unwrap(),
+        "--record-startup",
+        bare.to_str().unwrap(),
+    ]);
+    assert_exit(&out, 2);
+    let said = stderr(&out);
+    assert!(
+        said.contains("--record-startup") && said.contains("not written: torch did not import"),
+        "{said}"
+    );
+    assert!(!bare.exists());
 
     // Level 1 has no framework phase to record.
     let out = gpubake(&[

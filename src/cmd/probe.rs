@@ -120,13 +120,13 @@ pub fn run(args: Args) -> Result<i32> {
             .map(|path| crate::probe::policy::read(&path))
             .transpose()?,
         python: args.python,
-        record_startup: args.record_startup,
+        record_startup: args.record_startup.is_some(),
         no_framework: args.world,
         level: Level::from_number(args.level).expect("clap keeps the level in 1..=3"),
         burn: Duration::from_secs(args.burn_seconds),
         budget: args.budget.map(Duration::from_secs),
     };
-    let report = if args.world {
+    let mut report = if args.world {
         crate::probe::world::run(
             &opts,
             &crate::probe::world::WorldOptions {
@@ -157,6 +157,9 @@ pub fn run(args: Args) -> Result<i32> {
     // The verdict is printed before the files are written, so a file that cannot be
     // written (a missing directory) never hides it.
     // Each error names the flag that asked for the file.
+    let record = args
+        .record_startup
+        .map(|path| write_startup_record(&path, report.startup.take()));
     let junit = args.junit.map(|path| {
         crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())
             .map_err(|e| format!("--junit {}: {e}", path.display()))
@@ -166,13 +169,43 @@ pub fn run(args: Args) -> Result<i32> {
         .iter()
         .map(|emit| crate::probe::emit::write(&report, emit).map_err(|e| format!("{emit}: {e}")));
     let mut unwritten = false;
-    for written in junit.into_iter().chain(emits) {
+    for written in record.into_iter().chain(junit).chain(emits) {
         if let Err(e) = written {
             eprintln!("error: {e}");
             unwritten = true;
         }
     }
     Ok(exit_code(report.exit_code(), unwritten))
+}
+
+/// Writes the start-up record the framework phase took to `path`, and says what it holds.
+fn write_startup_record(
+    path: &std::path::Path,
+    taken: Option<std::result::Result<crate::startup::StartupRecord, String>>,
+) -> std::result::Result<(), String> {
+    let not_written =
+        |why: String| format!("--record-startup {}: not written: {why}", path.display());
+    let record = match taken {
+        Some(Ok(record)) => record,
+        Some(Err(e)) => return Err(not_written(e)),
+        None => {
+            return Err(not_written(
+                "the framework phase did not run (its check above says why)".into(),
+            ));
+        }
+    };
+    record.write(path).map_err(|e| not_written(e.to_string()))?;
+    let (read, size) = record.totals();
+    eprintln!(
+        "gpubake: recorded the start-up ({}) in {}: {} files under site-packages, {} read of \
+         their {}",
+        record.steps.join(", "),
+        path.display(),
+        record.files.len(),
+        crate::units::human_size(read),
+        crate::units::human_size(size)
+    );
+    Ok(())
 }
 
 /// The probe's exit code once its files are written. A file that could not be written never

@@ -50,8 +50,9 @@ pub struct ProbeOptions {
     pub policy: Option<Vec<policy::ModelPolicy>>,
     /// The interpreter whose torch the framework phase checks; the image's venv when unset.
     pub python: Option<std::path::PathBuf>,
-    /// Where to write the record of the framework phase's start-up (see [`crate::startup`]).
-    pub record_startup: Option<std::path::PathBuf>,
+    /// Record what the framework phase's start-up reads, into [`Report::startup`] (see
+    /// [`crate::startup`]).
+    pub record_startup: bool,
     /// Leave the framework phase out (the ranks of `probe --world` hold the GPUs themselves).
     pub no_framework: bool,
     /// How deep to look, within the level's hard budget.
@@ -255,7 +256,7 @@ fn framework_phase(
             vec![1 << 20, 256 << 20]
         },
         budget,
-        record: opts.record_startup.is_some(),
+        record: opts.record_startup,
     };
     let nccl = report.facts.get("nccl").cloned();
     let measured_nccl = nccl
@@ -279,43 +280,16 @@ fn framework_phase(
     match framework::run(&run) {
         Ok(ranks) => {
             framework::judge(&ranks, !gpus.is_empty(), lock, &measured, report);
-            if let Some(path) = &opts.record_startup {
-                record_startup(&ranks[0], path, report);
+            if opts.record_startup {
+                report.startup = Some(framework::startup_record(&ranks[0]));
             }
         }
-        Err(e) => report.push("framework", "torch", Status::Fail, e),
-    }
-}
-
-/// Writes the record of rank 0's start-up to `path`, and says in the report what it holds.
-fn record_startup(first: &serde_json::Value, path: &std::path::Path, report: &mut Report) {
-    let written = framework::startup_record(first).and_then(|record| {
-        record.write(path).map_err(|e| e.to_string())?;
-        Ok(record)
-    });
-    match written {
-        Ok(record) => {
-            let (read, size) = record.totals();
-            report.push(
-                "framework",
-                "startup record",
-                Status::Pass,
-                format!(
-                    "{}: {} files under site-packages, {} read of their {} ({})",
-                    path.display(),
-                    record.files.len(),
-                    crate::units::human_size(read),
-                    crate::units::human_size(size),
-                    record.steps.join(", ")
-                ),
-            );
+        Err(e) => {
+            if opts.record_startup {
+                report.startup = Some(Err(e.clone()));
+            }
+            report.push("framework", "torch", Status::Fail, e)
         }
-        Err(e) => report.push(
-            "framework",
-            "startup record",
-            Status::Fail,
-            format!("{}: not written: {e}", path.display()),
-        ),
     }
 }
 

@@ -24,6 +24,11 @@ pub struct Report {
     pub seconds: f64,
     /// No GPU was visible: exit 3.
     pub no_gpu: bool,
+    /// What the framework phase's start-up read, when it was asked to record it (`probe
+    /// --record-startup`), or why there is no record. Not a check: the node is judged alike
+    /// whether or not the record could be taken.
+    #[serde(skip)]
+    pub startup: Option<Result<crate::startup::StartupRecord, String>>,
 }
 
 fn is_zero(n: &u8) -> bool {

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# A fresh node, from the first byte of the pull to the end of the job's start-up, for the
+# README's torch image (examples/debian-pytorch2.9.yaml on scripts/make-debian-base's base) in
+# each layout a node can be given:
+#   A   gzip, pulled whole and unpacked by containerd's overlayfs (gpubake's default)
+#   B   zstd, the same way
+#   C   eStargz, no prefetch, mounted lazily by the stargz snapshotter
+#   D   eStargz laid out by the image's own start-up record (build --startup-record)
+#   Dw  as D, with every recorded file prefetched whole (the record with read = size)
+#   E   C as `ctr-remote image optimize` rewrites it, running W1 in the image
+# and each workload:
+#   W1  python3 -c "import torch"
+#   W3  W1, then every file of the image read
+# Registry (docker-registry), containerd and the snapshotter (tests/stargz-daemon, built from
+# Debian's source) run in a network namespace of their own whose loopback `tbf` holds to
+# RATE. Every repetition starts from a wipe of containerd's and the snapshotter's roots and
+# dropped page caches (the registry's files stay cached: it stands for a remote registry),
+# and is timed from the start of the pull to the end of the workload; the bytes are what the
+# registry's log says it served. Prints one line per repetition and a table of medians with
+# the spread; the raw lines, the logs and the snapshotter's config go to OUTDIR.
+# usage: benches/lazy.sh BINARY OUTDIR [RATE [REPS [ROWS [WORKLOADS]]]]
+#        defaults: 1gbit 3 "A B C D Dw E" "W1 W3"; WORK=DIR keeps the images between runs,
+#        BUILD_ONLY=1 builds them and stops.
+# Needs root, /dev/fuse, containerd, ctr, ctr-remote, runc, docker-registry, tc, Go with the
+# snapshotter's library source, and the Docker Engine (to record the start-up in the image).
+set -euo pipefail
+bin=$(realpath "$1")
+out=$(realpath -m "$2")
+rate=${3:-1gbit}
+reps=${4:-3}
+rows=${5:-A B C D Dw E}
+workloads=${6:-W1 W3}
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(realpath -m "${WORK:-$root/target/bench-lazy}")
+mkdir -p "$work" "$out"
+ns=gpubake-lazy
+NS="nsenter --net=/run/netns/$ns"
+python=/opt/gpubake/venv/bin/python3
+declare -A workload=(
+  [W1]="$python -c 'import torch'"
+  [W3]="$python -c 'import torch' && find / -xdev -type f -print0 | xargs -0 cat >/dev/null"
+)
+
+say() { echo "lazy.sh: $*" >&2; }
+
+# --- the snapshotter's daemon, from Debian's source of its library --------------------------
+daemon=$work/stargz-daemon
+if [ ! -x "$daemon" ] || [ "$daemon" -ot "$root/tests/stargz-daemon/main.go" ]; then
+  say "building the stargz daemon"
+  gp=$work/gopath
+  rm -rf "$gp"
+  mkdir -p "$gp/src/stargz-daemon" "$gp/src/github.com/containerd"
+  cp "$root/tests/stargz-daemon/main.go" "$gp/src/stargz-daemon/"
+  cp -r /usr/share/gocode/src/github.com/containerd/stargz-snapshotter "$gp/src/github.com/containerd/"
+  # The CRI keychain needs Kubernetes' CRI API, which Debian lacks; the daemon needs no keychain.
+  rm "$gp/src/github.com/containerd/stargz-snapshotter/service/resolver/cri.go"
+  (cd "$gp/src/stargz-daemon" && GO111MODULE=off GOPATH="$gp:/usr/share/gocode" \
+    GOCACHE="$work/gocache" go build -o "$daemon" .)
+fi
+
+# --- the images --------------------------------------------------------------------------
+[ -f "$work/base/index.json" ] || "$root/scripts/make-debian-base" "$work/base" >/dev/null
+# The wheels benches/stack.sh and digests-before-after.sh fetched, when they are there.
+if [ ! -d "$work/cache/wheels" ] && [ -d "$root/target/bench-stack/cache/wheels" ]; then
+  mkdir -p "$work/cache"
+  cp -al "$root/target/bench-stack/cache/wheels" "$work/cache/wheels"
+fi
+build() {  # TAG [ARGS]: the README's image into $work/img:TAG
+  local tag=$1
+  shift
+  if ! grep -q "\"$tag\"" "$work/img/index.json" 2>/dev/null; then
+    say "building $tag $*"
+    GPUBAKE_CACHE_DIR=$work/cache "$bin" build "$root/examples/debian-pytorch2.9.yaml" \
+      --from "oci:$work/base:bookworm" --to "oci:$work/img:$tag" "$@" >"$work/build-$tag.log" 2>&1
+  fi
+}
+needs() { case " $rows " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+build A
+needs B && build B --compression zstd
+needs C || needs E && build C --compression estargz
+if needs D || needs Dw; then
+  if [ ! -s "$work/startup.json" ]; then
+    # The start-up recorded where the job runs: in the image, by its own probe (no GPU here,
+    # so the import alone).
+    say "recording the start-up in the image"
+    "$bin" copy "oci:$work/img:A" docker-daemon:gpubake-lazy:A >/dev/null
+    docker run --rm -v "$work:/out" --entrypoint /usr/local/bin/gpubake gpubake-lazy:A \
+      probe --quick --record-startup /out/startup.json >"$work/record.log" 2>&1 || true
+    docker rmi gpubake-lazy:A >/dev/null 2>&1 || true
+    [ -s "$work/startup.json" ] || { cat "$work/record.log" >&2; exit 1; }
+  fi
+  cp "$work/startup.json" "$out/startup.json"
+  python3 - "$work/startup.json" "$work/startup-whole.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for f in r["files"]:
+    f["read"] = f["size"]
+json.dump(r, open(sys.argv[2], "w"), indent=1)
+PY
+  needs D && build D --compression estargz --startup-record "$work/startup.json"
+  needs Dw && build Dw --compression estargz --startup-record "$work/startup-whole.json"
+fi
+
+[ "${BUILD_ONLY:-}" = 1 ] && exit 0
+
+# --- the network namespace, the registry ---------------------------------------------------
+cleanup() {
+  stop_node
+  [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
+  ip netns del "$ns" 2>/dev/null || true
+}
+trap cleanup EXIT
+ip netns del "$ns" 2>/dev/null || true
+ip netns add "$ns"
+$NS ip link set lo up
+rm -rf "$work/registry"
+mkdir -p "$work/registry"
+cat >"$work/registry/config.yml" <<EOF
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $work/registry/data
+http:
+  addr: 127.0.0.1:5000
+EOF
+$NS docker-registry serve "$work/registry/config.yml" >"$work/registry/log" 2>&1 &
+registry_pid=$!
+for _ in $(seq 100); do $NS curl -sf http://127.0.0.1:5000/v2/ >/dev/null && break; sleep 0.1; done
+ref() { echo "127.0.0.1:5000/gpubake/lazy:$1"; }
+for row in $rows; do
+  [ "$row" = E ] && continue
+  say "pushing $row"
+  $NS "$bin" copy "oci:$work/img:$row" "docker://$(ref "$row")" >/dev/null
+done
+
+# --- a node: containerd and, for lazy rows, the snapshotter, on fresh roots ----------------
+node=$work/node
+start_node() {  # LAZY (0|1)
+  mkdir -p "$node/run"
+  cat >"$node/containerd.toml" <<EOF
+version = 2
+root = "$node/containerd-root"
+state = "$node/containerd-state"
+[grpc]
+  address = "$node/run/containerd.sock"
+[ttrpc]
+  address = "$node/run/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+[proxy_plugins]
+  [proxy_plugins.stargz]
+    type = "snapshot"
+    address = "$node/run/stargz.sock"
+EOF
+  if [ "$1" = 1 ]; then
+    $NS "$daemon" -address "$node/run/stargz.sock" -root "$node/stargz-root" >>"$node/stargz.log" 2>&1 &
+    stargz_pid=$!
+    for _ in $(seq 100); do [ -S "$node/run/stargz.sock" ] && break; sleep 0.1; done
+  fi
+  $NS containerd --config "$node/containerd.toml" >>"$node/containerd.log" 2>&1 &
+  containerd_pid=$!
+  for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
+}
+stop_node() {
+  [ -n "${stargz_pid:-}" ] && kill -INT "$stargz_pid" 2>/dev/null && wait "$stargz_pid" 2>/dev/null
+  [ -n "${containerd_pid:-}" ] && kill "$containerd_pid" 2>/dev/null && wait "$containerd_pid" 2>/dev/null
+  stargz_pid='' containerd_pid=''
+  grep -o " ${node}[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  rm -rf "$node"
+}
+ctr_() { $NS ctr --address "$node/run/containerd.sock" -n bench "$@"; }
+ctr_remote() { $NS ctr-remote --address "$node/run/containerd.sock" -n bench "$@"; }
+
+# E: ctr-remote's own optimiser, which runs W1 in the image and puts what it read first.
+if needs E; then
+  say "optimizing C with ctr-remote"
+  start_node 0
+  if ctr_ image pull --plain-http "$(ref C)" >"$work/optimize.log" 2>&1 &&
+    ctr_remote image optimize --oci --entrypoint "[\"$python\"]" --args '["-c","import torch"]' \
+      "$(ref C)" "$(ref E)" >>"$work/optimize.log" 2>&1 &&
+    ctr_ image push --plain-http "$(ref E)" >>"$work/optimize.log" 2>&1; then
+    :
+  else
+    say "E: ctr-remote image optimize failed (see $work/optimize.log); row E left out"
+    rows=${rows/E/}
+  fi
+  stop_node
+fi
+
+# --- the measurements -----------------------------------------------------------------------
+$NS tc qdisc replace dev lo root tbf rate "$rate" burst 1mb latency 100ms
+{
+  echo "# $(date -u +%FT%TZ) rate $rate, $reps repetitions, $(nproc) cores, $(uname -r)"
+  echo "# $("$bin" --version); containerd $(containerd --version | awk '{print $3}'); snapshotter: service defaults (background fetch on, prefetch timeout 10 s)"
+} | tee "$out/raw.txt"
+served_since() {  # LINE: bytes the registry served after line LINE of its log
+  tail -n "+$(($1 + 1))" "$work/registry/log" | grep -o 'http.response.written=[0-9]*' |
+    awk -F= '{s += $2} END {print s + 0}'
+}
+for wl in $workloads; do
+  for row in $rows; do
+    lazy=0
+    case $row in C | D | Dw | E) lazy=1 ;; esac
+    for rep in $(seq "$reps"); do
+      stop_node
+      sync
+      echo 3 >/proc/sys/vm/drop_caches
+      start_node "$lazy"
+      mark=$(wc -l <"$work/registry/log")
+      t0=$(date +%s.%N)
+      if [ "$lazy" = 1 ]; then
+        ctr_remote image rpull --plain-http "$(ref "$row")" >/dev/null
+        ctr_ run --rm --snapshotter stargz "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
+      else
+        ctr_ image pull --plain-http "$(ref "$row")" >/dev/null
+        ctr_ run --rm "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
+      fi
+      t1=$(date +%s.%N)
+      bytes=$(served_since "$mark")
+      printf '%s %s %d %.2f %d\n' "$wl" "$row" "$rep" "$(awk "BEGIN {print $t1 - $t0}")" "$bytes" | tee -a "$out/raw.txt"
+      cp "$node/stargz.log" "$out/stargz-$wl-$row-$rep.log" 2>/dev/null || true
+    done
+  done
+done
+stop_node
+
+python3 - "$out/raw.txt" <<'PY' | tee "$out/table.md"
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith("#"):
+        continue
+    wl, row, _, s, b = line.split()
+    rows.setdefault((wl, row), []).append((float(s), int(b)))
+base = {wl: statistics.median(s for s, _ in v) for (wl, row), v in rows.items() if row == "A"}
+print("| workload | row | median s | min–max s | × A | MB served (median) |")
+print("|---|---|---|---|---|---|")
+for (wl, row), v in rows.items():
+    s = [x for x, _ in v]
+    m = statistics.median(s)
+    ratio = f"{m / base[wl]:.2f}" if wl in base else "–"
+    mb = statistics.median(b for _, b in v) / 1e6
+    print(f"| {wl} | {row} | {m:.1f} | {min(s):.1f}–{max(s):.1f} | {ratio} | {mb:,.0f} |")
+PY
