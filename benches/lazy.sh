@@ -34,6 +34,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(realpath -m "${WORK:-$root/target/bench-lazy}")
 mkdir -p "$work" "$out"
 ns=gpubake-lazy
+# NO_BACKGROUND_FETCH=1: the snapshotter fetches only what is read (and the prefetch).
+background=
+[ "${NO_BACKGROUND_FETCH:-}" = 1 ] && background=-no-background-fetch
 NS="nsenter --net=/run/netns/$ns"
 python=/opt/gpubake/venv/bin/python3
 declare -A workload=(
@@ -108,13 +111,15 @@ cleanup() {
   stop_node
   [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
   ip netns del "$ns" 2>/dev/null || true
+  true
 }
 trap cleanup EXIT
 ip netns del "$ns" 2>/dev/null || true
 ip netns add "$ns"
 $NS ip link set lo up
-rm -rf "$work/registry"
+# The registry's blobs stay between runs (a push then sends nothing); its log starts afresh.
 mkdir -p "$work/registry"
+: >"$work/registry/log"
 cat >"$work/registry/config.yml" <<EOF
 version: 0.1
 log:
@@ -125,7 +130,7 @@ storage:
 http:
   addr: 127.0.0.1:5000
 EOF
-$NS docker-registry serve "$work/registry/config.yml" >"$work/registry/log" 2>&1 &
+$NS docker-registry serve "$work/registry/config.yml" >>"$work/registry/log" 2>&1 &
 registry_pid=$!
 for _ in $(seq 100); do $NS curl -sf http://127.0.0.1:5000/v2/ >/dev/null && break; sleep 0.1; done
 ref() { echo "127.0.0.1:5000/gpubake/lazy:$1"; }
@@ -155,7 +160,9 @@ state = "$node/containerd-state"
     address = "$node/run/stargz.sock"
 EOF
   if [ "$1" = 1 ]; then
-    $NS "$daemon" -address "$node/run/stargz.sock" -root "$node/stargz-root" >>"$node/stargz.log" 2>&1 &
+    # shellcheck disable=SC2086 # $background is one flag or none
+    $NS "$daemon" -address "$node/run/stargz.sock" -root "$node/stargz-root" $background \
+      >>"$node/stargz.log" 2>&1 &
     stargz_pid=$!
     for _ in $(seq 100); do [ -S "$node/run/stargz.sock" ] && break; sleep 0.1; done
   fi
@@ -193,11 +200,11 @@ fi
 $NS tc qdisc replace dev lo root tbf rate "$rate" burst 1mb latency 100ms
 {
   echo "# $(date -u +%FT%TZ) rate $rate, $reps repetitions, $(nproc) cores, $(uname -r)"
-  echo "# $("$bin" --version); containerd $(containerd --version | awk '{print $3}'); snapshotter: service defaults (background fetch on, prefetch timeout 10 s)"
+  echo "# $("$bin" --version); containerd $(containerd --version | awk '{print $3}'); snapshotter: service defaults, prefetch timeout 10 s, background fetch ${background:-on}"
 } | tee "$out/raw.txt"
 served_since() {  # LINE: bytes the registry served after line LINE of its log
-  tail -n "+$(($1 + 1))" "$work/registry/log" | grep -o 'http.response.written=[0-9]*' |
-    awk -F= '{s += $2} END {print s + 0}'
+  tail -n "+$(($1 + 1))" "$work/registry/log" | grep 'response completed' |
+    grep -o 'http.response.written=[0-9]*' | awk -F= '{s += $2} END {printf "%d", s}'
 }
 for wl in $workloads; do
   for row in $rows; do
@@ -219,7 +226,8 @@ for wl in $workloads; do
       fi
       t1=$(date +%s.%N)
       bytes=$(served_since "$mark")
-      printf '%s %s %d %.2f %d\n' "$wl" "$row" "$rep" "$(awk "BEGIN {print $t1 - $t0}")" "$bytes" | tee -a "$out/raw.txt"
+      awk -v wl="$wl" -v row="$row" -v rep="$rep" -v t0="$t0" -v t1="$t1" -v b="$bytes" \
+        'BEGIN {printf "%s %s %d %.2f %d\n", wl, row, rep, t1 - t0, b}' | tee -a "$out/raw.txt"
       cp "$node/stargz.log" "$out/stargz-$wl-$row-$rep.log" 2>/dev/null || true
     done
   done

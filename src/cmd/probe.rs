@@ -159,7 +159,8 @@ pub fn run(args: Args) -> Result<i32> {
     // Each error names the flag that asked for the file.
     let record = args
         .record_startup
-        .map(|path| write_startup_record(&path, report.startup.take()));
+        .map(|path| crate::probe::write_startup_record(&path, report.startup.take()))
+        .map(|written| written.map(|said| eprintln!("gpubake: {said}")));
     let junit = args.junit.map(|path| {
         crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())
             .map_err(|e| format!("--junit {}: {e}", path.display()))
@@ -176,36 +177,6 @@ pub fn run(args: Args) -> Result<i32> {
         }
     }
     Ok(exit_code(report.exit_code(), unwritten))
-}
-
-/// Writes the start-up record the framework phase took to `path`, and says what it holds.
-fn write_startup_record(
-    path: &std::path::Path,
-    taken: Option<std::result::Result<crate::startup::StartupRecord, String>>,
-) -> std::result::Result<(), String> {
-    let not_written =
-        |why: String| format!("--record-startup {}: not written: {why}", path.display());
-    let record = match taken {
-        Some(Ok(record)) => record,
-        Some(Err(e)) => return Err(not_written(e)),
-        None => {
-            return Err(not_written(
-                "the framework phase did not run (its check above says why)".into(),
-            ));
-        }
-    };
-    record.write(path).map_err(|e| not_written(e.to_string()))?;
-    let (read, size) = record.totals();
-    eprintln!(
-        "gpubake: recorded the start-up ({}) in {}: {} files under site-packages, {} read of \
-         their {}",
-        record.steps.join(", "),
-        path.display(),
-        record.files.len(),
-        crate::units::human_size(read),
-        crate::units::human_size(size)
-    );
-    Ok(())
 }
 
 /// The probe's exit code once its files are written. A file that could not be written never

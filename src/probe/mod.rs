@@ -293,6 +293,36 @@ fn framework_phase(
     }
 }
 
+/// Writes the start-up record the framework phase took (`probe --record-startup`) to `path`;
+/// says what it holds, or, naming the flag, why there is none.
+pub fn write_startup_record(
+    path: &std::path::Path,
+    taken: Option<Result<crate::startup::StartupRecord, String>>,
+) -> Result<String, String> {
+    let not_written =
+        |why: String| format!("--record-startup {}: not written: {why}", path.display());
+    let record = match taken {
+        Some(Ok(record)) => record,
+        Some(Err(e)) => return Err(not_written(e)),
+        None => {
+            return Err(not_written(
+                "the framework phase did not run (its check above says why)".into(),
+            ));
+        }
+    };
+    record.write(path).map_err(|e| not_written(e.to_string()))?;
+    let (read, size) = record.totals();
+    Ok(format!(
+        "recorded the start-up ({}) in {}: {} files under site-packages, {} read of \
+         their {}",
+        record.steps.join(", "),
+        path.display(),
+        record.files.len(),
+        crate::units::human_size(read),
+        crate::units::human_size(size)
+    ))
+}
+
 /// Puts the NVML phase's outcome in the report and returns the facts to go on with.
 /// `no_gpu` (exit 3) is set only where the node lacks a GPU or driver; an image that cannot
 /// load NVML, or a GPU that does not open, is a failed check (exit 1).
