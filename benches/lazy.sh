@@ -109,7 +109,8 @@ fi
 # --- the network namespace, the registry ---------------------------------------------------
 cleanup() {
   stop_node
-  [ -n "${registry_pid:-}" ] && kill "$registry_pid" 2>/dev/null && wait "$registry_pid" 2>/dev/null
+  # A daemon stopped by a signal ends with 128 + it: not this script's failure.
+  [ -n "${registry_pid:-}" ] && { kill "$registry_pid"; wait "$registry_pid"; } 2>/dev/null || true
   ip netns del "$ns" 2>/dev/null || true
   true
 }
@@ -171,8 +172,8 @@ EOF
   for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
 }
 stop_node() {
-  [ -n "${stargz_pid:-}" ] && kill -INT "$stargz_pid" 2>/dev/null && wait "$stargz_pid" 2>/dev/null
-  [ -n "${containerd_pid:-}" ] && kill "$containerd_pid" 2>/dev/null && wait "$containerd_pid" 2>/dev/null
+  [ -n "${stargz_pid:-}" ] && { kill -INT "$stargz_pid"; wait "$stargz_pid"; } 2>/dev/null || true
+  [ -n "${containerd_pid:-}" ] && { kill "$containerd_pid"; wait "$containerd_pid"; } 2>/dev/null || true
   stargz_pid='' containerd_pid=''
   grep -o " ${node}[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$node"
