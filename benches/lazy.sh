@@ -205,7 +205,7 @@ $NS tc qdisc replace dev lo root tbf rate "$rate" burst 1mb latency 100ms
 } | tee "$out/raw.txt"
 served_since() {  # LINE: bytes the registry served after line LINE of its log
   tail -n "+$(($1 + 1))" "$work/registry/log" | grep 'response completed' |
-    grep -o 'http.response.written=[0-9]*' | awk -F= '{s += $2} END {printf "%d", s}'
+    grep -o 'http.response.written=[0-9]*' | awk -F= '{s += $2} END {printf "%.0f", s}'
 }
 for wl in $workloads; do
   for row in $rows; do
@@ -228,7 +228,7 @@ for wl in $workloads; do
       t1=$(date +%s.%N)
       bytes=$(served_since "$mark")
       awk -v wl="$wl" -v row="$row" -v rep="$rep" -v t0="$t0" -v t1="$t1" -v b="$bytes" \
-        'BEGIN {printf "%s %s %d %.2f %d\n", wl, row, rep, t1 - t0, b}' | tee -a "$out/raw.txt"
+        'BEGIN {printf "%s %s %d %.2f %s\n", wl, row, rep, t1 - t0, b}' | tee -a "$out/raw.txt"
       cp "$node/stargz.log" "$out/stargz-$wl-$row-$rep.log" 2>/dev/null || true
     done
   done
