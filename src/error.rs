@@ -31,6 +31,16 @@ impl fmt::Display for Location {
 }
 
 impl Location {
+    /// The whole file at `path`, no line in it: for what is wrong with a file's content as
+    /// a whole (a field's value against something outside the file).
+    pub fn of_file(path: &std::path::Path) -> Location {
+        Location {
+            file: path.display().to_string(),
+            line: None,
+            column: None,
+        }
+    }
+
     /// The location as a lock (and so an image) records it: an absolute path, or one that
     /// climbs with `..`, is cut to its file name, so that a lock says nothing of the machine
     /// it was made on, and a file gives the same lock wherever it lies.

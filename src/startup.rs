@@ -80,7 +80,7 @@ impl StartupRecord {
         })?;
         let field = |f: &str, message: String| {
             Error::invalid(
-                at(None, None),
+                Location::of_file(path),
                 Some(f.into()),
                 message,
                 Some("take it again with `gpubake probe --record-startup FILE`".into()),
@@ -146,11 +146,7 @@ impl StartupRecord {
             return Ok(());
         }
         Err(Error::invalid(
-            Location {
-                file: at.display().to_string(),
-                line: None,
-                column: None,
-            },
+            Location::of_file(at),
             Some("torch".into()),
             format!(
                 "was recorded with torch {}, but the lock pins torch {locked}: its files and \

@@ -423,7 +423,7 @@ fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
         let blob = layout
             .join("blobs/sha256")
             .join(l.digest.trim_start_matches("sha256:"));
-        let toc = toc_digest(&layout, &l.digest);
+        let toc = common::toc::toc_digest(&layout, &l.digest);
         let fields = common::toc::check(&checker, &blob, &toc).unwrap();
         let landmark: u64 = common::toc::field(&fields, "prefetch").parse().unwrap();
         let logged = prefetched
@@ -439,28 +439,4 @@ fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
     let (landmark, logged) = of("nvidia");
     assert_eq!(landmark, 0);
     assert!(logged.is_none_or(|size| size == 0), "{prefetched:?}");
-}
-
-/// The TOC digest the manifest in `layout` gives the layer `digest`.
-fn toc_digest(layout: &Path, digest: &str) -> String {
-    let index: Value =
-        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
-    let blob = |d: &str| {
-        layout
-            .join("blobs/sha256")
-            .join(d.trim_start_matches("sha256:"))
-    };
-    let manifest: Value = serde_json::from_slice(
-        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
-    )
-    .unwrap();
-    manifest["layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["digest"] == digest)
-        .unwrap()["annotations"]["containerd.io/snapshot/stargz/toc.digest"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }

@@ -958,25 +958,8 @@ fn a_startup_record_lays_out_the_estargz_stack_layers() {
         let blob = layout
             .join("blobs/sha256")
             .join(l.digest.trim_start_matches("sha256:"));
-        let manifest: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(
-                layout
-                    .join("blobs/sha256")
-                    .join(report.manifest.trim_start_matches("sha256:")),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        let descriptor = manifest["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["digest"] == l.digest)
-            .unwrap();
-        let toc = descriptor["annotations"]["containerd.io/snapshot/stargz/toc.digest"]
-            .as_str()
-            .unwrap();
-        let fields = common::toc::check(&checker, &blob, toc).unwrap();
+        let toc = common::toc::toc_digest(&layout, &l.digest);
+        let fields = common::toc::check(&checker, &blob, &toc).unwrap();
         let regular: Vec<String> = common::toc::toc_of(&std::fs::read(&blob).unwrap())["entries"]
             .as_array()
             .unwrap()

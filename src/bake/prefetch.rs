@@ -62,11 +62,7 @@ pub fn check_held<V>(
         return Ok(());
     };
     Err(Error::invalid(
-        Location {
-            file: at.display().to_string(),
-            line: None,
-            column: None,
-        },
+        Location::of_file(at),
         Some(format!("files[{first}].path")),
         format!(
             "`{path}` is not installed by this image's Python stack{}: the record was taken \

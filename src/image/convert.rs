@@ -20,17 +20,8 @@ pub fn estargz_layers(
     config: &mut Value,
     use_cache: bool,
 ) -> Result<Vec<Descriptor>> {
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let mut layers = Vec::new();
-    let mut diff_ids = strings(&config["rootfs"]["diff_ids"]);
+    let mut diff_ids = super::model::strings(&config["rootfs"]["diff_ids"]);
     for (i, layer) in image.layers().iter().enumerate() {
         let already = layer
             .descriptor()

@@ -445,13 +445,7 @@ impl Transport {
         };
         let index = match (platform, &src) {
             (Some(_), _) => None,
-            (None, Transport::Registry(remote)) => {
-                let (layout, staging) = pull_store(remote, &self.to_string())?;
-                registry::open_index(remote, layout, true)?.map(|i| match staging {
-                    Some(s) => i.with_staging(s),
-                    None => i,
-                })
-            }
+            (None, Transport::Registry(remote)) => self.registry_index(remote)?,
             (None, _) => match self.open_index()? {
                 Some(index) => {
                     for image in index.images() {
@@ -491,13 +485,7 @@ impl Transport {
         let _lock = store.lock()?;
         let index = match (platform, &src) {
             (Some(_), _) => None,
-            (None, Transport::Registry(remote)) => {
-                let (layout, staging) = pull_store(remote, &self.to_string())?;
-                registry::open_index(remote, layout, true)?.map(|i| match staging {
-                    Some(s) => i.with_staging(s),
-                    None => i,
-                })
-            }
+            (None, Transport::Registry(remote)) => self.registry_index(remote)?,
             (None, _) => self.open_index()?,
         };
         if let Some(index) = index {
@@ -521,6 +509,18 @@ impl Transport {
         let converted = super::convert::estargz_image(&image, &store)?;
         dest.write(&converted, None)?;
         Ok(Copied::of(&converted))
+    }
+
+    /// The index the registry `remote` (this transport's) serves under its reference, checked
+    /// as its images stream into the blob cache; None for a plain image.
+    fn registry_index(&self, remote: &Remote) -> Result<Option<IndexImage>> {
+        let (layout, staging) = pull_store(remote, &self.to_string())?;
+        Ok(
+            registry::open_index(remote, layout, true)?.map(|i| match staging {
+                Some(s) => i.with_staging(s),
+                None => i,
+            }),
+        )
     }
 
     /// The registry image `remote` (this transport's) for `platform` as [`Transport::open_platform`]

@@ -59,3 +59,27 @@ pub fn toc_names(blob: &[u8]) -> Vec<(String, u64)> {
         })
         .collect()
 }
+
+/// The TOC digest the manifest in `layout` gives the layer `digest`.
+pub fn toc_digest(layout: &Path, digest: &str) -> String {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let blob = |d: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:"))
+    };
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["digest"] == digest)
+        .unwrap()["annotations"]["containerd.io/snapshot/stargz/toc.digest"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
