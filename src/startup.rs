@@ -266,6 +266,19 @@ mod tests {
     }
 
     #[test]
+    fn a_record_past_the_cap_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.json");
+        // A sparse file: its size, not its bytes, is what the cap must catch.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(MAX_BYTES + 1)
+            .unwrap();
+        let e = StartupRecord::read(&path).unwrap_err().to_string();
+        assert!(e.contains("huge.json") && e.contains("larger than"), "{e}");
+    }
+
+    #[test]
     fn a_record_of_another_torch_is_refused_naming_both() {
         let r = read_text(&record(FORMAT, &[file("site-packages/torch/version.py")])).unwrap();
         r.check_torch("2.11.0+cu130", Path::new("s.json")).unwrap();
