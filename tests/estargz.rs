@@ -273,6 +273,77 @@ fn tamper_stored_chunk(blob: &[u8], toc: &serde_json::Value, name: &str) -> Vec<
     out
 }
 
+/// A layer of many files has a TOC larger than the compressor's 1 MiB blocks (a Debian base:
+/// 3 MB). The snapshotter reads the TOC's gzip member alone, so the TOC is one member from
+/// both writers, and a TOC split across members is refused by gpubake's check as by Go's.
+#[test]
+fn a_toc_larger_than_a_block_is_one_member() {
+    let Some(checker) = checker() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let entries: Vec<Entry> = (0..12_000)
+        .map(|i| {
+            let body = format!("file {i}\n").into_bytes();
+            entry(
+                &format!("usr/share/doc/p{}/f{i}", i % 97),
+                0o644,
+                Source::Bytes(body),
+            )
+        })
+        .collect();
+    let spec = LayerSpec {
+        name: "many-files".into(),
+        created_by: "tests/estargz.rs".into(),
+        entries,
+        prefetch: None,
+    };
+    let layout = Layout::create(&dir.path().join("layout")).unwrap();
+    let built = build_layer(&layout, &spec, Compression::Estargz, 0, false).unwrap();
+    let blob = blob_of(&layout, &built);
+    let toc = annotation(&built, TOC_DIGEST);
+    let bytes = std::fs::read(&blob).unwrap();
+    let json = serde_json::to_vec(&toc_of(&bytes)).unwrap();
+    assert!(json.len() > 2 << 20, "a TOC of {} bytes", json.len());
+    check(&checker, &blob, toc).unwrap();
+    estargz::check_toc(&blob, toc).unwrap();
+
+    // The serial writer, which frames another tool's tar, on the same files.
+    let mut tar = tar::Builder::new(Vec::new());
+    for e in &spec.entries {
+        let Source::Bytes(body) = &e.source else {
+            unreachable!()
+        };
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(e.mode);
+        tar.append_data(&mut h, &e.path, &body[..]).unwrap();
+    }
+    let mut serial = Vec::new();
+    let converted = estargz::convert(&tar.into_inner().unwrap()[..], &mut serial).unwrap();
+    let path = dir.path().join("serial");
+    std::fs::write(&path, &serial).unwrap();
+    check(&checker, &path, converted.digest.as_str()).unwrap();
+
+    // The TOC's member cut in two: same bytes inflated, same offset and digest.
+    let at = estargz::toc_offset(&bytes[bytes.len() - FOOTER_SIZE..]).unwrap() as usize;
+    let mut inflated = Vec::new();
+    flate2::read::GzDecoder::new(&bytes[at..bytes.len() - FOOTER_SIZE])
+        .read_to_end(&mut inflated)
+        .unwrap();
+    let mut split = bytes[..at].to_vec();
+    for half in inflated.chunks(inflated.len() / 2 + 1) {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, half).unwrap();
+        split.extend(gz.finish().unwrap());
+    }
+    split.extend_from_slice(&bytes[bytes.len() - FOOTER_SIZE..]);
+    let path = dir.path().join("split");
+    std::fs::write(&path, &split).unwrap();
+    let go = check(&checker, &path, toc).expect_err("Go reads the TOC's member alone");
+    assert!(go.contains("error decoding TOC JSON"), "{go}");
+    let ours = estargz::check_toc(&path, toc).unwrap_err();
+    assert!(ours.contains("reads the TOC as one member"), "{ours}");
+}
+
 /// The framing takes any tar, not only gpubake's: hard links, extended attributes, devices
 /// and fifos from another tool's layer convert and read back.
 #[test]

@@ -24,6 +24,10 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::sync::mpsc;
 
+/// Names how layers are framed, for the layer cache: a record of an older framing hands back
+/// a blob the snapshotter may not read (before this, a TOC over 1 MiB spanned members).
+pub const FRAMING: &str = "; estargz TOC in one member";
+
 /// The descriptor annotation holding the TOC's digest.
 pub const TOC_DIGEST: &str = "containerd.io/snapshot/stargz/toc.digest";
 /// The descriptor annotation holding the inflated stream's length in bytes.
@@ -48,6 +52,10 @@ pub trait Members: Write {
     /// Ends the current gzip member; the receiver gets the blob offset at which the next
     /// one begins, once everything before it is written.
     fn cut(&mut self) -> io::Result<mpsc::Receiver<u64>>;
+    /// Writes `bytes` of the inflated stream as one gzip member of their own, however long:
+    /// the snapshotter reads the TOC's member alone (Go's gzip without multistream), so a
+    /// TOC split across members reads as cut short.
+    fn whole_member(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Appends bytes to the blob as they are: outside any member, and outside the inflated
     /// stream (the footer).
     fn append_raw(&mut self, bytes: Vec<u8>) -> io::Result<()>;
@@ -119,6 +127,12 @@ impl<W: Write> Members for Serial<W> {
         let (offset, at) = mpsc::sync_channel(1);
         offset.send(self.written).expect("the receiver is held");
         Ok(at)
+    }
+
+    fn whole_member(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.close_member()?;
+        self.member.extend_from_slice(bytes);
+        self.close_member()
     }
 
     fn append_raw(&mut self, bytes: Vec<u8>) -> io::Result<()> {
@@ -290,9 +304,8 @@ impl<M: Members> Writer<M> {
         .expect("a TOC serializes");
         let digest = Digest::of(&json);
         let toc = single_file(TOC_NAME, &json, true);
-        self.out.write_all(&toc)?;
+        self.out.whole_member(&toc)?;
         self.inflated += toc.len() as u64;
-        self.out.cut()?;
         let toc_offset = toc_at
             .recv()
             .map_err(|_| io::Error::other("the layer writer stopped"))?;
@@ -779,10 +792,20 @@ fn toc_json(blob: &std::path::Path) -> Result<(Vec<u8>, u64), String> {
     if name != TOC_NAME {
         return Err(format!("the entry at {at} is `{name}`, not {TOC_NAME}"));
     }
+    let size = entry.size();
     let mut json = Vec::new();
     entry
         .read_to_end(&mut json)
         .map_err(|e| format!("the TOC at {at}: {e}"))?;
+    // The member is read alone, as the snapshotter reads it: one that ends inside the
+    // entry is a TOC split across members, which the snapshotter cannot decode.
+    if (json.len() as u64) < size {
+        return Err(format!(
+            "the TOC's gzip member at {at} ends {} bytes into its {size}-byte entry: \
+             the snapshotter reads the TOC as one member",
+            json.len()
+        ));
+    }
     Ok((json, at))
 }
 

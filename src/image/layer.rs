@@ -397,8 +397,12 @@ const ENCODER: &str = "libdeflate-1 blocks of 1 MiB, stored random pieces; zstd-
 
 /// The record of a layer, under the layout's `.gpubake/`.
 fn record_name(key: &str, compression: Compression, epoch: u64) -> String {
+    let framing = match compression {
+        Compression::Estargz => super::estargz::FRAMING,
+        Compression::Gzip | Compression::Zstd => "",
+    };
     let full = hex::encode(Sha256::digest(format!(
-        "{key}\n{compression:?} {epoch}\n{ENCODER}"
+        "{key}\n{compression:?} {epoch}\n{ENCODER}{framing}"
     )));
     format!("layers/{full}.json")
 }
@@ -673,17 +677,7 @@ impl Encoder {
     fn send_block(&mut self) -> io::Result<()> {
         let block = Arc::new(std::mem::replace(&mut self.block, self.pool.take(BLOCK)));
         self.sent = true;
-        let hashing = self
-            .to_hasher
-            .as_ref()
-            .expect("not finished")
-            .send(block.clone());
-        if hashing.is_err() {
-            // The hasher cannot fail but by a panic; pass it on.
-            if let Some(Err(panic)) = self.hasher.take().map(thread::JoinHandle::join) {
-                std::panic::resume_unwind(panic);
-            }
-        }
+        self.hash(block.clone());
         let to_writer = self.to_writer.as_ref().expect("not finished");
         let sent = match &mut self.kind {
             Kind::Gzip { jobs, .. } => {
@@ -710,6 +704,17 @@ impl Encoder {
             Ok(())
         } else {
             Err(self.writer_error())
+        }
+    }
+
+    /// Hands bytes of the stream to the diff ID's hasher.
+    fn hash(&mut self, block: Block) {
+        let hashing = self.to_hasher.as_ref().expect("not finished").send(block);
+        if hashing.is_err() {
+            // The hasher cannot fail but by a panic; pass it on.
+            if let Some(Err(panic)) = self.hasher.take().map(thread::JoinHandle::join) {
+                std::panic::resume_unwind(panic);
+            }
         }
     }
 
@@ -844,6 +849,23 @@ impl super::estargz::Members for Encoder {
         let (asked, offset) = mpsc::sync_channel(1);
         self.send_to_writer(Chunk::Mark(asked))?;
         Ok(offset)
+    }
+
+    /// Compressed on this thread, as one member: the workers split a block where its bytes
+    /// turn random-looking, and blocks are at most [`BLOCK`] long.
+    fn whole_member(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if !self.block.is_empty() {
+            self.send_block()?;
+        }
+        self.sent = true;
+        self.hash(Arc::new(bytes.to_vec()));
+        let level = match self.kind {
+            Kind::Gzip { .. } => Compression::Estargz.level() as i32,
+            Kind::Zstd(_) => return Err(io::Error::other("an eStargz member in a zstd layer")),
+        };
+        let mut packed = Vec::new();
+        GzipBlocks::new(level).member(bytes, false, &mut packed);
+        self.send_to_writer(Chunk::Packed(packed))
     }
 
     fn append_raw(&mut self, bytes: Vec<u8>) -> io::Result<()> {
