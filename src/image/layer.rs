@@ -707,6 +707,14 @@ impl Encoder {
         }
     }
 
+    /// Sends the block filled so far, so that what follows starts a gzip member of its own.
+    fn end_block(&mut self) -> io::Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        self.send_block()
+    }
+
     /// Hands bytes of the stream to the diff ID's hasher.
     fn hash(&mut self, block: Block) {
         let hashing = self.to_hasher.as_ref().expect("not finished").send(block);
@@ -843,9 +851,7 @@ impl Write for Encoder {
 
 impl super::estargz::Members for Encoder {
     fn cut(&mut self) -> io::Result<mpsc::Receiver<u64>> {
-        if !self.block.is_empty() {
-            self.send_block()?;
-        }
+        self.end_block()?;
         let (asked, offset) = mpsc::sync_channel(1);
         self.send_to_writer(Chunk::Mark(asked))?;
         Ok(offset)
@@ -854,9 +860,7 @@ impl super::estargz::Members for Encoder {
     /// Compressed on this thread, as one member: the workers split a block where its bytes
     /// turn random-looking, and blocks are at most [`BLOCK`] long.
     fn whole_member(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if !self.block.is_empty() {
-            self.send_block()?;
-        }
+        self.end_block()?;
         self.sent = true;
         self.hash(Arc::new(bytes.to_vec()));
         let level = match self.kind {
@@ -869,9 +873,7 @@ impl super::estargz::Members for Encoder {
     }
 
     fn append_raw(&mut self, bytes: Vec<u8>) -> io::Result<()> {
-        if !self.block.is_empty() {
-            self.send_block()?;
-        }
+        self.end_block()?;
         self.sent = true;
         self.send_to_writer(Chunk::Packed(bytes))
     }
