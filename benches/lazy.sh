@@ -8,6 +8,7 @@
 #   D   eStargz laid out by the image's own start-up record (build --startup-record)
 #   Dw  as D, with every recorded file prefetched whole (the record with read = size)
 #   E   C as `ctr-remote image optimize` rewrites it, running W1 in the image
+#   Z   A as `ctr-remote image convert --zstdchunked` rewrites it: zstd:chunked, no prefetch
 # and each workload:
 #   W1  python3 -c "import torch"
 #   W3  W1, then every file of the image read
@@ -19,7 +20,7 @@
 # registry's log says it served. Prints one line per repetition and a table of medians with
 # the spread; the raw lines, the logs and the snapshotter's config go to OUTDIR.
 # usage: benches/lazy.sh BINARY OUTDIR [RATE [REPS [ROWS [WORKLOADS]]]]
-#        defaults: 1gbit 3 "A B C D Dw E" "W1 W3"; WORK=DIR keeps the images between runs,
+#        defaults: 1gbit 3 "A B C D Dw E Z" "W1 W3"; WORK=DIR keeps the images between runs,
 #        BUILD_ONLY=1 builds them and stops.
 # Needs root, /dev/fuse, containerd, ctr, ctr-remote, runc, docker-registry, tc, Go with the
 # snapshotter's library source, and the Docker Engine (to record the start-up in the image).
@@ -28,7 +29,7 @@ bin=$(realpath "$1")
 out=$(realpath -m "$2")
 rate=${3:-1gbit}
 reps=${4:-3}
-rows=${5:-A B C D Dw E}
+rows=${5:-A B C D Dw E Z}
 workloads=${6:-W1 W3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(realpath -m "${WORK:-$root/target/bench-lazy}")
@@ -37,6 +38,13 @@ ns=gpubake-lazy
 # NO_BACKGROUND_FETCH=1: the snapshotter fetches only what is read (and the prefetch).
 background=
 [ "${NO_BACKGROUND_FETCH:-}" = 1 ] && background=-no-background-fetch
+# SNAPSHOTTER_CONFIG=FILE: the snapshotter's config.toml, as a node's containerd-stargz-grpc
+# reads it; without it, the service's defaults.
+snapshotter_config=()
+[ -n "${SNAPSHOTTER_CONFIG:-}" ] && snapshotter_config=(-config "$(realpath "$SNAPSHOTTER_CONFIG")")
+# CPU_PROFILE=1: the snapshotter writes where it spent its CPU in each repetition, for
+# `go tool pprof` (OUTDIR/stargz-WORKLOAD-ROW-REP.pprof).
+[ "${CPU_PROFILE:-}" = 1 ] && snapshotter_config+=(-cpuprofile "$work/node/stargz.pprof")
 NS="nsenter --net=/run/netns/$ns"
 python=/opt/gpubake/venv/bin/python3
 declare -A workload=(
@@ -136,7 +144,7 @@ registry_pid=$!
 for _ in $(seq 100); do $NS curl -sf http://127.0.0.1:5000/v2/ >/dev/null && break; sleep 0.1; done
 ref() { echo "127.0.0.1:5000/gpubake/lazy:$1"; }
 for row in $rows; do
-  [ "$row" = E ] && continue
+  case $row in E | Z) continue ;; esac
   say "pushing $row"
   $NS "$bin" copy "oci:$work/img:$row" "docker://$(ref "$row")" >/dev/null
 done
@@ -162,7 +170,7 @@ state = "$node/containerd-state"
 EOF
   if [ "$1" = 1 ]; then
     # shellcheck disable=SC2086 # $background is one flag or none
-    $NS "$daemon" -address "$node/run/stargz.sock" -root "$node/stargz-root" $background \
+    $NS "$daemon" -address "$node/run/stargz.sock" -root "$node/stargz-root" $background "${snapshotter_config[@]}" \
       >>"$node/stargz.log" 2>&1 &
     stargz_pid=$!
     for _ in $(seq 100); do [ -S "$node/run/stargz.sock" ] && break; sleep 0.1; done
@@ -170,6 +178,10 @@ EOF
   $NS containerd --config "$node/containerd.toml" >>"$node/containerd.log" 2>&1 &
   containerd_pid=$!
   for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
+}
+cpu_seconds() {  # PID: the user and system CPU time it has used so far
+  if [ -z "$1" ] || [ ! -r "/proc/$1/stat" ]; then echo 0 && return; fi
+  awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.1f", ($12 + $13) / hz}' "/proc/$1/stat"
 }
 stop_node() {
   [ -n "${stargz_pid:-}" ] && { kill -INT "$stargz_pid"; wait "$stargz_pid"; } 2>/dev/null || true
@@ -181,40 +193,48 @@ stop_node() {
 ctr_() { $NS ctr --address "$node/run/containerd.sock" -n bench "$@"; }
 ctr_remote() { $NS ctr-remote --address "$node/run/containerd.sock" -n bench "$@"; }
 
-# E: ctr-remote's own optimiser, which runs W1 in the image and puts what it read first. It
-# takes a quarter of an hour here (gzip level 9 on 2 cores), so an E already in the registry
-# is kept. The image goes out by `ctr image export` and `gpubake copy`, which checks every
-# blob it moves: `ctr image push` of it failed once with "unexpected EOF" and named nothing.
-if needs E; then
+# Rows the snapshotter's own tool writes from a row gpubake pushed: E, ctr-remote's optimiser,
+# which runs W1 in the image and puts what it read first (a quarter of an hour here: gzip
+# level 9 on 2 cores), and Z, its zstd:chunked converter. A row already in the registry is
+# kept. The image goes out by `ctr image export` and `gpubake copy`, which checks every blob
+# it moves: `ctr image push` of it failed once with "unexpected EOF" and named nothing.
+ctr_remote_row() {  # ROW SOURCE-ROW CTR-REMOTE-ARGS...: ROW made by ctr-remote from SOURCE-ROW
+  local row=$1 source=$2
+  shift 2
+  needs "$row" || return 0
   if $NS curl -sf -o /dev/null -H "Accept: application/vnd.oci.image.manifest.v1+json" \
-    "http://127.0.0.1:5000/v2/gpubake/lazy/manifests/E"; then
-    say "E: already in the registry"
-  else
-    say "optimizing C with ctr-remote"
-    start_node 0
-    rm -rf "$work/E" "$work/E.tar"
-    if ctr_ image pull --plain-http "$(ref C)" >"$work/optimize.log" 2>&1 &&
-      ctr_remote image optimize --oci --entrypoint "[\"$python\"]" --args '["-c","import torch"]' \
-        "$(ref C)" "$(ref E)" >>"$work/optimize.log" 2>&1 &&
-      ctr_ image export "$work/E.tar" "$(ref E)" >>"$work/optimize.log" 2>&1 &&
-      mkdir "$work/E" && tar -xf "$work/E.tar" -C "$work/E" &&
-      $NS "$bin" copy "oci:$work/E" "docker://$(ref E)" >>"$work/optimize.log" 2>&1; then
-      :
-    else
-      say "E: ctr-remote image optimize or its push failed (see $work/optimize.log); row E left out"
-      rows=${rows/E/}
-    fi
-    rm -f "$work/E.tar"
-    stop_node
+    "http://127.0.0.1:5000/v2/gpubake/lazy/manifests/$row"; then
+    say "$row: already in the registry"
+    return 0
   fi
-fi
+  say "$row: ctr-remote $* of $source"
+  $NS "$bin" copy "oci:$work/img:$source" "docker://$(ref "$source")" >/dev/null
+  start_node 0
+  rm -rf "${work:?}/$row"
+  if ctr_ image pull --plain-http "$(ref "$source")" >"$work/ctr-remote-$row.log" 2>&1 &&
+    ctr_remote "$@" "$(ref "$source")" "$(ref "$row")" >>"$work/ctr-remote-$row.log" 2>&1 &&
+    mkdir "$work/$row" &&
+    ctr_ image export - "$(ref "$row")" 2>>"$work/ctr-remote-$row.log" | tar -xf - -C "$work/$row" &&
+    $NS "$bin" copy "oci:$work/$row" "docker://$(ref "$row")" >>"$work/ctr-remote-$row.log" 2>&1; then
+    :
+  else
+    say "$row: ctr-remote or the push failed (see $work/ctr-remote-$row.log); row $row left out"
+    rows=${rows/$row/}
+  fi
+  rm -rf "${work:?}/$row"
+  stop_node
+}
+ctr_remote_row E C image optimize --oci --entrypoint "[\"$python\"]" --args '["-c","import torch"]'
+ctr_remote_row Z A image convert --zstdchunked --oci
 
 # --- the measurements -----------------------------------------------------------------------
 $NS tc qdisc replace dev lo root tbf rate "$rate" burst 1mb latency 100ms
 {
   echo "# $(date -u +%FT%TZ) rate $rate, $reps repetitions, $(nproc) cores, $(uname -r)"
-  echo "# $("$bin" --version); containerd $(containerd --version | awk '{print $3}'); snapshotter: service defaults, prefetch timeout 10 s, background fetch ${background:-on}"
+  echo "# $("$bin" --version); containerd $(containerd --version | awk '{print $3}'); snapshotter: ${SNAPSHOTTER_CONFIG:-service defaults (prefetch timeout 10 s)}, background fetch ${background:-on}"
+  echo "# workload row rep seconds bytes-served pull-seconds snapshotter-cpu-s containerd-cpu-s"
 } | tee "$out/raw.txt"
+[ -n "${SNAPSHOTTER_CONFIG:-}" ] && cp "$SNAPSHOTTER_CONFIG" "$out/snapshotter.toml"
 served_since() {  # LINE: bytes the registry served after line LINE of its log
   tail -n "+$(($1 + 1))" "$work/registry/log" | grep 'response completed' |
     grep -o 'http.response.written=[0-9]*' | awk -F= '{s += $2} END {printf "%.0f", s}'
@@ -222,7 +242,7 @@ served_since() {  # LINE: bytes the registry served after line LINE of its log
 for wl in $workloads; do
   for row in $rows; do
     lazy=0
-    case $row in C | D | Dw | E) lazy=1 ;; esac
+    case $row in C | D | Dw | E | Z) lazy=1 ;; esac
     for rep in $(seq "$reps"); do
       stop_node
       sync
@@ -230,17 +250,28 @@ for wl in $workloads; do
       start_node "$lazy"
       mark=$(wc -l <"$work/registry/log")
       t0=$(date +%s.%N)
+      # The pull's end splits the time: a lazy pull returns once the layers are resolved, and
+      # the first container waits for their prefetch.
       if [ "$lazy" = 1 ]; then
         ctr_remote image rpull --plain-http "$(ref "$row")" >/dev/null
+        tp=$(date +%s.%N)
         ctr_ run --rm --snapshotter stargz "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
       else
         ctr_ image pull --plain-http "$(ref "$row")" >/dev/null
+        tp=$(date +%s.%N)
         ctr_ run --rm "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
       fi
       t1=$(date +%s.%N)
       bytes=$(served_since "$mark")
-      awk -v wl="$wl" -v row="$row" -v rep="$rep" -v t0="$t0" -v t1="$t1" -v b="$bytes" \
-        'BEGIN {printf "%s %s %d %.2f %s\n", wl, row, rep, t1 - t0, b}' | tee -a "$out/raw.txt"
+      awk -v wl="$wl" -v row="$row" -v rep="$rep" -v t0="$t0" -v tp="$tp" -v t1="$t1" -v b="$bytes" \
+        -v sc="$(cpu_seconds "${stargz_pid:-}")" -v cc="$(cpu_seconds "$containerd_pid")" \
+        'BEGIN {printf "%s %s %d %.2f %s %.2f %s %s\n", wl, row, rep, t1 - t0, b, tp - t0, sc, cc}' |
+        tee -a "$out/raw.txt"
+      if [ "${CPU_PROFILE:-}" = 1 ] && [ -n "${stargz_pid:-}" ]; then
+        kill -INT "$stargz_pid" && wait "$stargz_pid" || true
+        stargz_pid=''
+        cp "$node/stargz.pprof" "$out/stargz-$wl-$row-$rep.pprof"
+      fi
       cp "$node/stargz.log" "$out/stargz-$wl-$row-$rep.log" 2>/dev/null || true
     done
   done
@@ -253,15 +284,17 @@ rows = {}
 for line in open(sys.argv[1]):
     if line.startswith("#"):
         continue
-    wl, row, _, s, b = line.split()
-    rows.setdefault((wl, row), []).append((float(s), int(b)))
+    wl, row, _, s, b, *split = line.split()
+    rows.setdefault((wl, row), []).append((float(s), int(b), *map(float, split)))
 base = {wl: statistics.median(s for s, _ in v) for (wl, row), v in rows.items() if row == "A"}
-print("| workload | row | median s | min–max s | × A | MB served (median) |")
-print("|---|---|---|---|---|---|")
+print("| workload | row | median s | min–max s | × A | MB served | pull s | snapshotter CPU s | containerd CPU s |")
+print("|---|---|---|---|---|---|---|---|---|")
 for (wl, row), v in rows.items():
-    s = [x for x, _ in v]
+    s = [x[0] for x in v]
     m = statistics.median(s)
     ratio = f"{m / base[wl]:.2f}" if wl in base else "–"
-    mb = statistics.median(b for _, b in v) / 1e6
-    print(f"| {wl} | {row} | {m:.1f} | {min(s):.1f}–{max(s):.1f} | {ratio} | {mb:,.0f} |")
+    mb = statistics.median(x[1] for x in v) / 1e6
+    # Lines of runs before the split was recorded have none: a dash.
+    split = [f"{statistics.median(x[i] for x in v):.1f}" if all(len(x) > i for x in v) else "–" for i in (2, 3, 4)]
+    print(f"| {wl} | {row} | {m:.1f} | {min(s):.1f}–{max(s):.1f} | {ratio} | {mb:,.0f} | {' | '.join(split)} |")
 PY
