@@ -41,7 +41,7 @@ background=
 # SNAPSHOTTER_CONFIG=FILE: the snapshotter's config.toml, as a node's containerd-stargz-grpc
 # reads it; without it, the service's defaults.
 snapshotter_config=()
-[ -n "${SNAPSHOTTER_CONFIG:-}" ] && snapshotter_config=(-config "$(realpath "$SNAPSHOTTER_CONFIG")")
+[ -n "${SNAPSHOTTER_CONFIG:-}" ] && snapshotter_config=(-config "$(realpath -e "$SNAPSHOTTER_CONFIG")")
 # CPU_PROFILE=1: the snapshotter writes where it spent its CPU in each repetition, for
 # `go tool pprof` (OUTDIR/stargz-WORKLOAD-ROW-REP.pprof).
 [ "${CPU_PROFILE:-}" = 1 ] && snapshotter_config+=(-cpuprofile "$work/node/stargz.pprof")
@@ -286,7 +286,7 @@ for line in open(sys.argv[1]):
         continue
     wl, row, _, s, b, *split = line.split()
     rows.setdefault((wl, row), []).append((float(s), int(b), *map(float, split)))
-base = {wl: statistics.median(s for s, _ in v) for (wl, row), v in rows.items() if row == "A"}
+base = {wl: statistics.median(x[0] for x in v) for (wl, row), v in rows.items() if row == "A"}
 print("| workload | row | median s | min–max s | × A | MB served | pull s | snapshotter CPU s | containerd CPU s |")
 print("|---|---|---|---|---|---|---|---|---|")
 for (wl, row), v in rows.items():
