@@ -109,14 +109,18 @@ impl Node {
             ),
         )
         .unwrap();
+        // On-demand reads only: what the registry serves is what the job read. Said in the
+        // snapshotter's config.toml, as a node says it.
+        let stargz_config = dir.join("stargz.toml");
+        std::fs::write(&stargz_config, "no_background_fetch = true\n").unwrap();
         let stargz = spawn(
             Command::new(daemon)
                 .arg("-address")
                 .arg(dir.join("run/stargz.sock"))
                 .arg("-root")
                 .arg(dir.join("stargz-root"))
-                // On-demand reads only: what the registry serves is what the job read.
-                .arg("-no-background-fetch"),
+                .arg("-config")
+                .arg(&stargz_config),
             &dir.join("stargz.log"),
             "INT",
         );
@@ -241,6 +245,46 @@ fn gpubake(args: &[&str]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// The snapshotter's daemon refuses a config.toml it cannot take whole, naming the file and
+/// the key: a misspelt key would otherwise leave the default in place unnoticed.
+#[test]
+fn the_snapshotter_refuses_a_config_with_an_unknown_key_or_a_bad_value() {
+    let Some(daemon) = common::go::build("stargz-daemon", &["service/resolver/cri.go"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (text, said) in [
+        (
+            "[blob]\nchunk_sise = 4194304\n",
+            "unknown keys [blob.chunk_sise]",
+        ),
+        ("[blob]\nchunk_size = \"big\"\n", "incompatible types"),
+        ("[blob\n", "cannot read"),
+    ] {
+        let config = dir.path().join("stargz.toml");
+        std::fs::write(&config, text).unwrap();
+        let out = Command::new(&daemon)
+            .arg("-address")
+            .arg(dir.path().join("stargz.sock"))
+            .arg("-root")
+            .arg(dir.path().join("root"))
+            .arg("-config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text:?} was taken: {stderr}");
+        assert!(
+            stderr.contains(said) && stderr.contains(config.to_str().unwrap()),
+            "{text:?}: {stderr}"
+        );
+        assert!(
+            !dir.path().join("stargz.sock").exists(),
+            "{text:?}: it served"
+        );
+    }
 }
 
 #[test]
