@@ -14,8 +14,9 @@
 //! Printed: median wall seconds, throughput on the uncompressed bytes, the median of the
 //! per-pair ratios to the peer, CPU seconds (user + system, this process's own for gpubake
 //! and the waited-for children's for the peer), and blob sizes. `GPUBAKE_BENCH_RUNS` sets the
-//! number of runs of each side (default 3), `GPUBAKE_BENCH_ONLY=gzip|zstd` runs one of them,
-//! and `GPUBAKE_BENCH_ONE=gzip|zstd` writes one gpubake layer, prints its time and exits.
+//! number of runs of each side (default 3), `GPUBAKE_BENCH_ONLY=gzip|zstd|estargz|zstd:chunked`
+//! runs one, and `GPUBAKE_BENCH_ONE=gzip|zstd` writes one gpubake layer, prints its time and
+//! exits.
 //!
 //! Needs umoci, tar and zstd on PATH.
 
@@ -270,6 +271,7 @@ fn main() {
         ("gzip", Compression::Gzip),
         ("zstd", Compression::Zstd),
         ("estargz", Compression::Estargz),
+        ("zstd:chunked", Compression::ZstdChunked),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -280,6 +282,8 @@ fn main() {
             // No peer writes eStargz from a directory; plain gzip is what its framing costs
             // against.
             Compression::Estargz => "umoci insert (plain gzip)".to_string(),
+            // Nor zstd:chunked: against plain zstd.
+            Compression::ZstdChunked => format!("tar | zstd -3 -T{threads} (plain zstd)"),
         };
         let mut ours = Vec::new();
         let mut peer = Vec::new();
@@ -288,7 +292,7 @@ fn main() {
             let pair = |ours: &mut Vec<Run>, peer: &mut Vec<Run>| {
                 let p = || match compression {
                     Compression::Gzip | Compression::Estargz => umoci(&tree, &work),
-                    Compression::Zstd => zstd_cli(&tree, &work, threads),
+                    Compression::Zstd | Compression::ZstdChunked => zstd_cli(&tree, &work, threads),
                 };
                 if i % 2 == 0 {
                     ours.push(gpubake(&tree, &work, compression));

@@ -9,6 +9,8 @@
 #   Dw  as D, with every recorded file prefetched whole (the record with read = size)
 #   E   C as `ctr-remote image optimize` rewrites it, running W1 in the image
 #   Z   A as `ctr-remote image convert --zstdchunked` rewrites it: zstd:chunked, no prefetch
+#   Cz  zstd:chunked as gpubake writes it, no prefetch (build --compression zstd:chunked)
+#   Dz  Cz laid out by the image's own start-up record, as D
 # and each workload:
 #   W1  python3 -c "import torch"
 #   W3  W1, then every file of the image read
@@ -20,7 +22,7 @@
 # registry's log says it served. Prints one line per repetition and a table of medians with
 # the spread; the raw lines, the logs and the snapshotter's config go to OUTDIR.
 # usage: benches/lazy.sh BINARY OUTDIR [RATE [REPS [ROWS [WORKLOADS]]]]
-#        defaults: 1gbit 3 "A B C D Dw E Z" "W1 W3"; WORK=DIR keeps the images between runs,
+#        defaults: 1gbit 3 "A B C D Dw E Z Cz Dz" "W1 W3"; WORK=DIR keeps the images between runs,
 #        BUILD_ONLY=1 builds them and stops.
 # Needs root, /dev/fuse, containerd, ctr, ctr-remote, runc, docker-registry, tc, Go with the
 # snapshotter's library source, and the Docker Engine (to record the start-up in the image).
@@ -29,7 +31,7 @@ bin=$(realpath "$1")
 out=$(realpath -m "$2")
 rate=${3:-1gbit}
 reps=${4:-3}
-rows=${5:-A B C D Dw E Z}
+rows=${5:-A B C D Dw E Z Cz Dz}
 workloads=${6:-W1 W3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(realpath -m "${WORK:-$root/target/bench-lazy}")
@@ -89,7 +91,8 @@ needs() { case " $rows " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 build A
 needs B && build B --compression zstd
 needs C || needs E && build C --compression estargz
-if needs D || needs Dw; then
+needs Cz && build Cz --compression zstd:chunked
+if needs D || needs Dw || needs Dz; then
   if [ ! -s "$work/startup.json" ]; then
     # The start-up recorded where the job runs: in the image, by its own probe (no GPU here,
     # so the import alone).
@@ -110,6 +113,7 @@ json.dump(r, open(sys.argv[2], "w"), indent=1)
 PY
   needs D && build D --compression estargz --startup-record "$work/startup.json"
   needs Dw && build Dw --compression estargz --startup-record "$work/startup-whole.json"
+  needs Dz && build Dz --compression zstd:chunked --startup-record "$work/startup.json"
 fi
 
 [ "${BUILD_ONLY:-}" = 1 ] && exit 0
@@ -242,7 +246,7 @@ served_since() {  # LINE: bytes the registry served after line LINE of its log
 for wl in $workloads; do
   for row in $rows; do
     lazy=0
-    case $row in C | D | Dw | E | Z) lazy=1 ;; esac
+    case $row in C | D | Dw | E | Z | Cz | Dz) lazy=1 ;; esac
     for rep in $(seq "$reps"); do
       stop_node
       sync

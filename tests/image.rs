@@ -494,7 +494,7 @@ fn an_estargz_image_unpacks_as_gzip_and_verify_checks_its_tocs() {
     assert_exit(&verified, 0);
     let text = stdout(&verified);
     for i in 1..=3 {
-        assert!(text.contains(&format!("ok   layer {i} eStargz")), "{text}");
+        assert!(text.contains(&format!("ok   layer {i} TOC")), "{text}");
     }
     // The base's gzip blob is not left in the layout beside its eStargz form.
     let base_layer = report["layers"][0]["digest"].as_str().unwrap();
@@ -529,10 +529,82 @@ fn an_estargz_image_unpacks_as_gzip_and_verify_checks_its_tocs() {
     assert_exit(&out, 1);
     let text = stdout(&out);
     assert!(
-        text.contains("FAIL layer 3 eStargz") && text.contains("the descriptor says sha256:000"),
+        text.contains("FAIL layer 3 TOC") && text.contains("the descriptor says sha256:000"),
         "{text}"
     );
     assert_eq!(report["layers"].as_array().unwrap().len(), 3);
+}
+
+/// `--compression zstd:chunked`: every layer zstd with the TOC's annotations and the two
+/// containers/storage reads; `inspect` names the compression and reads each layer's TOC for
+/// its prefetch; verify reads each TOC back and fails a layer whose descriptor names another.
+#[test]
+fn a_zstd_chunked_image_carries_its_tocs_and_verify_checks_them() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let layout = dir.path().join("out");
+    build(
+        &recipe,
+        &oci(&layout, "v1"),
+        &["--compression", "zstd:chunked"],
+    );
+    let raw: Value = serde_json::from_str(&run(Command::new("skopeo")
+        .args(["inspect", "--raw"])
+        .arg(oci(&layout, "v1"))))
+    .unwrap();
+    let layers = raw["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 3);
+    for layer in layers {
+        assert_eq!(
+            layer["mediaType"],
+            "application/vnd.oci.image.layer.v1.tar+zstd"
+        );
+        let a = &layer["annotations"];
+        for key in [
+            "containerd.io/snapshot/stargz/toc.digest",
+            "io.containers.estargz.uncompressed-size",
+            "io.containers.zstd-chunked.manifest-checksum",
+            "io.containers.zstd-chunked.manifest-position",
+        ] {
+            assert!(a[key].as_str().is_some(), "{key}: {raw}");
+        }
+    }
+    let out = gpubake(&["inspect", &oci(&layout, "v1"), "--json"]);
+    assert_exit(&out, 0);
+    let info: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    for l in info["layers"].as_array().unwrap() {
+        assert_eq!(l["compression"], "zstd:chunked", "{l}");
+        // No record: each layer leads with the no-prefetch landmark.
+        assert_eq!(l["prefetch"]["bytes"], 0, "{l}");
+    }
+    let verified = gpubake(&["verify", &oci(&layout, "v1")]);
+    assert_exit(&verified, 0);
+    let text = stdout(&verified);
+    for i in 1..=3 {
+        assert!(text.contains(&format!("ok   layer {i} TOC")), "{text}");
+    }
+
+    let index_path = layout.join("index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let mut manifest = raw.clone();
+    manifest["layers"][1]["annotations"]["containerd.io/snapshot/stargz/toc.digest"] =
+        format!("sha256:{}", "0".repeat(64)).into();
+    let bytes = serde_json::to_vec(&manifest).unwrap();
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    std::fs::write(layout.join("blobs/sha256").join(&digest), &bytes).unwrap();
+    index["manifests"][0]["digest"] = format!("sha256:{digest}").into();
+    index["manifests"][0]["size"] = bytes.len().into();
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    let out = gpubake(&["verify", &oci(&layout, "v1")]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("FAIL layer 2 TOC") && text.contains("the descriptor says sha256:000"),
+        "{text}"
+    );
 }
 
 #[test]

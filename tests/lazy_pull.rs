@@ -374,10 +374,11 @@ fn an_estargz_image_is_pulled_lazily_and_a_wrong_toc_falls_back_to_a_full_pull()
     );
 }
 
-/// An image laid out by a start-up record (`build --startup-record`): the snapshotter
-/// prefetches each recorded layer up to its `.prefetch.landmark`, exactly the landmark's
-/// offset by its own log, before the container imports what the record names; a layer
-/// the record does not touch is prefetched not at all.
+/// An image laid out by a start-up record (`build --startup-record`), as eStargz and as
+/// zstd:chunked: the snapshotter mounts every layer remotely and prefetches each recorded
+/// layer up to its `.prefetch.landmark`, exactly the landmark's offset by its own log,
+/// before the container imports what the record names; a layer the record does not touch
+/// is prefetched not at all.
 #[test]
 fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
     use gpubake::startup::{FORMAT, FileRead, StartupRecord};
@@ -423,26 +424,41 @@ fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
             read("tqdm/version.py"),
         ],
     };
-    let layout = d.join("layout");
-    let mut opts = common::stack::build_options(
-        &format!("oci:{}:bookworm", base.display()),
-        &format!("oci:{}:v1", layout.display()),
-        Some(closure),
-    );
-    opts.compression = gpubake::image::Compression::Estargz;
-    opts.startup = Some((d.join("startup.json"), record));
-    let report = gpubake::bake::build(&loaded, &resolved, &opts).unwrap();
     let registry = local_registry::local_registry_logging(d, "info");
-    let image = format!("{}/gpubake/lazy-stack:v1", registry.1);
-    gpubake(&[
-        "copy",
-        &format!("oci:{}:v1", layout.display()),
-        &format!("docker://{image}"),
-    ]);
+    for compression in [
+        gpubake::image::Compression::Estargz,
+        gpubake::image::Compression::ZstdChunked,
+    ] {
+        let name = compression.name().replace(':', "-");
+        let layout = d.join(format!("layout-{name}"));
+        let mut opts = common::stack::build_options(
+            &format!("oci:{}:bookworm", base.display()),
+            &format!("oci:{}:v1", layout.display()),
+            Some(closure.clone()),
+        );
+        opts.compression = compression;
+        opts.startup = Some((d.join("startup.json"), record.clone()));
+        let report = gpubake::bake::build(&loaded, &resolved, &opts).unwrap();
+        let image = format!("{}/gpubake/lazy-stack:{name}", registry.1);
+        gpubake(&[
+            "copy",
+            &format!("oci:{}:v1", layout.display()),
+            &format!("docker://{image}"),
+        ]);
+        let node = Node::start(&d.join(format!("node-{name}")), &daemon);
+        prefetched_to_the_landmark(&node, &image, &layout, &report, &checker);
+    }
+}
 
-    let node = Node::start(&d.join("node"), &daemon);
+fn prefetched_to_the_landmark(
+    node: &Node,
+    image: &str,
+    layout: &Path,
+    report: &gpubake::bake::BuildReport,
+    checker: &Path,
+) {
     let out = node.pull_and_run(
-        &image,
+        image,
         &[
             "/opt/gpubake/venv/bin/python3",
             "-c",
@@ -450,6 +466,13 @@ fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
         ],
     );
     assert_eq!(out.trim(), "4.67.1");
+    // Every layer, the base's rewritten ones too, mounted remotely.
+    let verdicts = node.verdicts();
+    assert_eq!(
+        verdicts.iter().filter(|(said, _)| said == "true").count(),
+        report.layers.len(),
+        "{verdicts:?}"
+    );
     // Each layer's prefetch, as the snapshotter logged it once the prefetch ended.
     let prefetched: Vec<(String, u64)> = node
         .log()
@@ -467,8 +490,8 @@ fn a_recorded_start_up_is_prefetched_up_to_the_landmark() {
         let blob = layout
             .join("blobs/sha256")
             .join(l.digest.trim_start_matches("sha256:"));
-        let toc = common::toc::toc_digest(&layout, &l.digest);
-        let fields = common::toc::check(&checker, &blob, &toc).unwrap();
+        let toc = common::toc::toc_digest(layout, &l.digest);
+        let fields = common::toc::check(checker, &blob, &toc).unwrap();
         let landmark: u64 = common::toc::field(&fields, "prefetch").parse().unwrap();
         let logged = prefetched
             .iter()

@@ -146,7 +146,7 @@ pub struct BuildOptions {
     /// Read the base's dpkg packages for the SBOM ([`BuildReport::base_packages`]); off,
     /// the base's layers are not read for them.
     pub base_packages: bool,
-    /// The record of a job's start-up that orders eStargz layers (see
+    /// The record of a job's start-up that orders eStargz and zstd:chunked layers (see
     /// [`super::prefetch`]), with the file it was read from.
     pub startup: Option<(std::path::PathBuf, crate::startup::StartupRecord)>,
 }
@@ -802,9 +802,9 @@ fn build_platform(
             }
         }
     }
-    // Base layers rewritten as eStargz are read from the base itself; their gzip copies
-    // would sit in the destination unreferenced.
-    let rewrite_base = opts.compression == Compression::Estargz && engine.is_none();
+    // Base layers rewritten as eStargz or zstd:chunked are read from the base itself; their
+    // plain copies would sit in the destination unreferenced.
+    let rewrite_base = opts.compression.toc().is_some() && engine.is_none();
     import(&base, store, base_ref, !rewrite_base)?;
     if let Some(engine) = engine {
         let diff_ids = base_diff_ids(&config, base.manifest().layers().len())
@@ -817,7 +817,13 @@ fn build_platform(
         }
     }
     let base_layers = if rewrite_base {
-        crate::image::convert::estargz_layers(&base, store, &mut config, !opts.no_cache)?
+        crate::image::convert::lazy_layers(
+            &base,
+            store,
+            opts.compression,
+            &mut config,
+            !opts.no_cache,
+        )?
     } else {
         base.manifest().layers().clone()
     };

@@ -27,14 +27,15 @@ pub struct LayerInfo {
     pub size: u64,
     /// Media type.
     pub media_type: String,
-    /// How it is compressed: `gzip`, `zstd`, `estargz` (gzip with a table of contents, for
-    /// lazy pulls), `none`, or the media type itself when it is none of those.
+    /// How it is compressed: `gzip`, `zstd`, `estargz` or `zstd:chunked` (with a table of
+    /// contents, for lazy pulls), `none`, or the media type itself when it is none of those.
     pub compression: String,
-    /// For an eStargz layer, its TOC's digest, as the descriptor gives it.
+    /// For an eStargz or zstd:chunked layer, its TOC's digest, as the descriptor gives it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub toc_digest: Option<String>,
-    /// For an eStargz layer whose blob is at hand, what the stargz snapshotter prefetches of
-    /// it before the container starts (its landmark's offset), and how many files that holds.
+    /// For an eStargz or zstd:chunked layer whose blob is at hand, what the stargz
+    /// snapshotter prefetches of it before the container starts (its landmark's offset), and
+    /// how many files that holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<crate::image::estargz::PrefetchSize>,
     /// What made it, from the history.
@@ -89,10 +90,11 @@ pub struct SignatureCheck {
 }
 
 /// A layer's compression by its media type (OCI's or Docker's), and whether its descriptor
-/// names an eStargz TOC.
-fn compression_of(media_type: &str, estargz: bool) -> String {
+/// names a TOC (eStargz for gzip, zstd:chunked for zstd).
+fn compression_of(media_type: &str, toc: bool) -> String {
     let kind = match media_type.rsplit(['+', '.']).next().unwrap_or_default() {
-        _ if estargz => "estargz",
+        "gzip" if toc => "estargz",
+        "zstd" if toc => "zstd:chunked",
         "gzip" => "gzip",
         "zstd" => "zstd",
         "tar" => "none",
@@ -488,7 +490,7 @@ pub fn verify_image_with(
         if let Some(want) = toc {
             let blob = layout.blob_path(&digest_of(layer.descriptor())?);
             v.check(
-                format!("layer {} eStargz", i + 1),
+                format!("layer {} TOC", i + 1),
                 crate::image::estargz::check_toc(&blob, want),
             );
         }

@@ -98,14 +98,14 @@ pub fn run(req: &Request) -> Result<Built> {
 }
 
 /// The start-up record the request orders its layers by, read and checked before anything
-/// is resolved: it orders eStargz layers of a Python stack that gpubake writes, and nothing
-/// else.
+/// is resolved: it orders eStargz or zstd:chunked layers of a Python stack that gpubake
+/// writes, and nothing else.
 fn startup_record(req: &Request) -> Result<Option<(PathBuf, crate::startup::StartupRecord)>> {
     let Some(at) = &req.startup_record else {
         return Ok(None);
     };
-    let refused = if req.compression != crate::image::Compression::Estargz {
-        Some("orders eStargz layers: add --compression estargz")
+    let refused = if req.compression.toc().is_none() {
+        Some("orders lazily pulled layers: add --compression estargz or zstd:chunked")
     } else if req.without_python {
         Some("orders the Python stack's layers, and --without-python builds none")
     } else if req.engine_build.is_some() {

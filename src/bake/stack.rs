@@ -257,7 +257,8 @@ pub struct StackOptions<'a> {
     pub budget: usize,
     /// Normalized names of the recipe's own requirements.
     pub extras: Vec<String>,
-    /// The record of the job's start-up that orders eStargz layers, and its file.
+    /// The record of the job's start-up that orders eStargz and zstd:chunked layers, and its
+    /// file.
     pub startup: Option<(&'a Path, &'a crate::startup::StartupRecord)>,
 }
 

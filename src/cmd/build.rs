@@ -32,9 +32,10 @@ pub struct Args {
     /// Layer compression.
     #[arg(long, value_enum, default_value = "gzip")]
     compression: crate::image::Compression,
-    /// With --compression estargz: lay each Python layer out for the job's start-up that
-    /// FILE records (`gpubake probe --record-startup FILE`, kept beside the lock), so the
-    /// stargz snapshotter fetches what the start-up reads before the container starts.
+    /// With --compression estargz or zstd:chunked: lay each Python layer out for the job's
+    /// start-up that FILE records (`gpubake probe --record-startup FILE`, kept beside the
+    /// lock), so the stargz snapshotter fetches what the start-up reads before the container
+    /// starts.
     #[arg(long, value_name = "FILE")]
     startup_record: Option<PathBuf>,
     /// Write every layer again: the layer cache knows files by path, size and mtime.

@@ -12,10 +12,10 @@ pub struct Args {
     dest: String,
     #[command(flatten)]
     registry: RegistryArgs,
-    /// Rewrite every layer as eStargz on the way, for nodes that pull lazily (the stargz
-    /// snapshotter): a new config and manifest, so a new digest. Without it the copy keeps
-    /// every blob and the digest as they are.
-    #[arg(long, value_enum, value_name = "estargz")]
+    /// Rewrite every layer as eStargz or zstd:chunked on the way, for nodes that pull
+    /// lazily (the stargz snapshotter): a new config and manifest, so a new digest. Without
+    /// it the copy keeps every blob and the digest as they are.
+    #[arg(long, value_enum, value_name = "estargz|zstd:chunked")]
     compression: Option<crate::image::Compression>,
     /// Print the result as JSON.
     #[arg(long)]
@@ -33,14 +33,12 @@ pub fn run(args: Args) -> Result<i32> {
     let platform = registry.platform()?;
     let copied = match args.compression {
         None => src.copy_platforms(&dest, platform.as_ref())?,
-        Some(crate::image::Compression::Estargz) => {
-            src.copy_as_estargz(&dest, platform.as_ref())?
-        }
+        Some(lazy) if lazy.toc().is_some() => src.copy_as_lazy(&dest, platform.as_ref(), lazy)?,
         Some(other) => {
             return Err(crate::error::Error::Usage(format!(
                 "copy --compression {}: copy keeps each layer's bytes, or rewrites them as \
-                 estargz; build with --compression {0} to compress that way",
-                format!("{other:?}").to_lowercase()
+                 estargz or zstd:chunked; build with --compression {0} to compress that way",
+                other.name()
             )));
         }
     };

@@ -78,7 +78,7 @@ pub struct Args {
     /// Record which files under site-packages the framework phase's start-up reads (import
     /// torch; on a GPU also CUDA init, a GEMM, a cuDNN convolution, an NCCL all-reduce), in
     /// the order it first reads them, into FILE: the record `build --compression estargz
-    /// --startup-record` lays the layers out by. Keep it beside the lock.
+    /// --startup-record` (or zstd:chunked) lays the layers out by. Keep it beside the lock.
     #[arg(long, value_name = "FILE", conflicts_with = "world")]
     record_startup: Option<PathBuf>,
 }

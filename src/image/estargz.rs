@@ -1,5 +1,5 @@
 //! eStargz layers: gzip that the stargz snapshotter can pull lazily and every other runtime
-//! reads as plain gzip.
+//! reads as plain gzip; and zstd:chunked, the same layout in zstd (see [`TocFormat`]).
 //!
 //! The layer's tar stream is cut into gzip members where each regular file's payload begins
 //! and every [`CHUNK`] bytes within it, so a reader can inflate one chunk on its own. After
@@ -25,8 +25,36 @@ use std::io::{self, Write};
 use std::sync::mpsc;
 
 /// Names how layers are framed, for the layer cache: a record of an older framing hands back
-/// a blob the snapshotter may not read (before this, a TOC over 1 MiB spanned members).
-pub const FRAMING: &str = "; estargz TOC in one member";
+/// a blob the snapshotter may not read (before this, a TOC over 1 MiB spanned members), or
+/// one that keeps an earlier framing's TOC and landmark files.
+pub const FRAMING: &str = "; estargz TOC in one member; earlier TOCs and landmarks dropped";
+
+/// How a blob carries its table of contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TocFormat {
+    /// eStargz: gzip members, the TOC a tar entry `stargz.index.json` in a member of its
+    /// own, the 51-byte gzip footer.
+    Estargz,
+    /// zstd:chunked (as the stargz snapshotter writes and reads it): zstd frames, the TOC's
+    /// JSON zstd-compressed in a skippable frame after the tar stream, then the 40-byte
+    /// footer in a skippable frame of its own. Skippable frames inflate to nothing, so the
+    /// inflated stream is the tar stream alone.
+    ZstdChunked,
+}
+
+/// The descriptor annotation holding the compressed TOC's digest, for zstd:chunked
+/// (containers/storage reads it; the snapshotter reads `toc.digest`).
+pub const MANIFEST_CHECKSUM: &str = "io.containers.zstd-chunked.manifest-checksum";
+/// The descriptor annotation `OFFSET:COMPRESSED:RAW:1` placing the zstd:chunked TOC.
+pub const MANIFEST_POSITION: &str = "io.containers.zstd-chunked.manifest-position";
+/// The zstd:chunked footer's length, inside its skippable frame.
+pub const ZSTD_FOOTER_SIZE: usize = 40;
+/// The zstd:chunked footer's closing magic.
+const ZSTD_CHUNKED_MAGIC: &[u8; 8] = b"GnUlInUx";
+/// The magic number of a zstd skippable frame (the first of sixteen).
+const SKIPPABLE_MAGIC: [u8; 4] = [0x50, 0x2a, 0x4d, 0x18];
+/// The manifest type of a TOC in the stargz JSON form.
+const MANIFEST_TYPE_CRFS: u64 = 1;
 
 /// The descriptor annotation holding the TOC's digest.
 pub const TOC_DIGEST: &str = "containerd.io/snapshot/stargz/toc.digest";
@@ -61,23 +89,47 @@ pub trait Members: Write {
     fn append_raw(&mut self, bytes: Vec<u8>) -> io::Result<()>;
 }
 
-/// What a finished eStargz stream adds to its layer's descriptor.
+/// What a finished eStargz or zstd:chunked stream adds to its layer's descriptor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Toc {
     /// sha256 of the TOC's JSON.
     pub digest: Digest,
     /// Bytes of the inflated stream.
     pub uncompressed_size: u64,
+    /// For zstd:chunked, the compressed TOC's digest and its `OFFSET:COMPRESSED:RAW:1`
+    /// position.
+    pub manifest: Option<(Digest, String)>,
+}
+
+impl Toc {
+    /// The annotations a layer descriptor carries for it.
+    pub fn annotations(&self) -> std::collections::HashMap<String, String> {
+        let mut all = std::collections::HashMap::from([
+            (TOC_DIGEST.to_string(), self.digest.to_string()),
+            (
+                UNCOMPRESSED_SIZE.to_string(),
+                self.uncompressed_size.to_string(),
+            ),
+        ]);
+        if let Some((checksum, position)) = &self.manifest {
+            all.insert(MANIFEST_CHECKSUM.to_string(), checksum.to_string());
+            all.insert(MANIFEST_POSITION.to_string(), position.clone());
+        }
+        all
+    }
 }
 
 /// Converts a whole tar stream into an eStargz blob on `out`, compressing member by member
 /// on this thread (layers gpubake writes go through its parallel compressor instead).
 pub fn convert(mut tar: impl io::Read, out: impl Write) -> io::Result<Toc> {
-    let mut writer = Writer::new(Serial {
-        out,
-        written: 0,
-        member: Vec::new(),
-    })?;
+    let mut writer = Writer::new(
+        Serial {
+            out,
+            written: 0,
+            member: Vec::new(),
+        },
+        TocFormat::Estargz,
+    )?;
     io::copy(&mut tar, &mut writer)?;
     let (mut serial, toc) = writer.finish()?;
     serial.out.flush()?;
@@ -206,6 +258,8 @@ enum State {
         pad: u64,
         file: Option<usize>,
     },
+    /// An entry left out (a TOC or landmark of an earlier framing): its payload and padding.
+    Skip { left: u64 },
     /// The end-of-archive blocks: nothing more is passed on.
     End,
 }
@@ -225,13 +279,19 @@ struct OpenChunk {
     hash: Sha256,
 }
 
-/// Turns a tar stream, written into it, into an eStargz stream on `M`.
+/// Turns a tar stream, written into it, into an eStargz or zstd:chunked stream on `M`.
 pub struct Writer<M: Members> {
     out: M,
+    format: TocFormat,
     block: Vec<u8>,
     state: State,
     extension: Vec<u8>,
     overrides: Overrides,
+    /// Extension headers and their data, passed on with the entry they describe, or left
+    /// out with it.
+    held: Vec<u8>,
+    /// Whether the writer is writing its own landmark, which is not left out.
+    framing_own: bool,
     entries: Vec<Entry>,
     /// Each chunk's entry, and where its member will begin.
     offsets: Vec<(usize, mpsc::Receiver<u64>)>,
@@ -244,21 +304,24 @@ pub struct Writer<M: Members> {
 
 impl<M: Members> Writer<M> {
     /// Starts the stream with the no-prefetch landmark.
-    pub fn new(out: M) -> io::Result<Self> {
-        let mut writer = Self::prefetching(out);
-        writer.write_all(&single_file(NO_PREFETCH_LANDMARK, &[LANDMARK_BYTE], false))?;
+    pub fn new(out: M, format: TocFormat) -> io::Result<Self> {
+        let mut writer = Self::prefetching(out, format);
+        writer.write_landmark(NO_PREFETCH_LANDMARK)?;
         Ok(writer)
     }
 
     /// Starts a stream whose first entries are the ones a prefetch fetches: the caller
     /// writes them, then [`Writer::landmark`], then the rest.
-    pub fn prefetching(out: M) -> Self {
+    pub fn prefetching(out: M, format: TocFormat) -> Self {
         Writer {
             out,
+            format,
             block: Vec::with_capacity(512),
             state: State::Header,
             extension: Vec::new(),
             overrides: Overrides::default(),
+            held: Vec::new(),
+            framing_own: false,
             entries: Vec::new(),
             offsets: Vec::new(),
             chunk: None,
@@ -276,7 +339,14 @@ impl<M: Members> Writer<M> {
                 "the prefetch landmark goes between two entries of the tar stream",
             ));
         }
-        self.write_all(&single_file(PREFETCH_LANDMARK, &[LANDMARK_BYTE], false))
+        self.write_landmark(PREFETCH_LANDMARK)
+    }
+
+    fn write_landmark(&mut self, name: &str) -> io::Result<()> {
+        self.framing_own = true;
+        let written = self.write_all(&single_file(name, &[LANDMARK_BYTE], false));
+        self.framing_own = false;
+        written
     }
 
     /// Writes the TOC and the footer after the tar stream's end; returns the compressor and
@@ -291,11 +361,16 @@ impl<M: Members> Writer<M> {
                 "the tar stream ended inside an entry",
             ));
         }
+        if self.format == TocFormat::ZstdChunked {
+            // The TOC is no tar entry here: the stream ends as a tar stream does.
+            let end = [0; 1024];
+            self.out.write_all(&end)?;
+            self.inflated += end.len() as u64;
+        }
         let toc_at = self.out.cut()?;
+        let stopped = |_| io::Error::other("the layer writer stopped");
         for (entry, offset) in std::mem::take(&mut self.offsets) {
-            self.entries[entry].offset = offset
-                .recv()
-                .map_err(|_| io::Error::other("the layer writer stopped"))?;
+            self.entries[entry].offset = offset.recv().map_err(stopped)?;
         }
         let json = serde_json::to_vec(&TocJson {
             version: 1,
@@ -303,16 +378,35 @@ impl<M: Members> Writer<M> {
         })
         .expect("a TOC serializes");
         let digest = Digest::of(&json);
-        let toc = single_file(TOC_NAME, &json, true);
-        self.out.whole_member(&toc)?;
-        self.inflated += toc.len() as u64;
-        let toc_offset = toc_at
-            .recv()
-            .map_err(|_| io::Error::other("the layer writer stopped"))?;
-        self.out.append_raw(footer(toc_offset))?;
+        let manifest = match self.format {
+            TocFormat::Estargz => {
+                let toc = single_file(TOC_NAME, &json, true);
+                self.out.whole_member(&toc)?;
+                self.inflated += toc.len() as u64;
+                let toc_offset = toc_at.recv().map_err(stopped)?;
+                self.out.append_raw(footer(toc_offset))?;
+                None
+            }
+            TocFormat::ZstdChunked => {
+                let packed = zstd::bulk::compress(&json, 3)?;
+                let checksum = Digest::of(&packed);
+                let packed_len = packed.len() as u64;
+                self.out.append_raw(skippable(packed))?;
+                // The TOC's bytes begin after the skippable frame's 8-byte header.
+                let toc_offset = toc_at.recv().map_err(stopped)? + 8;
+                let footer = zstd_footer(toc_offset, packed_len, json.len() as u64);
+                self.out.append_raw(skippable(footer))?;
+                let position = format!(
+                    "{toc_offset}:{packed_len}:{}:{MANIFEST_TYPE_CRFS}",
+                    json.len()
+                );
+                Some((checksum, position))
+            }
+        };
         let toc = Toc {
             digest,
             uncompressed_size: self.inflated,
+            manifest,
         };
         Ok((self.out, toc))
     }
@@ -340,8 +434,8 @@ impl<M: Members> Writer<M> {
             _ => numeric(&block[124..136])?,
         };
         let pad = (512 - size % 512) % 512;
-        self.pass(&block)?;
         if matches!(kind, b'x' | b'g' | b'L' | b'K') {
+            self.held.extend_from_slice(&block);
             self.extension.clear();
             self.state = State::Extension {
                 kind,
@@ -352,6 +446,20 @@ impl<M: Members> Writer<M> {
         }
         let overrides = std::mem::take(&mut self.overrides);
         let entry = entry_of(&block, size, overrides)?;
+        let held = std::mem::take(&mut self.held);
+        // A layer framed before (an eStargz base, or one rewritten in the other format)
+        // brings its own TOC and landmark as files: the new framing writes its own, and a
+        // second landmark would tell the snapshotter another prefetch.
+        if matches!(
+            entry.name.as_str(),
+            TOC_NAME | NO_PREFETCH_LANDMARK | PREFETCH_LANDMARK
+        ) && !self.framing_own
+        {
+            self.state = State::Skip { left: size + pad };
+            return Ok(());
+        }
+        self.pass(&held)?;
+        self.pass(&block)?;
         let regular = entry.kind == "reg";
         self.entries.push(entry);
         self.state = if size == 0 {
@@ -457,6 +565,16 @@ impl<M: Members> Write for Writer<M> {
         while !rest.is_empty() {
             match self.state {
                 State::End => break,
+                State::Skip { left } => {
+                    let take = (left as usize).min(rest.len());
+                    rest = &rest[take..];
+                    let left = left - take as u64;
+                    self.state = if left == 0 {
+                        State::Header
+                    } else {
+                        State::Skip { left }
+                    };
+                }
                 State::Header => {
                     let take = (512 - self.block.len()).min(rest.len());
                     self.block.extend_from_slice(&rest[..take]);
@@ -470,7 +588,7 @@ impl<M: Members> Write for Writer<M> {
                     let data = (left as usize).min(take);
                     self.extension.extend_from_slice(&rest[..data]);
                     let (bytes, after) = rest.split_at(take);
-                    self.pass(bytes)?;
+                    self.held.extend_from_slice(bytes);
                     rest = after;
                     let left_all = left + pad - take as u64;
                     if left_all == 0 {
@@ -733,6 +851,26 @@ pub fn footer(toc_offset: u64) -> Vec<u8> {
     out
 }
 
+/// `payload` as a zstd skippable frame: its magic, its length, itself.
+fn skippable(payload: Vec<u8>) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(payload.len() + 8);
+    frame.extend_from_slice(&SKIPPABLE_MAGIC);
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend(payload);
+    frame
+}
+
+/// The zstd:chunked footer: the compressed TOC's offset, its compressed and raw lengths,
+/// the manifest type, the magic.
+fn zstd_footer(toc_offset: u64, compressed: u64, raw: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ZSTD_FOOTER_SIZE);
+    for n in [toc_offset, compressed, raw, MANIFEST_TYPE_CRFS] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.extend_from_slice(ZSTD_CHUNKED_MAGIC);
+    out
+}
+
 /// The TOC offset a footer names; None for bytes that are not an eStargz footer.
 pub fn toc_offset(footer: &[u8]) -> Option<u64> {
     if footer.len() != FOOTER_SIZE || footer[..4] != [0x1f, 0x8b, 8, 4] || &footer[12..14] != b"SG"
@@ -763,6 +901,9 @@ fn toc_json(blob: &std::path::Path) -> Result<(Vec<u8>, u64), String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(blob).map_err(|e| e.to_string())?;
     let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if let Some(found) = zstd_chunked_toc(&mut file, len)? {
+        return Ok(found);
+    }
     if len < FOOTER_SIZE as u64 {
         return Err(format!("{len} bytes: too short for an eStargz footer"));
     }
@@ -807,6 +948,43 @@ fn toc_json(blob: &std::path::Path) -> Result<(Vec<u8>, u64), String> {
         ));
     }
     Ok((json, at))
+}
+
+/// The TOC's JSON of a zstd:chunked blob and its offset; None for a blob whose last 40 bytes
+/// are not a zstd:chunked footer.
+fn zstd_chunked_toc(file: &mut std::fs::File, len: u64) -> Result<Option<(Vec<u8>, u64)>, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let footer_at = len.saturating_sub(ZSTD_FOOTER_SIZE as u64);
+    let mut footer = [0u8; ZSTD_FOOTER_SIZE];
+    if len < ZSTD_FOOTER_SIZE as u64
+        || file
+            .seek(SeekFrom::Start(footer_at))
+            .and_then(|_| file.read_exact(&mut footer))
+            .is_err()
+        || &footer[32..] != ZSTD_CHUNKED_MAGIC
+    {
+        return Ok(None);
+    }
+    let field = |i: usize| u64::from_le_bytes(footer[i * 8..i * 8 + 8].try_into().expect("8"));
+    let (at, compressed, raw) = (field(0), field(1), field(2));
+    if at.checked_add(compressed).is_none_or(|end| end > footer_at) {
+        return Err(format!(
+            "the zstd:chunked footer puts {compressed} bytes of TOC at {at}, past the blob's end"
+        ));
+    }
+    let mut packed = vec![0; compressed as usize];
+    file.seek(SeekFrom::Start(at))
+        .and_then(|_| file.read_exact(&mut packed))
+        .map_err(|e| e.to_string())?;
+    let json = zstd::stream::decode_all(&packed[..])
+        .map_err(|e| format!("the zstd:chunked TOC at {at}: {e}"))?;
+    if json.len() as u64 != raw {
+        return Err(format!(
+            "the zstd:chunked TOC at {at} inflates to {} bytes, the footer says {raw}",
+            json.len()
+        ));
+    }
+    Ok(Some((json, at)))
 }
 
 /// What the stargz snapshotter prefetches of a layer before its container starts.
@@ -1003,6 +1181,76 @@ mod tests {
         assert_eq!(e[3]["linkName"], long.as_str());
         assert_eq!(e[4]["name"], "d");
         assert_eq!(e[4]["xattrs"]["user.k"], "dgB3");
+    }
+
+    /// An eStargz layer framed again (a lazily pulled base rewritten for another format, or
+    /// another tool's layer) keeps its files and drops its old TOC and landmarks, even one
+    /// behind an extension header, so the stream holds one landmark: the new one.
+    #[test]
+    fn a_layer_framed_before_keeps_its_files_and_drops_its_old_toc_and_landmarks() {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(5);
+        h.set_cksum();
+        tar.append_data(&mut h, "keep/me", &b"hello"[..]).unwrap();
+        let mut old = tar.into_inner().unwrap();
+        old.truncate(old.len() - 1024);
+        let (blob, _) = estargz_of(&old);
+        let mut inflated = Vec::new();
+        io::Read::read_to_end(
+            &mut flate2::read::MultiGzDecoder::new(&blob[..]),
+            &mut inflated,
+        )
+        .unwrap();
+        // A prefetch landmark behind a PAX header, as another tool may write it.
+        let mut pax = tar::Builder::new(Vec::new());
+        pax.append_pax_extensions([("SCHILY.xattr.user.k", &b"v"[..])])
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_size(1);
+        h.set_cksum();
+        pax.append_data(&mut h, "./.prefetch.landmark", &[0xf][..])
+            .unwrap();
+        let mut twice = pax.into_inner().unwrap();
+        twice.truncate(twice.len() - 1024);
+        twice.extend_from_slice(&inflated);
+
+        let (again, toc) = estargz_of(&twice);
+        let mut out = Vec::new();
+        io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&again[..]), &mut out)
+            .unwrap();
+        assert_eq!(out.len() as u64, toc.uncompressed_size);
+        let names: Vec<String> = tar::Archive::new(&out[..])
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, [NO_PREFETCH_LANDMARK, "keep/me", TOC_NAME]);
+        // No extension header of the dropped landmark is left to apply to another entry.
+        let mut archive = tar::Archive::new(&out[..]);
+        let mut entries = archive.entries().unwrap();
+        let _landmark = entries.next().unwrap().unwrap();
+        let mut kept = entries.next().unwrap().unwrap();
+        assert!(kept.pax_extensions().unwrap().is_none());
+    }
+
+    #[test]
+    fn zstd_chunked_puts_the_toc_and_footer_in_skippable_frames() {
+        let footer = zstd_footer(0x1234, 77, 300);
+        assert_eq!(footer.len(), ZSTD_FOOTER_SIZE);
+        assert_eq!(&footer[..8], 0x1234u64.to_le_bytes());
+        assert_eq!(&footer[8..16], 77u64.to_le_bytes());
+        assert_eq!(&footer[16..24], 300u64.to_le_bytes());
+        assert_eq!(&footer[24..32], 1u64.to_le_bytes());
+        // The magic as the stargz reader spells it (zstdchunked.go: zstdChunkedFrameMagic).
+        assert_eq!(
+            footer[32..],
+            [0x47, 0x6e, 0x55, 0x6c, 0x49, 0x6e, 0x55, 0x78]
+        );
+        let frame = skippable(footer);
+        assert_eq!(frame[..8], [0x50, 0x2a, 0x4d, 0x18, 40, 0, 0, 0]);
+        // A zstd reader skips it: it inflates to nothing.
+        assert!(zstd::stream::decode_all(&frame[..]).unwrap().is_empty());
     }
 
     #[test]

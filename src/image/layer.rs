@@ -31,6 +31,12 @@ pub enum Compression {
     /// eStargz: gzip with a table of contents, which the stargz snapshotter pulls lazily,
     /// chunk by chunk, and every other runtime reads as gzip.
     Estargz,
+    /// zstd:chunked: zstd frames with the same table of contents, which the stargz
+    /// snapshotter pulls lazily and decodes four to five times faster than eStargz; every
+    /// other runtime reads it as zstd (containerd 1.5+, Docker 23+, podman).
+    #[value(name = "zstd:chunked")]
+    #[serde(rename = "zstd:chunked")]
+    ZstdChunked,
 }
 
 impl Compression {
@@ -38,7 +44,27 @@ impl Compression {
     pub fn media_type(self) -> MediaType {
         match self {
             Compression::Gzip | Compression::Estargz => MediaType::ImageLayerGzip,
-            Compression::Zstd => MediaType::ImageLayerZstd,
+            Compression::Zstd | Compression::ZstdChunked => MediaType::ImageLayerZstd,
+        }
+    }
+
+    /// How a layer written this way carries a table of contents for lazy pulling; None for
+    /// a plain stream.
+    pub fn toc(self) -> Option<super::estargz::TocFormat> {
+        match self {
+            Compression::Estargz => Some(super::estargz::TocFormat::Estargz),
+            Compression::ZstdChunked => Some(super::estargz::TocFormat::ZstdChunked),
+            Compression::Gzip | Compression::Zstd => None,
+        }
+    }
+
+    /// The name users give it (`--compression`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::Estargz => "estargz",
+            Compression::ZstdChunked => "zstd:chunked",
         }
     }
 
@@ -48,7 +74,7 @@ impl Compression {
     fn level(self) -> u32 {
         match self {
             Compression::Gzip | Compression::Estargz => 1,
-            Compression::Zstd => 3,
+            Compression::Zstd | Compression::ZstdChunked => 3,
         }
     }
 }
@@ -399,6 +425,7 @@ const ENCODER: &str = "libdeflate-1 blocks of 1 MiB, stored random pieces; zstd-
 fn record_name(key: &str, compression: Compression, epoch: u64) -> String {
     let framing = match compression {
         Compression::Estargz => super::estargz::FRAMING,
+        Compression::ZstdChunked => "; zstd:chunked frames of 1 MiB blocks",
         Compression::Gzip | Compression::Zstd => "",
     };
     let full = hex::encode(Sha256::digest(format!(
@@ -515,7 +542,7 @@ enum Chunk {
 /// A block of the tar stream, shared by the hashing thread and a compressor.
 type Block = Arc<Vec<u8>>;
 
-/// A block for a gzip worker and where its compressed bytes go.
+/// A block for a worker and where its compressed bytes go.
 type Job = (Block, mpsc::SyncSender<Vec<u8>>);
 
 /// Spent buffers, kept for the next blocks: a fresh megabyte costs 256 page faults (plus,
@@ -555,7 +582,9 @@ impl Pool {
 }
 
 enum Kind {
-    Gzip {
+    /// Each block compressed on its own by a worker: gzip members, or for zstd:chunked one
+    /// zstd frame per block, which any zstd reader takes as one stream.
+    Blocks {
         jobs: Option<mpsc::SyncSender<Job>>,
         workers: Vec<thread::JoinHandle<()>>,
     },
@@ -576,6 +605,7 @@ enum Kind {
 /// independent, which is what lets libdeflate, which has no streaming interface, compress
 /// them in parallel. flate2's `GzDecoder` reads only the first member: use `MultiGzDecoder`.
 struct Encoder {
+    compression: Compression,
     block: Vec<u8>,
     /// Whether a block went out yet: an empty stream still needs one gzip member.
     sent: bool,
@@ -585,8 +615,8 @@ struct Encoder {
     hasher: Option<thread::JoinHandle<(Digest, f64)>>,
     to_writer: Option<mpsc::SyncSender<Chunk>>,
     writer: Option<thread::JoinHandle<(io::Result<()>, f64)>>,
-    /// CPU seconds the gzip workers have used, added as each one ends.
-    gzip_cpu: Arc<Mutex<f64>>,
+    /// CPU seconds the block workers have used, added as each one ends.
+    worker_cpu: Arc<Mutex<f64>>,
 }
 
 /// What the encoder's threads did once it finished.
@@ -594,8 +624,8 @@ struct Finished {
     diff_id: Digest,
     hash_s: f64,
     write_s: f64,
-    /// The gzip workers' CPU seconds; None for zstd, whose threads are its own.
-    gzip_s: Option<f64>,
+    /// The block workers' CPU seconds; None for zstd, whose threads are its own.
+    blocks_s: Option<f64>,
 }
 
 impl Encoder {
@@ -623,26 +653,26 @@ impl Encoder {
                 (written, crate::units::thread_cpu_seconds())
             }
         })?;
-        let gzip_cpu = Arc::new(Mutex::new(0.0));
+        let worker_cpu = Arc::new(Mutex::new(0.0));
         let kind = match compression {
-            Compression::Gzip | Compression::Estargz => {
+            Compression::Gzip | Compression::Estargz | Compression::ZstdChunked => {
                 let (jobs, queue) = mpsc::sync_channel::<Job>(threads);
                 let queue = Arc::new(Mutex::new(queue));
                 let workers = (0..threads)
                     .map(|i| {
                         let (queue, pool) = (queue.clone(), pool.clone());
-                        let cpu = gzip_cpu.clone();
+                        let cpu = worker_cpu.clone();
                         thread::Builder::new()
-                            .name(format!("gzip-{i}"))
+                            .name(format!("compress-{i}"))
                             .spawn(move || {
-                                gzip_worker(&queue, &pool, compression.level() as i32);
+                                block_worker(&queue, &pool, compression);
                                 if let Ok(mut total) = cpu.lock() {
                                     *total += crate::units::thread_cpu_seconds();
                                 }
                             })
                     })
                     .collect::<io::Result<_>>()?;
-                Kind::Gzip {
+                Kind::Blocks {
                     jobs: Some(jobs),
                     workers,
                 }
@@ -661,6 +691,7 @@ impl Encoder {
             }
         };
         Ok(Encoder {
+            compression,
             block: Vec::with_capacity(BLOCK),
             sent: false,
             kind,
@@ -669,7 +700,7 @@ impl Encoder {
             hasher: Some(hasher),
             to_writer: Some(to_writer),
             writer: Some(writer),
-            gzip_cpu,
+            worker_cpu,
         })
     }
 
@@ -680,7 +711,7 @@ impl Encoder {
         self.hash(block.clone());
         let to_writer = self.to_writer.as_ref().expect("not finished");
         let sent = match &mut self.kind {
-            Kind::Gzip { jobs, .. } => {
+            Kind::Blocks { jobs, .. } => {
                 let (done, pending) = mpsc::sync_channel(1);
                 // The writer learns of the block before a worker gets it, so it always waits
                 // on blocks in stream order.
@@ -754,12 +785,12 @@ impl Encoder {
     /// Ends the stream, waits for every thread and flushes the file; returns the diff ID
     /// and what each thread cost.
     fn finish(mut self) -> io::Result<Finished> {
-        let gzip = matches!(self.kind, Kind::Gzip { .. });
+        let blocks = matches!(self.kind, Kind::Blocks { .. });
         if !self.block.is_empty() || !self.sent {
             self.send_block()?;
         }
         match &mut self.kind {
-            Kind::Gzip { jobs, workers } => {
+            Kind::Blocks { jobs, workers } => {
                 drop(jobs.take());
                 for worker in workers.drain(..) {
                     if let Err(panic) = worker.join() {
@@ -794,12 +825,12 @@ impl Encoder {
             Some(Err(panic)) => std::panic::resume_unwind(panic),
             None => return Err(io::Error::other("the layer hasher stopped")),
         };
-        let gzip_s = gzip.then(|| self.gzip_cpu.lock().map(|t| *t).unwrap_or(0.0));
+        let blocks_s = blocks.then(|| self.worker_cpu.lock().map(|t| *t).unwrap_or(0.0));
         Ok(Finished {
             diff_id,
             hash_s,
             write_s,
-            gzip_s,
+            blocks_s,
         })
     }
 }
@@ -809,7 +840,7 @@ impl Drop for Encoder {
     /// temporary blob is removed, rather than leaving them compressing into a deleted file.
     fn drop(&mut self) {
         match &mut self.kind {
-            Kind::Gzip { jobs, workers } => {
+            Kind::Blocks { jobs, workers } => {
                 drop(jobs.take());
                 for worker in workers.drain(..) {
                     let _ = worker.join();
@@ -863,12 +894,13 @@ impl super::estargz::Members for Encoder {
         self.end_block()?;
         self.sent = true;
         self.hash(Arc::new(bytes.to_vec()));
-        let level = match self.kind {
-            Kind::Gzip { .. } => Compression::Estargz.level() as i32,
-            Kind::Zstd(_) => return Err(io::Error::other("an eStargz member in a zstd layer")),
-        };
+        if matches!(self.kind, Kind::Zstd(_)) {
+            return Err(io::Error::other(
+                "a member of its own in a streamed zstd layer",
+            ));
+        }
         let mut packed = Vec::new();
-        GzipBlocks::new(level).member(bytes, false, &mut packed);
+        BlockCompressor::new(self.compression).whole(bytes, &mut packed);
         self.send_to_writer(Chunk::Packed(packed))
     }
 
@@ -980,17 +1012,59 @@ impl Write for ChunkWriter {
 }
 
 /// A gzip worker: compresses blocks from the queue until it closes.
-fn gzip_worker(queue: &Mutex<mpsc::Receiver<Job>>, pool: &Pool, level: i32) {
-    let mut gzip = GzipBlocks::new(level);
+fn block_worker(queue: &Mutex<mpsc::Receiver<Job>>, pool: &Pool, compression: Compression) {
+    let mut compressor = BlockCompressor::new(compression);
     loop {
         // The lock is held only while waiting for a job, never while compressing.
         let job = queue.lock().map(|q| q.recv());
         let Ok(Ok((block, done))) = job else { return };
         let mut out = pool.take(block.len() + block.len() / 64 + 64);
-        gzip.compress(&block, &mut out);
+        compressor.compress(&block, &mut out);
         pool.give_block(block);
         // The writer may have stopped on an error; it reports that itself.
         let _ = done.send(out);
+    }
+}
+
+/// What a block worker turns blocks into.
+enum BlockCompressor {
+    Gzip(GzipBlocks),
+    /// One zstd frame per block, at a fixed level: the same bytes on every machine.
+    Zstd(zstd::bulk::Compressor<'static>),
+}
+
+impl BlockCompressor {
+    fn new(compression: Compression) -> Self {
+        let level = compression.level() as i32;
+        match compression {
+            Compression::ZstdChunked | Compression::Zstd => BlockCompressor::Zstd(
+                zstd::bulk::Compressor::new(level).expect("zstd takes its default level"),
+            ),
+            Compression::Gzip | Compression::Estargz => {
+                BlockCompressor::Gzip(GzipBlocks::new(level))
+            }
+        }
+    }
+
+    /// Writes `block`, compressed, into the empty `out`.
+    fn compress(&mut self, block: &[u8], out: &mut Vec<u8>) {
+        match self {
+            BlockCompressor::Gzip(gzip) => gzip.compress(block, out),
+            BlockCompressor::Zstd(_) => self.whole(block, out),
+        }
+    }
+
+    /// Writes `bytes`, however long, into the empty `out` as one gzip member or zstd frame.
+    fn whole(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        debug_assert!(out.is_empty());
+        match self {
+            BlockCompressor::Gzip(gzip) => gzip.member(bytes, false, out),
+            BlockCompressor::Zstd(zstd) => {
+                out.reserve(zstd::zstd_safe::compress_bound(bytes.len()));
+                zstd.compress_to_buffer(bytes, out)
+                    .expect("the output has zstd's bound of room");
+            }
+        }
     }
 }
 
@@ -1324,18 +1398,18 @@ fn write_layer_on(
     let blobs = layout.root().join("blobs");
     let io_err = |e: io::Error| Error::io(&blobs, e);
     let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
-    let (entries, landmark) = match (&spec.prefetch, compression) {
-        (Some(prefetch), Compression::Estargz) => prefetch.order(&spec.entries),
+    let (entries, landmark) = match (&spec.prefetch, compression.toc()) {
+        (Some(prefetch), Some(_)) => prefetch.order(&spec.entries),
         _ => (complete(&spec.entries), None),
     };
-    let sink = match (compression, landmark) {
-        (Compression::Estargz, Some(_)) => {
-            Sink::Estargz(super::estargz::Writer::prefetching(encoder))
+    let sink = match (compression.toc(), landmark) {
+        (Some(format), Some(_)) => {
+            Sink::Estargz(super::estargz::Writer::prefetching(encoder, format))
         }
-        (Compression::Estargz, None) => {
-            Sink::Estargz(super::estargz::Writer::new(encoder).map_err(io_err)?)
+        (Some(format), None) => {
+            Sink::Estargz(super::estargz::Writer::new(encoder, format).map_err(io_err)?)
         }
-        _ => Sink::Plain(encoder),
+        (None, _) => Sink::Plain(encoder),
     };
     let progress = layer_progress(spec);
     let mut tar = tar::Builder::new(Counting {
@@ -1366,14 +1440,11 @@ fn write_layer_on(
     let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
     // zstd's workers are its own threads: they are what the process used beyond the rest.
-    let compress_s = done.gzip_s.unwrap_or_else(|| {
+    let compress_s = done.blocks_s.unwrap_or_else(|| {
         let all = crate::units::process_cpu_seconds() - cpu_before;
         (all - install_s - done.hash_s - done.write_s).max(0.0)
     });
-    let descriptor = match toc {
-        Some(toc) => estargz_descriptor(&digest, size, &toc),
-        None => descriptor(compression.media_type(), &digest, size),
-    };
+    let descriptor = lazy_descriptor(compression, &digest, size, toc.as_ref());
     Ok(BuiltLayer {
         descriptor,
         diff_id: done.diff_id,
@@ -1389,33 +1460,41 @@ fn write_layer_on(
     })
 }
 
-/// An eStargz layer's descriptor: gzip's media type, with the TOC's digest and the inflated
-/// size the stargz snapshotter and containers/storage read.
-fn estargz_descriptor(digest: &Digest, size: u64, toc: &super::estargz::Toc) -> Descriptor {
-    let mut d = descriptor(Compression::Estargz.media_type(), digest, size);
-    d.set_annotations(Some(
-        [
-            (super::estargz::TOC_DIGEST, toc.digest.to_string()),
-            (
-                super::estargz::UNCOMPRESSED_SIZE,
-                toc.uncompressed_size.to_string(),
-            ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect(),
-    ));
+/// A layer's descriptor: with a TOC (eStargz, zstd:chunked), the annotations the stargz
+/// snapshotter and containers/storage read of it.
+fn lazy_descriptor(
+    compression: Compression,
+    digest: &Digest,
+    size: u64,
+    toc: Option<&super::estargz::Toc>,
+) -> Descriptor {
+    let mut d = descriptor(compression.media_type(), digest, size);
+    if let Some(toc) = toc {
+        d.set_annotations(Some(toc.annotations()));
+    }
     d
 }
 
-/// `source`, a layer of another image (the base's), rewritten as an eStargz layer in
-/// `layout`: its tar stream framed as gpubake's own layers are, so that a node that pulls
-/// lazily can mount every layer of the image (containerd fetches every layer above the first
-/// one it cannot mount). Its diff ID is checked on the way; the cache keeps the result by the
-/// source's digest unless `use_cache` is false.
-pub fn to_estargz(layout: &Layout, source: &super::Layer, use_cache: bool) -> Result<BuiltLayer> {
+/// `source`, a layer of another image (the base's), rewritten as an eStargz or zstd:chunked
+/// layer in `layout`: its tar stream framed as gpubake's own layers are, so that a node that
+/// pulls lazily can mount every layer of the image (containerd fetches every layer above the
+/// first one it cannot mount). Its diff ID is checked on the way; the cache keeps the result
+/// by the source's digest unless `use_cache` is false.
+pub fn to_lazy(
+    layout: &Layout,
+    source: &super::Layer,
+    compression: Compression,
+    use_cache: bool,
+) -> Result<BuiltLayer> {
     let from = source.digest()?;
-    let record = record_name(&format!("estargz of {from}"), Compression::Estargz, 0);
+    let format = compression.toc().ok_or_else(|| {
+        Error::Usage(format!(
+            "{} layers have no table of contents to pull lazily",
+            compression.name()
+        ))
+    })?;
+    let what = compression.name();
+    let record = record_name(&format!("{what} of {from}"), compression, 0);
     if use_cache && let Some(hit) = cached(layout, &record) {
         return Ok(hit);
     }
@@ -1426,12 +1505,11 @@ pub fn to_estargz(layout: &Layout, source: &super::Layer, use_cache: bool) -> Re
     let mut blob = layout.blob_writer()?;
     let blobs = layout.root().join("blobs");
     let io_err = |e: io::Error| Error::io(&blobs, e);
-    let encoder =
-        Encoder::new(Compression::Estargz, blob.take_writer(), threads).map_err(io_err)?;
-    let mut framed = super::estargz::Writer::new(encoder).map_err(io_err)?;
+    let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
+    let mut framed = super::estargz::Writer::new(encoder, format).map_err(io_err)?;
     let mut tar = source.uncompressed()?;
     let progress = crate::progress::Progress::new(
-        format!("rewriting base layer {} as eStargz", &from.hex()[..12]),
+        format!("rewriting base layer {} as {what}", &from.hex()[..12]),
         crate::progress::Unit::Bytes,
         None,
     );
@@ -1450,14 +1528,14 @@ pub fn to_estargz(layout: &Layout, source: &super::Layer, use_cache: bool) -> Re
     let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
     let built = BuiltLayer {
-        descriptor: estargz_descriptor(&digest, size, &toc),
+        descriptor: lazy_descriptor(compression, &digest, size, Some(&toc)),
         diff_id: done.diff_id,
         reused: false,
         timing: Some(LayerTiming {
             wall_s: started.elapsed().as_secs_f64(),
             hash_s: done.hash_s,
             write_s: done.write_s,
-            compress_s: done.gzip_s.unwrap_or(0.0),
+            compress_s: done.blocks_s.unwrap_or(0.0),
             ..LayerTiming::default()
         }),
     };
@@ -1679,7 +1757,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::create(dir.path()).unwrap();
         let spec = mixed_spec();
-        for compression in [Compression::Gzip, Compression::Zstd, Compression::Estargz] {
+        for compression in [
+            Compression::Gzip,
+            Compression::Zstd,
+            Compression::Estargz,
+            Compression::ZstdChunked,
+        ] {
             let one = write_layer_on(&layout, &spec, compression, 0, 1).unwrap();
             let four = write_layer_on(&layout, &spec, compression, 0, 4).unwrap();
             assert_eq!(
@@ -1697,10 +1780,13 @@ mod tests {
                         .read_to_end(&mut tar)
                         .unwrap()
                 }
-                Compression::Zstd => zstd::stream::read::Decoder::new(&packed[..])
-                    .unwrap()
-                    .read_to_end(&mut tar)
-                    .unwrap(),
+                // Skippable frames (the zstd:chunked TOC and footer) inflate to nothing.
+                Compression::Zstd | Compression::ZstdChunked => {
+                    zstd::stream::read::Decoder::new(&packed[..])
+                        .unwrap()
+                        .read_to_end(&mut tar)
+                        .unwrap()
+                }
             };
             assert_eq!(Digest::of(&tar), one.diff_id, "{compression:?}");
             let expected = write_tar(&spec.entries, 0, Vec::new(), dir.path()).unwrap();
@@ -1713,6 +1799,9 @@ mod tests {
                     tar[1024..1024 + entries.len()] == *entries,
                     "the layer's entries"
                 );
+            } else if compression == Compression::ZstdChunked {
+                // The landmark leads; the rest is the tar stream, its end included.
+                assert!(tar[1024..] == expected[..], "the layer's entries");
             } else {
                 assert!(
                     tar == expected,

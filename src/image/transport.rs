@@ -472,13 +472,18 @@ impl Transport {
         Ok(Copied::of(&image))
     }
 
-    /// [`Transport::copy_platforms`] with every layer rewritten as eStargz on the way (`copy
-    /// --compression estargz`), for nodes that pull lazily: the source is checked as a copy
-    /// checks it, each layer framed anew (see [`super::convert`]) in gpubake's cache layout,
-    /// where the result stays keyed by the source layer's digest, and the new image (a new
-    /// config and manifest, so a new digest; an index of the converted images for an index)
-    /// is written to `dest`.
-    pub fn copy_as_estargz(&self, dest: &Transport, platform: Option<&Platform>) -> Result<Copied> {
+    /// [`Transport::copy_platforms`] with every layer rewritten as `compression` (eStargz or
+    /// zstd:chunked) on the way (`copy --compression`), for nodes that pull lazily: the source
+    /// is checked as a copy checks it, each layer framed anew (see [`super::convert`]) in
+    /// gpubake's cache layout, where the result stays keyed by the source layer's digest, and
+    /// the new image (a new config and manifest, so a new digest; an index of the converted
+    /// images for an index) is written to `dest`.
+    pub fn copy_as_lazy(
+        &self,
+        dest: &Transport,
+        platform: Option<&Platform>,
+        compression: super::layer::Compression,
+    ) -> Result<Copied> {
         let dest = dest.clone().supported()?;
         let src = self.clone().supported()?;
         let store = Layout::create(&crate::fsutil::cache_root()?.join("layout"))?;
@@ -492,7 +497,7 @@ impl Transport {
             let mut images = Vec::new();
             for image in index.images() {
                 image.check()?;
-                images.push(super::convert::estargz_image(image, &store)?);
+                images.push(super::convert::lazy_image(image, &store, compression)?);
             }
             let converted = IndexImage::write(&store, images)?;
             dest.write_index(&converted)?;
@@ -506,7 +511,7 @@ impl Transport {
                 image
             }
         };
-        let converted = super::convert::estargz_image(&image, &store)?;
+        let converted = super::convert::lazy_image(&image, &store, compression)?;
         dest.write(&converted, None)?;
         Ok(Copied::of(&converted))
     }

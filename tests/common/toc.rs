@@ -1,5 +1,5 @@
-//! eStargz blobs read back: the stargz snapshotter's own reader (tests/estargz-check) and the
-//! TOC as JSON.
+//! eStargz and zstd:chunked blobs read back: the stargz snapshotter's own reader
+//! (tests/estargz-check) and the TOC as JSON.
 
 use gpubake::image::estargz::{self, FOOTER_SIZE};
 use std::io::Read;
@@ -30,9 +30,26 @@ pub fn field<'a>(fields: &'a [(String, String)], key: &str) -> &'a str {
     &fields.iter().find(|(k, _)| k == key).expect(key).1
 }
 
+/// Where the TOC's bytes begin (a gzip member, or a zstd:chunked TOC's compressed JSON),
+/// and how many there are for zstd:chunked, read from the footer as a reader does:
+/// zstd:chunked's 40 bytes (`GnUlInUx` last) or eStargz's 51.
+pub fn toc_at(blob: &[u8]) -> (usize, Option<usize>) {
+    if blob.ends_with(b"GnUlInUx") {
+        let footer = &blob[blob.len() - 40..];
+        let field = |i: usize| u64::from_le_bytes(footer[i..i + 8].try_into().unwrap()) as usize;
+        return (field(0), Some(field(8)));
+    }
+    let at = estargz::toc_offset(&blob[blob.len() - FOOTER_SIZE..]).unwrap() as usize;
+    (at, None)
+}
+
 /// The TOC's JSON, read from the blob's footer onwards.
 pub fn toc_of(blob: &[u8]) -> serde_json::Value {
-    let at = estargz::toc_offset(&blob[blob.len() - FOOTER_SIZE..]).unwrap() as usize;
+    let (at, zstd_len) = toc_at(blob);
+    if let Some(len) = zstd_len {
+        let json = zstd::stream::decode_all(&blob[at..at + len]).unwrap();
+        return serde_json::from_slice(&json).unwrap();
+    }
     let mut tar = Vec::new();
     flate2::read::GzDecoder::new(&blob[at..])
         .read_to_end(&mut tar)
@@ -53,7 +70,8 @@ pub fn toc_names(blob: &[u8]) -> Vec<(String, u64)> {
         .filter(|e| e["type"] != "chunk")
         .map(|e| {
             (
-                e["name"].as_str().unwrap().to_string(),
+                // The root directory's name is empty, and left out.
+                e["name"].as_str().unwrap_or_default().to_string(),
                 e["offset"].as_u64().unwrap_or(0),
             )
         })

@@ -1,9 +1,9 @@
-// estargz-check reads an eStargz blob with the stargz snapshotter's own library (Debian's
-// golang-github-containerd-stargz-snapshotter-dev) as the snapshotter does before it mounts
-// a layer: the footer, the TOC checked against the digest the layer's descriptor gives, then
+// estargz-check reads an eStargz or zstd:chunked blob with the stargz snapshotter's own
+// library (Debian's golang-github-containerd-stargz-snapshotter-dev) as the snapshotter does
+// before it mounts a layer: the footer, the TOC checked against the digest the layer's descriptor gives, then
 // every chunk of every regular file read through the reader and checked by its verifier. It
-// also inflates the whole blob, as a runtime that unpacks the layer does, for the diff ID and
-// the uncompressed size.
+// also inflates the whole blob (gzip or zstd, by its magic), as a runtime that unpacks the
+// layer does, for the diff ID and the uncompressed size.
 //
 // usage: estargz-check BLOB TOC-DIGEST
 // prints: OK files=N chunks=N landmark=NAME prefetch=BYTES diffID=sha256:HEX uncompressed=N
@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"path"
 
 	"github.com/containerd/stargz-snapshotter/estargz"
+	"github.com/containerd/stargz-snapshotter/estargz/zstdchunked"
+	"github.com/klauspost/compress/zstd"
 	digest "github.com/opencontainers/go-digest"
 )
 
@@ -44,7 +47,9 @@ func main() {
 	if err != nil {
 		fail("TOC digest", err)
 	}
-	r, err := estargz.Open(io.NewSectionReader(f, 0, st.Size()))
+	// The decompressors the snapshotter's layer resolver gives Open (fs/layer/layer.go).
+	r, err := estargz.Open(io.NewSectionReader(f, 0, st.Size()),
+		estargz.WithDecompressors(new(zstdchunked.Decompressor)))
 	if err != nil {
 		fail("Open", err)
 	}
@@ -116,14 +121,32 @@ func main() {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		fail("seek", err)
 	}
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		fail("gunzip", err)
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err != nil {
+		fail("magic", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		fail("seek", err)
+	}
+	var inflated io.Reader
+	if bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		zr, err := zstd.NewReader(f)
+		if err != nil {
+			fail("unzstd", err)
+		}
+		defer zr.Close()
+		inflated = zr
+	} else {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			fail("gunzip", err)
+		}
+		inflated = zr
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, zr)
+	n, err := io.Copy(h, inflated)
 	if err != nil {
-		fail("gunzip", err)
+		fail("inflate", err)
 	}
 	fmt.Printf("OK files=%d chunks=%d landmark=%s prefetch=%d diffID=sha256:%x uncompressed=%d\n",
 		files, chunks, landmark, prefetch, h.Sum(nil), n)
