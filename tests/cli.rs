@@ -832,16 +832,27 @@ fn build_timings_name_each_phase_and_each_layer_written() {
             "{phase}: {text}"
         );
     }
-    // --no-cache writes the probe and presets layers, so both have a line of their own.
-    let table = &text[text
-        .find("layer written")
-        .unwrap_or_else(|| panic!("{text}"))..];
+    // Every layer has a line saying where it came from; --no-cache writes the probe and
+    // presets layers, so theirs say so and carry their times.
+    let table = &text[at
+        + text[at..]
+            .find("\n  layer ")
+            .unwrap_or_else(|| panic!("{text}"))..];
     for layer in ["probe", "presets"] {
         assert!(
-            table.lines().any(|l| l.trim_start().starts_with(layer)),
+            table.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.len() > 2 && words[0] == layer && words[1] == "written"
+            }),
             "{layer}: {text}"
         );
     }
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["base", "base"])),
+        "{text}"
+    );
     let plain = gpubake_in(
         dir.path(),
         &common::build_args(&recipe, &from, "oci:./o:1", &[]),

@@ -550,6 +550,21 @@ const EXAMPLES: &[Example] = &[
                   is tests/registry.rs's",
         },
     },
+    Example {
+        command: "gpubake build recipe.yaml --to docker://registry.example.com/team/train:main --cache-from docker://registry.example.com/team/train-cache:main --cache-to docker://registry.example.com/team/train-cache:main --timings",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/registry.rs records a build with --cache-to and builds it again on \
+                 runners with empty caches with --cache-from, each layer from the registry \
+                 and the same digest (a_fresh_runner_builds_from_the_registrys_layer_cache), \
+                 and names bad records (a_cache_record_that_is_not_what_it_says_is_named_and_its_layer_built); \
+                 tests/stack.rs does it for the Python stack with no wheel fetched \
+                 (a_fresh_runner_takes_the_stack_from_the_registry_cache_fetching_no_wheel)",
+            why: "registry.example.com stands for the reader's registry; the tests push to \
+                  a registry of their own on 127.0.0.1",
+        },
+    },
     // Registries: each test of tests/registry.rs starts its own registry (TLS, logins).
     Example {
         command: "gpubake build examples/debian-pytorch2.9.yaml --from docker://registry.example.com/base/bookworm:1 --to docker://registry.example.com/team/train:v1",

@@ -560,7 +560,7 @@ fn prefetch_order(checker: &Path, compression: Compression) {
         lazy: vec!["usr/lib/random.bin".into()],
     }));
     let again = build_layer(&layout, &other, compression, 0, true).unwrap();
-    assert!(!again.reused);
+    assert!(!again.reused());
     let bytes = std::fs::read(blob_of(&layout, &again)).unwrap();
     let names = toc_names(&bytes);
     assert_eq!(names[0].0, NO_PREFETCH_LANDMARK);

@@ -24,6 +24,8 @@ fn request(recipe: &Path, to: String) -> Request {
         compression: gpubake::image::Compression::Gzip,
         startup_record: None,
         no_cache: false,
+        cache_from: Vec::new(),
+        cache_to: None,
         pylock: None,
         offline: false,
         lock: None,

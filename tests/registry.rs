@@ -4,6 +4,9 @@
 //! namespace of the test's own (which needs root). skopeo reads what gpubake pushes.
 
 mod common;
+#[path = "common/local_registry.rs"]
+#[allow(dead_code)]
+mod local_registry;
 
 use common::{assert_exit, build_args, from_base, run, stderr, stdout, write};
 use gpubake::image::digest::Digest;
@@ -2831,4 +2834,375 @@ fn a_push_reads_each_blob_once() {
         reg.skopeo_digest("once/base:1"),
         layout_digest(&common::base(), "latest")
     );
+}
+
+/// Runs a build as a CI runner would: `args`, with the registry's login and certificate, and
+/// `GPUBAKE_CACHE_DIR` at `cache` (a fresh runner has none yet). Returns the output.
+fn runner(reg: &Registry, cache: &Path, args: &[&str]) -> Output {
+    let certs = reg.certs();
+    let mut args = args.to_vec();
+    args.extend(["--cert-dir", &certs]);
+    reg.command("auth", &args)
+        .env("GPUBAKE_CACHE_DIR", cache)
+        .output()
+        .expect("the gpubake binary runs")
+}
+
+/// Each layer of a build's report that is not the base's, with where it came from.
+fn new_layers(report: &Value) -> Vec<(String, String, String)> {
+    report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["from"] != "base")
+        .map(|l| {
+            let s = |k: &str| l[k].as_str().unwrap().to_string();
+            (s("name"), s("digest"), s("from"))
+        })
+        .collect()
+}
+
+/// `--cache-to` records a build's layers in the registry and `--cache-from` takes them on a
+/// runner whose cache is empty: the digest of the same build from a warm local cache, no
+/// layer written; where the destination's image already pairs each blob with its diff ID,
+/// no layer blob is read at all. A changed preset value writes the presets layer alone.
+#[test]
+fn a_fresh_runner_builds_from_the_registrys_layer_cache() {
+    let Some(reg) = Registry::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "env:\n  NCCL_DEBUG: WARN\n");
+    let base = from_base();
+    let (app, app2, cache) = (
+        reg.image("team/app:v1"),
+        reg.image("team/app:v2"),
+        reg.image("team/cache:main"),
+    );
+    let warm = dir.path().join("warm");
+    let out = runner(
+        &reg,
+        &warm,
+        &build_args(&recipe, &base, &app, &["--json", "--cache-to", &cache]),
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains("2 layers of this build recorded"),
+        "{}",
+        stderr(&out)
+    );
+    let built = json_of(&out);
+    let want = built["manifest"].as_str().unwrap().to_string();
+    let layers = new_layers(&built);
+    assert_eq!(layers.len(), 2, "{built}");
+
+    // The artifact: a manifest of the cache's type whose first blob is the records and whose
+    // others include every layer blob recorded, so the registry keeps them.
+    let raw = reg.skopeo_json(&["--raw"], "team/cache:main");
+    assert_eq!(
+        raw["artifactType"],
+        "application/vnd.gpubake.layer-cache.v1"
+    );
+    assert_eq!(
+        raw["layers"][0]["mediaType"],
+        "application/vnd.gpubake.layer-cache.records.v1+json"
+    );
+    for (name, digest, _) in &layers {
+        assert!(
+            raw["layers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["digest"] == digest.as_str()),
+            "{name}: {raw}"
+        );
+    }
+
+    // A fresh runner, a new tag: every layer from the registry cache, each blob read once.
+    let fresh = dir.path().join("fresh");
+    let out = runner(
+        &reg,
+        &fresh,
+        &build_args(&recipe, &base, &app2, &["--json", "--cache-from", &cache]),
+    );
+    assert_exit(&out, 0);
+    let report = json_of(&out);
+    assert_eq!(report["manifest"].as_str(), Some(want.as_str()));
+    for (name, _, from) in new_layers(&report) {
+        assert_eq!(from, "registry-cache", "{name}: {}", stderr(&out));
+    }
+    assert_eq!(reg.skopeo_digest("team/app:v2"), want);
+
+    // Another fresh runner, to the tag that holds the image: nothing of a layer is read.
+    let again = dir.path().join("again");
+    let out = runner(
+        &reg,
+        &again,
+        &build_args(&recipe, &base, &app, &["--json", "--cache-from", &cache]),
+    );
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+    for (name, digest, _) in &layers {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        let blob = again.join("layout/blobs/sha256").join(hex);
+        assert!(!blob.exists(), "{name}'s blob was read: {}", blob.display());
+    }
+
+    // The same build from the warm local cache gives that digest too.
+    let layout = dir.path().join("out");
+    let to = format!("oci:{}:v1", layout.display());
+    let out = runner(&reg, &warm, &build_args(&recipe, &base, &to, &["--json"]));
+    assert_exit(&out, 0);
+    assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
+
+    // A preset value changed: its layer is written, the probe's comes from the cache, and
+    // the image is the one the warm runner builds of the changed recipe.
+    let changed = recipe_in(&dir.path().join("changed"), "env:\n  NCCL_DEBUG: INFO\n");
+    let out = runner(&reg, &warm, &build_args(&changed, &base, &to, &["--json"]));
+    assert_exit(&out, 0);
+    let want = json_of(&out)["manifest"].as_str().unwrap().to_string();
+    let out = runner(
+        &reg,
+        &dir.path().join("changed/cache"),
+        &build_args(&changed, &base, &app, &["--json", "--cache-from", &cache]),
+    );
+    assert_exit(&out, 0);
+    let report = json_of(&out);
+    assert_eq!(report["manifest"].as_str(), Some(want.as_str()));
+    let froms: Vec<(String, String)> = new_layers(&report)
+        .into_iter()
+        .map(|(name, _, from)| (name, from))
+        .collect();
+    assert_eq!(
+        froms,
+        [
+            ("probe".to_string(), "registry-cache".to_string()),
+            ("presets".to_string(), "written".to_string())
+        ]
+    );
+    // What the registry serves is the image: verify reads and hashes every blob of it.
+    assert_exit(
+        &reg.gpubake("auth", &["verify", &app, "--tls-verify=false"]),
+        0,
+    );
+}
+
+/// gpubake with `GPUBAKE_CACHE_DIR` at `cache`, for a registry that needs no login.
+fn plain_runner(cache: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(args)
+        .current_dir(common::root())
+        .env("GPUBAKE_CACHE_DIR", cache)
+        .env_remove("GPUBAKE_PRESET_PATH")
+        .output()
+        .expect("the gpubake binary runs")
+}
+
+/// The layer cache's manifest under `tag` in `repo` at `addr`, and its records.
+fn cache_records(addr: &str, repo: &str, tag: &str) -> (Value, Value) {
+    gpubake::net::use_ring();
+    let http = reqwest::blocking::Client::new();
+    let manifest: Value = http
+        .get(format!("http://{addr}/v2/{repo}/manifests/{tag}"))
+        .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let records = manifest["layers"][0]["digest"].as_str().unwrap();
+    let records: Value = http
+        .get(format!("http://{addr}/v2/{repo}/blobs/{records}"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    (manifest, records)
+}
+
+/// Writes `records` as the layer cache under `tag` of `repo` at `addr`, as another tool
+/// could: the records blob, then `manifest` with that blob first.
+fn forge_cache(addr: &str, repo: &str, tag: &str, manifest: &Value, records: &Value) {
+    gpubake::net::use_ring();
+    let http = reqwest::blocking::Client::new();
+    let body = serde_json::to_vec(records).unwrap();
+    let digest = Digest::of(&body);
+    let started = http
+        .post(format!("http://{addr}/v2/{repo}/blobs/uploads/"))
+        .send()
+        .unwrap();
+    assert!(started.status().is_success(), "{}", started.status());
+    let location = started.headers()["location"].to_str().unwrap().to_string();
+    let location = if location.starts_with("http") {
+        location
+    } else {
+        format!("http://{addr}{location}")
+    };
+    let sep = if location.contains('?') { '&' } else { '?' };
+    let put = http
+        .put(format!("{location}{sep}digest={digest}"))
+        .body(body.clone())
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    let mut manifest = manifest.clone();
+    manifest["layers"][0]["digest"] = Value::from(digest.as_str());
+    manifest["layers"][0]["size"] = Value::from(body.len());
+    let put = http
+        .put(format!("http://{addr}/v2/{repo}/manifests/{tag}"))
+        .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+        .body(serde_json::to_vec(&manifest).unwrap())
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().unwrap());
+}
+
+/// A cache record whose blob is not what it says is found, said (naming the layer and what
+/// failed) and its layer built, and the image is still the right one: a digest that names
+/// another layer's blob, a wrong diff ID (read on first use, or against the destination's
+/// image), a blob the registry does not have.
+#[test]
+fn a_cache_record_that_is_not_what_it_says_is_named_and_its_layer_built() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let registry = local_registry::local_registry(dir.path());
+    let addr = registry.1.clone();
+    let recipe = recipe_in(dir.path(), "");
+    let base = from_base();
+    let image = |tag: &str| format!("docker://{addr}/app:{tag}");
+    let cache = |tag: &str| format!("docker://{addr}/cache:{tag}");
+    let out = plain_runner(
+        &dir.path().join("warm"),
+        &build_args(
+            &recipe,
+            &base,
+            &image("good"),
+            &["--json", "--cache-to", &cache("good")],
+        ),
+    );
+    assert_exit(&out, 0);
+    let built = json_of(&out);
+    let want = built["manifest"].as_str().unwrap().to_string();
+    let layers = new_layers(&built);
+    let (manifest, records) = cache_records(&addr, "cache", "good");
+    let key_of = |digest: &str| {
+        records["layers"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(_, r)| r["digest"] == digest)
+            .map(|(k, _)| k.clone())
+            .unwrap()
+    };
+    let (probe, presets) = (key_of(&layers[0].1), key_of(&layers[1].1));
+
+    let mut wrong = records.clone();
+    // The probe's record names the presets layer's blob; the presets' a wrong diff ID.
+    wrong["layers"][&probe]["digest"] = records["layers"][&presets]["digest"].clone();
+    wrong["layers"][&probe]["size"] = records["layers"][&presets]["size"].clone();
+    wrong["layers"][&presets]["diffID"] = records["layers"][&probe]["diffID"].clone();
+    forge_cache(&addr, "cache", "wrong", &manifest, &wrong);
+    let mut missing = records.clone();
+    missing["layers"][&probe]["digest"] = Value::from(Digest::of(b"no such blob").as_str());
+    forge_cache(&addr, "cache", "missing", &manifest, &missing);
+
+    // Each on a fresh runner: to a new tag (read on first use), and for the wrong diff ID
+    // also to the tag whose image pairs the presets' blob with its real one.
+    let cases = [
+        (
+            "wrong",
+            "first",
+            vec![
+                ("probe", "holds a tar stream"),
+                ("presets", "holds a tar stream"),
+            ],
+        ),
+        ("missing", "second", vec![("probe", "blob unknown")]),
+        (
+            "wrong",
+            "good",
+            vec![("probe", "pairs that blob"), ("presets", "pairs that blob")],
+        ),
+    ];
+    for (i, (forged, to, bad)) in cases.iter().enumerate() {
+        let out = plain_runner(
+            &dir.path().join(format!("fresh{i}")),
+            &build_args(
+                &recipe,
+                &base,
+                &image(to),
+                &["--json", "--cache-from", &cache(forged)],
+            ),
+        );
+        assert_exit(&out, 0);
+        let err = stderr(&out);
+        let report = json_of(&out);
+        assert_eq!(report["manifest"].as_str(), Some(want.as_str()), "{err}");
+        for (name, _, from) in new_layers(&report) {
+            let said = bad.iter().find(|(n, _)| *n == name);
+            let key = if name == "probe" { &probe } else { &presets };
+            match said {
+                Some((_, why)) => {
+                    assert_eq!(from, "written", "{forged} to {to}: {name}: {err}");
+                    let line = err
+                        .lines()
+                        .find(|l| l.contains(&format!("layer {} is not used", &key[..12])))
+                        .unwrap_or_else(|| panic!("{forged} to {to}: {name} unnamed: {err}"));
+                    assert!(line.contains(why), "{forged} to {to}: {line}");
+                    eprintln!("{line}");
+                }
+                None => assert_eq!(from, "registry-cache", "{forged} to {to}: {name}: {err}"),
+            }
+        }
+    }
+}
+
+/// Two builds that write the same cache at once both end up in it: a write that finds the
+/// tag changed under it merges again rather than drop the other build's records.
+#[test]
+fn concurrent_cache_writes_keep_both_builds_records() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let registry = local_registry::local_registry(dir.path());
+    let addr = registry.1.clone();
+    let base = from_base();
+    let cache = format!("docker://{addr}/cache:main");
+    let mut wanted = Vec::new();
+    for round in 0..3 {
+        let builds: Vec<std::thread::JoinHandle<Output>> = (0..2)
+            .map(|i| {
+                let name = format!("r{round}b{i}");
+                let recipe = recipe_in(
+                    &dir.path().join(&name),
+                    &format!("env:\n  TRAINING_RUN: r{round}b{i}\n"),
+                );
+                let cache_dir = dir.path().join(&name).join("cache");
+                let (base, cache) = (base.clone(), cache.clone());
+                let to = format!("docker://{addr}/app:{name}");
+                std::thread::spawn(move || {
+                    plain_runner(
+                        &cache_dir,
+                        &build_args(&recipe, &base, &to, &["--json", "--cache-to", &cache]),
+                    )
+                })
+            })
+            .collect();
+        for build in builds {
+            let out = build.join().unwrap();
+            assert_exit(&out, 0);
+            wanted.extend(new_layers(&json_of(&out)));
+        }
+    }
+    let (_, records) = cache_records(&addr, "cache", "main");
+    for (name, digest, _) in &wanted {
+        assert!(
+            records["layers"]
+                .as_object()
+                .unwrap()
+                .values()
+                .any(|r| r["digest"] == digest.as_str()),
+            "{name} {digest} is not recorded: {records}"
+        );
+    }
 }

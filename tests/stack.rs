@@ -3,6 +3,9 @@
 //! and umoci and run by the Docker Engine.
 
 mod common;
+#[path = "common/local_registry.rs"]
+#[allow(dead_code)]
+mod local_registry;
 
 use common::stack::{build_options, wheel_cache};
 use common::{assert_exit, have};
@@ -1028,4 +1031,76 @@ fn a_startup_record_lays_out_the_estargz_stack_layers() {
     assert!(e.contains("site-packages/vllm/__init__.py"), "{e}");
     let index = std::fs::read_to_string(bad.join("index.json")).unwrap_or_default();
     assert!(!index.contains("\"v1\""), "{index}");
+}
+
+/// A runner with an empty cache builds the stack from the registry's layer cache: no wheel
+/// is fetched, every layer is the registry's, and the image is the warm runner's. One more
+/// pip package fetches the wheels of the extras layer alone and writes that layer and the
+/// presets' (the lock), and the image is the one the warm runner builds of it.
+#[test]
+fn a_fresh_runner_takes_the_stack_from_the_registry_cache_fetching_no_wheel() {
+    let Some(base) = common::debian_base() else {
+        return;
+    };
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let registry = local_registry::local_registry(dir.path());
+    let addr = registry.1.clone();
+    let from = format!("oci:{}:bookworm", base.display());
+    let cache = gpubake::image::registry::Remote {
+        reference: format!("{addr}/team/cache:main"),
+        access: Default::default(),
+    };
+    let (loaded, resolved) = recipe(dir.path(), "3.11", &["tqdm==4.67.1"]);
+    let to = format!("docker://{addr}/team/app:v1");
+    let mut warm = build_options(&from, &to, Some(small_closure("")));
+    warm.cache_to = Some(cache.clone());
+    let a = gpubake::bake::build(&loaded, &resolved, &warm).unwrap();
+
+    let fresh_runner = |name: &str, to: &str, closure: Closure| {
+        let mut opts = build_options(&from, to, Some(closure));
+        opts.cache_dir = dir.path().join(name);
+        opts.cache_from = vec![cache.clone()];
+        opts
+    };
+    let to = format!("docker://{addr}/team/app:v2");
+    let b = gpubake::bake::build(
+        &loaded,
+        &resolved,
+        &fresh_runner("fresh", &to, small_closure("")),
+    )
+    .unwrap();
+    assert_eq!(a.manifest, b.manifest);
+    assert_eq!(b.timings.fetch.downloaded_files, 0, "{:?}", b.timings);
+    for l in b.layers.iter().filter(|l| l.name != "base") {
+        assert_eq!(l.from, "registry-cache", "{}: {:?}", l.name, b.layers);
+    }
+
+    // One more pip package: the warm runner's image of it, and a fresh runner's.
+    let six_dir = dir.path().join("six");
+    std::fs::create_dir(&six_dir).unwrap();
+    let (loaded, resolved) = recipe(&six_dir, "3.11", &["tqdm==4.67.1", "six==1.17.0"]);
+    let layout = format!("oci:{}:six", dir.path().join("out").display());
+    let want = build(&loaded, &resolved, small_closure(SIX), &base, &layout).unwrap();
+    let to = format!("docker://{addr}/team/app:six");
+    let c = gpubake::bake::build(
+        &loaded,
+        &resolved,
+        &fresh_runner("fresh-six", &to, small_closure(SIX)),
+    )
+    .unwrap();
+    assert_eq!(c.manifest, want.manifest);
+    for l in c.layers.iter().filter(|l| l.name != "base") {
+        // The presets layer holds the image's lock, which lists the pip packages.
+        let expected = if ["extras", "presets"].contains(&l.name.as_str()) {
+            "written"
+        } else {
+            "registry-cache"
+        };
+        assert_eq!(l.from, expected, "{}: {:?}", l.name, c.layers);
+    }
+    // The extras layer's wheels (tqdm and six), and no other.
+    assert_eq!(c.timings.fetch.downloaded_files, 2, "{:?}", c.timings);
 }

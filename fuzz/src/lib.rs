@@ -291,6 +291,8 @@ fn read_image(root: &Path, scratch: &Path) {
         probe: probe_file(),
         base_packages: true,
         startup: None,
+        cache_from: Vec::new(),
+        cache_to: None,
     };
     let _ = gpubake::bake::build(loaded, resolved, &opts);
 }

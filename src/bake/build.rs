@@ -11,7 +11,7 @@ use super::stack;
 use crate::error::{Error, Result};
 use crate::image::digest::Digest;
 use crate::image::layer::{
-    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, ROOT, Source, build_layer_to,
+    BuiltLayer, Compression, Entry, LayerSpec, LayerTiming, ROOT, Reuse, Source, build_layer_to,
     tree_entries,
 };
 use crate::image::layout::{Layout, digest_of};
@@ -129,8 +129,7 @@ pub struct BuildOptions {
     /// image names it as its base. Without it, only a base pulled by the recipe's own
     /// reference is named.
     pub base_name: Option<String>,
-    /// Write every layer again instead of trusting the cache (which knows files by path,
-    /// size and mtime, as make and rsync do).
+    /// Write every layer again instead of taking it from a cache.
     pub no_cache: bool,
     /// The Python closure to install; None builds an image without the Python stack.
     pub closure: Option<crate::closure::Closure>,
@@ -149,6 +148,10 @@ pub struct BuildOptions {
     /// The record of a job's start-up that orders eStargz and zstd:chunked layers (see
     /// [`super::prefetch`]), with the file it was read from.
     pub startup: Option<(std::path::PathBuf, crate::startup::StartupRecord)>,
+    /// Registry layer caches to take layers from, in order (`--cache-from`).
+    pub cache_from: Vec<crate::image::registry::Remote>,
+    /// The registry layer cache to record the layers in (`--cache-to`).
+    pub cache_to: Option<crate::image::registry::Remote>,
 }
 
 /// One layer of the result.
@@ -162,6 +165,8 @@ pub struct LayerLine {
     pub size: u64,
     /// Taken from the cache or the base rather than written now.
     pub reused: bool,
+    /// Where it came from: `base`, `written`, `local-cache` or `registry-cache`.
+    pub from: &'static str,
     /// Where the time went, for a layer written now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timing: Option<LayerTiming>,
@@ -409,6 +414,11 @@ fn build_plan(
         }
     };
     let _lock = store.lock()?;
+    let to_registry = match &dest {
+        Transport::Registry(remote) => Some(remote),
+        _ => None,
+    };
+    let registry_cache = registry_cache(opts, to_registry)?;
 
     // The config names its platform when the recipe chose platforms; a recipe without
     // `platforms:` keeps the base's config as it was, so its digest stays what it was.
@@ -422,7 +432,7 @@ fn build_plan(
             loaded,
             plan,
             opts,
-            (&base_ref, &store, engine.as_ref()),
+            (&base_ref, &store, engine.as_ref(), registry_cache.as_ref()),
             target,
             (probe, *closure),
             name_platform,
@@ -440,6 +450,9 @@ fn build_plan(
     let name = format!("{}:latest", loaded.recipe.name);
     let transfer = std::time::Instant::now();
     let (index_digest, engine_layers) = deliver(&store, &dest, &built, engine, &name)?;
+    if let Some(cache) = &opts.cache_to {
+        record_layers(cache, &built, opts, &store, to_registry)?;
+    }
     let first = &built[0];
     let report = BuildReport {
         image: dest.to_string(),
@@ -474,6 +487,41 @@ fn build_plan(
         done.keep();
     }
     Ok(report)
+}
+
+/// The registry layer caches of `--cache-from`, read, for an image that goes to the registry
+/// `destination` if any; None without the option.
+fn registry_cache(
+    opts: &BuildOptions,
+    destination: Option<&crate::image::registry::Remote>,
+) -> Result<Option<crate::image::layercache::RegistryCache>> {
+    match opts.cache_from.as_slice() {
+        [] => Ok(None),
+        from => crate::image::layercache::RegistryCache::open(from, destination).map(Some),
+    }
+}
+
+/// Records the layers of `built` in the registry cache `to` (`--cache-to`), their blobs
+/// mounted from the destination or the caches read when those are on its registry.
+fn record_layers(
+    to: &crate::image::registry::Remote,
+    built: &[PlatformBuilt],
+    opts: &BuildOptions,
+    store: &Layout,
+    destination: Option<&crate::image::registry::Remote>,
+) -> Result<()> {
+    let layers: Vec<&BuiltLayer> = built
+        .iter()
+        .flat_map(|b| b.built.iter().map(|(_, _, l)| l))
+        .collect();
+    let mounts: Vec<&crate::image::registry::Remote> =
+        destination.into_iter().chain(&opts.cache_from).collect();
+    let written = crate::image::layercache::write(to, &layers, opts.compression, store, &mounts)?;
+    eprintln!(
+        "layer cache docker://{}: {} layers of this build recorded; it holds {} ({})",
+        to.reference, written.recorded, written.layers, written.digest
+    );
+    Ok(())
 }
 
 /// Puts what `built` made where it goes: an index of several platforms, the config that ends
@@ -723,6 +771,7 @@ impl PlatformBuilt {
                 digest: d.digest().to_string(),
                 size: d.size(),
                 reused: true,
+                from: "base",
                 timing: None,
             })
             .collect();
@@ -730,7 +779,12 @@ impl PlatformBuilt {
             name: name.clone(),
             digest: l.descriptor.digest().to_string(),
             size: l.descriptor.size(),
-            reused: l.reused,
+            reused: l.reused(),
+            from: match l.from {
+                Reuse::Written => "written",
+                Reuse::LocalCache => "local-cache",
+                Reuse::RegistryCache => "registry-cache",
+            },
             timing: l.timing.clone(),
         }));
         lines
@@ -778,7 +832,12 @@ fn build_platform(
     loaded: &LoadedRecipe,
     plan: Plan,
     opts: &BuildOptions,
-    (base_ref, store, engine): (&Transport, &Layout, Option<&EngineStream>),
+    (base_ref, store, engine, registry): (
+        &Transport,
+        &Layout,
+        Option<&EngineStream>,
+        Option<&crate::image::layercache::RegistryCache>,
+    ),
     platform: &Platform,
     (probe, closure): (&Path, Option<&crate::closure::Closure>),
     name_platform: bool,
@@ -791,30 +850,14 @@ fn build_platform(
         plan.lock().filter(|_| closure.is_some()),
     )?;
     if name_platform {
-        config["os"] = json!(platform.os);
-        config["architecture"] = json!(platform.architecture);
-        match &platform.variant {
-            Some(v) => config["variant"] = json!(v),
-            None => {
-                if let Some(c) = config.as_object_mut() {
-                    c.remove("variant");
-                }
-            }
-        }
+        name_config_platform(&mut config, platform);
     }
     // Base layers rewritten as eStargz or zstd:chunked are read from the base itself; their
     // plain copies would sit in the destination unreferenced.
     let rewrite_base = opts.compression.toc().is_some() && engine.is_none();
     import(&base, store, base_ref, !rewrite_base)?;
     if let Some(engine) = engine {
-        let diff_ids = base_diff_ids(&config, base.manifest().layers().len())
-            .map_err(|m| Error::image(base_ref, m))?;
-        for (layer, diff_id) in base.manifest().layers().iter().zip(diff_ids) {
-            let diff_id: Digest = diff_id
-                .parse()
-                .map_err(|e| Error::image(base_ref, format!("diff ID {diff_id}: {e}")))?;
-            engine.blob(store, layer, &diff_id)?;
-        }
+        stream_base(engine, store, &base, &config, base_ref)?;
     }
     let base_layers = if rewrite_base {
         crate::image::convert::lazy_layers(
@@ -844,6 +887,7 @@ fn build_platform(
             jobs: 4,
         },
         engine,
+        registry: registry.map(|r| r as &dyn crate::image::layer::RegistryLayers),
     };
     let base_packages = if opts.base_packages {
         super::system::base_packages(&base)?
@@ -879,14 +923,7 @@ fn build_platform(
         extra_env = stack::image_env(base_path.as_deref());
     }
     for spec in &specs {
-        let layer = build_layer_to(
-            store,
-            spec,
-            opts.compression,
-            opts.epoch,
-            !opts.no_cache,
-            engine,
-        )?;
+        let layer = build_layer_to(&layers.sink(store), spec)?;
         built.push((spec.name.clone(), spec.created_by.clone(), layer));
     }
 
@@ -929,6 +966,40 @@ fn build_platform(
         created: created_at,
         base_packages,
     })
+}
+
+/// Sets the config's platform to the one built for; a variant the base had and the platform
+/// lacks is dropped, so the config never claims a platform the index does not.
+fn name_config_platform(config: &mut Value, platform: &Platform) {
+    config["os"] = json!(platform.os);
+    config["architecture"] = json!(platform.architecture);
+    match &platform.variant {
+        Some(v) => config["variant"] = json!(v),
+        None => {
+            if let Some(c) = config.as_object_mut() {
+                c.remove("variant");
+            }
+        }
+    }
+}
+
+/// Streams the base's layers to the engine by their diff IDs, which the engine keys them by.
+fn stream_base(
+    engine: &EngineStream,
+    store: &Layout,
+    base: &Image,
+    config: &Value,
+    base_ref: &Transport,
+) -> Result<()> {
+    let diff_ids = base_diff_ids(config, base.manifest().layers().len())
+        .map_err(|m| Error::image(base_ref, m))?;
+    for (layer, diff_id) in base.manifest().layers().iter().zip(diff_ids) {
+        let diff_id: Digest = diff_id
+            .parse()
+            .map_err(|e| Error::image(base_ref, format!("diff ID {diff_id}: {e}")))?;
+        engine.blob(store, layer, &diff_id)?;
+    }
+    Ok(())
 }
 
 /// Names the base in the config's labels (by its registry reference, when the build knows one)

@@ -37,6 +37,22 @@ pub struct LayerOptions<'a> {
     /// The engine the layers stream to, when it is the destination: they go there instead
     /// of into the store, uncompressed (see [`crate::image::stream`]).
     pub engine: Option<&'a crate::image::stream::EngineStream>,
+    /// A registry's layer cache (`--cache-from`), asked for layers the local cache lacks.
+    pub registry: Option<&'a dyn crate::image::layer::RegistryLayers>,
+}
+
+impl<'a> LayerOptions<'a> {
+    /// Where the layers go: `store`, or the engine, with the caches these options allow.
+    pub fn sink(&self, store: &'a crate::image::layout::Layout) -> crate::image::layer::Target<'a> {
+        crate::image::layer::Target {
+            layout: store,
+            compression: self.compression,
+            epoch: self.epoch,
+            use_cache: self.use_cache,
+            engine: self.engine,
+            registry: self.registry,
+        }
+    }
 }
 
 pub use build::{BuildOptions, BuildReport, Plan, PlatformOptions, build, build_for, build_probe};

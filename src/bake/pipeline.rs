@@ -42,6 +42,7 @@ pub fn run(req: &Request) -> Result<Built> {
     let startup = startup_record(req)?;
     let to = req.destination()?;
     req.signs_something(&to)?;
+    req.layer_caches()?;
     let from = req.base()?;
     let base_glibc = base_glibc(req, from.as_ref())?;
     let options = Options {
@@ -158,6 +159,7 @@ fn build_options(
     cache_dir: PathBuf,
     closure: Option<Closure>,
 ) -> Result<BuildOptions> {
+    let (cache_from, cache_to) = req.layer_caches()?;
     Ok(BuildOptions {
         to,
         from,
@@ -174,6 +176,8 @@ fn build_options(
         // Only the SBOM lists them: without it the base's layers are not read again.
         base_packages: req.sbom.is_some(),
         startup: None,
+        cache_from,
+        cache_to,
     })
 }
 

@@ -50,7 +50,11 @@ impl BuildReport {
                 l.name,
                 l.digest,
                 human_size(l.size),
-                if l.reused { "reused" } else { "written" }
+                match l.from {
+                    "registry-cache" => "reused from the registry cache",
+                    _ if l.reused => "reused",
+                    _ => "written",
+                }
             )?;
         }
         Ok(())
@@ -77,32 +81,28 @@ impl BuildReport {
         writeln!(out, "  layers     {:>8.2}", t.layers_s)?;
         writeln!(out, "  transfer   {:>8.2}", t.transfer_s)?;
         writeln!(out, "  total      {:>8.2}", t.total_s)?;
-        let written: Vec<_> = self
-            .layers
-            .iter()
-            .filter_map(|l| l.timing.as_ref().map(|t| (l, t)))
-            .collect();
-        if written.is_empty() {
-            return Ok(());
-        }
+        // Every layer, where it came from; those written now with where their time went.
         writeln!(
             out,
-            "  {:<24} {:>10} {:>10} {:>7} {:>8} {:>8} {:>6} {:>6}",
-            "layer written", "tar", "blob", "wall", "install", "compress", "hash", "write"
+            "  {:<24} {:<14} {:>10} {:>10} {:>7} {:>8} {:>8} {:>6} {:>6}",
+            "layer", "from", "tar", "blob", "wall", "install", "compress", "hash", "write"
         )?;
-        for (l, t) in written {
-            writeln!(
-                out,
-                "  {:<24} {:>10} {:>10} {:>7.2} {:>8.2} {:>8.2} {:>6.2} {:>6.2}",
-                l.name,
-                human_size(t.tar_bytes),
-                human_size(l.size),
-                t.wall_s,
-                t.install_s,
-                t.compress_s,
-                t.hash_s,
-                t.write_s
-            )?;
+        for l in &self.layers {
+            write!(out, "  {:<24} {:<14} ", l.name, l.from)?;
+            match &l.timing {
+                Some(t) => writeln!(
+                    out,
+                    "{:>10} {:>10} {:>7.2} {:>8.2} {:>8.2} {:>6.2} {:>6.2}",
+                    human_size(t.tar_bytes),
+                    human_size(l.size),
+                    t.wall_s,
+                    t.install_s,
+                    t.compress_s,
+                    t.hash_s,
+                    t.write_s
+                )?,
+                None => writeln!(out, "{:>10} {:>10}", "", human_size(l.size))?,
+            }
         }
         Ok(())
     }

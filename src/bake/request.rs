@@ -3,7 +3,7 @@
 //! from its flags; [`super::pipeline::run`] builds it.
 
 use crate::error::{Error, Result};
-use crate::image::registry::Access;
+use crate::image::registry::{Access, Remote};
 use crate::image::{Compression, Platform, Transport};
 use crate::recipe::LoadedRecipe;
 use crate::version::Version;
@@ -34,6 +34,10 @@ pub struct Request {
     pub startup_record: Option<PathBuf>,
     /// Write every layer again rather than trust the layer cache.
     pub no_cache: bool,
+    /// Registry layer caches to take layers from (`--cache-from`, `docker://…`), in order.
+    pub cache_from: Vec<String>,
+    /// The registry layer cache to record this build's layers in (`--cache-to`).
+    pub cache_to: Option<String>,
     /// The closure (PEP 751) to install instead of pylock.NAME.toml beside the recipe.
     pub pylock: Option<PathBuf>,
     /// Build from the pylock and the wheel cache alone.
@@ -89,6 +93,52 @@ impl Request {
             crate::image::registry::check_push_access(remote)?;
         }
         Ok(to)
+    }
+
+    /// The registry layer caches the build reads and writes (`--cache-from`, `--cache-to`),
+    /// each a `docker://` reference. A cache that could never serve this build is refused
+    /// before any work: one to read while every layer is written again (`--no-cache`), or
+    /// any for an engine that builds or receives the image (it keeps its own layers).
+    pub(super) fn layer_caches(&self) -> Result<(Vec<Remote>, Option<Remote>)> {
+        let remote = |flag: &str, text: &String| match self.transport(text)? {
+            Transport::Registry(remote) => Ok(remote),
+            _ => Err(Error::Usage(format!(
+                "{flag} {text}: a layer cache lives in a registry; write \
+                 docker://REGISTRY/REPOSITORY[:TAG]"
+            ))),
+        };
+        let from = self
+            .cache_from
+            .iter()
+            .map(|t| remote("--cache-from", t))
+            .collect::<Result<Vec<_>>>()?;
+        let to = self
+            .cache_to
+            .as_ref()
+            .map(|t| remote("--cache-to", t))
+            .transpose()?;
+        if from.is_empty() && to.is_none() {
+            return Ok((from, to));
+        }
+        let flag = if from.is_empty() {
+            "--cache-to"
+        } else {
+            "--cache-from"
+        };
+        if self.no_cache && !from.is_empty() {
+            return Err(Error::Usage(
+                "--cache-from takes layers from a registry's cache, and --no-cache writes every \
+                 layer again: give one of them"
+                    .into(),
+            ));
+        }
+        if self.engine_build.is_some() || self.to.starts_with("docker-daemon:") {
+            return Err(Error::Usage(format!(
+                "{flag}: the Docker Engine keeps its own layers (uncompressed, by diff ID), \
+                 which a registry cache cannot hold; build to oci:DIR or docker:// for it"
+            )));
+        }
+        Ok((from, to))
     }
 
     /// `text` as a transport, reaching registries as `access` says.
@@ -215,4 +265,31 @@ pub fn parse_stack_layers(text: &str) -> std::result::Result<usize, String> {
         ));
     }
     Ok(n)
+}
+
+/// The `resolve` that writes this build's closure where the build reads it (beside the
+/// recipe), with the flags of the build that resolution reads too: a closure hint that left
+/// out `--from` sent a recipe with `system:` to its registry's base, which fails elsewhere.
+pub fn resolve_command(
+    recipe: Option<&std::path::Path>,
+    from: Option<&str>,
+    preset_dirs: &[PathBuf],
+    driver: Option<&Version>,
+) -> Option<String> {
+    let recipe = recipe?;
+    let mut command = format!(
+        "gpubake resolve {} -o {}",
+        recipe.display(),
+        recipe.with_extension("lock").display()
+    );
+    if let Some(from) = from {
+        command.push_str(&format!(" --from {from}"));
+    }
+    for dir in preset_dirs {
+        command.push_str(&format!(" --preset-dir {}", dir.display()));
+    }
+    if let Some(driver) = driver {
+        command.push_str(&format!(" --driver {driver}"));
+    }
+    Some(command)
 }

@@ -332,34 +332,25 @@ pub fn build(
     out.push(StackLayer {
         name: venv.name.clone(),
         created_by: venv.created_by.clone(),
-        layer: crate::image::layer::build_layer_to(
-            store,
-            &venv,
-            opts.layers.compression,
-            opts.layers.epoch,
-            opts.layers.use_cache,
-            opts.layers.engine,
-        )?,
+        layer: crate::image::layer::build_layer_to(&opts.layers.sink(store), &venv)?,
     });
 
-    // Which layers must be written: those whose record or file list is missing. For an
-    // engine, a layer it turns out to lack is written after all, its wheels fetched then.
+    // Which layers must be written: those whose record or file list is missing (a registry
+    // cache's hit brings its file list). For an engine, a layer it turns out to lack is
+    // written after all, its wheels fetched then.
+    let sink = opts.layers.sink(store);
     let keys: Vec<String> = layers.iter().map(key_of).collect();
     let cached: Vec<Option<BuiltLayer>> = keys
         .iter()
         .map(|k| {
-            if !opts.layers.use_cache || read_list(k).is_none() {
-                return None;
-            }
-            match opts.layers.engine {
-                Some(_) => crate::image::layer::streamed(store, k, opts.layers.epoch),
-                None => crate::image::layer::lookup(
-                    store,
-                    k,
-                    opts.layers.compression,
-                    opts.layers.epoch,
-                ),
-            }
+            let hit = match opts.layers.engine {
+                Some(_) if opts.layers.use_cache => {
+                    crate::image::layer::streamed(store, k, opts.layers.epoch)
+                }
+                Some(_) => None,
+                None => sink.lookup(k),
+            };
+            hit.filter(|_| read_list(k).is_some())
         })
         .collect();
     let missing: Vec<WheelRef> = layers
@@ -510,37 +501,41 @@ fn build_layers(
             }
         );
         let installed = std::cell::RefCell::new(None);
-        let built = build_keyed_to(
-            store,
-            key,
-            opts.layers.compression,
-            opts.layers.epoch,
-            opts.layers.use_cache && hit.is_some(),
-            opts.layers.engine,
-            || {
-                let mut paths = arrivals.wait(&layer.wheels, missing).ok_or_else(|| {
-                    Error::Environment("the wheels' fetch ended without this layer's".into())
-                })?;
-                let late: Vec<WheelRef> = layer
-                    .wheels
-                    .iter()
-                    .filter(|w| !paths.contains_key(&w.sha256))
-                    .cloned()
-                    .collect();
-                if !late.is_empty() {
-                    let got = opts.layers.cache.fetch(&late, &opts.layers.fetch)?;
-                    paths.extend(late.iter().map(|w| w.sha256.clone()).zip(got));
-                }
-                let (entries, files) = install_all(&layer.wheels, &paths, scheme)?;
-                *installed.borrow_mut() = Some(files);
-                Ok(LayerSpec {
-                    name: layer.name.clone(),
-                    created_by: created_by.clone(),
-                    entries,
-                    prefetch: prefetch.clone(),
-                })
-            },
-        )?;
+        let mut built = match hit {
+            // Found above (and its blob adopted, or checked in the registry): not asked again.
+            Some(hit) if opts.layers.engine.is_none() => hit,
+            _ => build_keyed_to(
+                &crate::image::layer::Target {
+                    use_cache: opts.layers.use_cache && hit.is_some(),
+                    ..opts.layers.sink(store)
+                },
+                key,
+                || {
+                    let mut paths = arrivals.wait(&layer.wheels, missing).ok_or_else(|| {
+                        Error::Environment("the wheels' fetch ended without this layer's".into())
+                    })?;
+                    let late: Vec<WheelRef> = layer
+                        .wheels
+                        .iter()
+                        .filter(|w| !paths.contains_key(&w.sha256))
+                        .cloned()
+                        .collect();
+                    if !late.is_empty() {
+                        let got = opts.layers.cache.fetch(&late, &opts.layers.fetch)?;
+                        paths.extend(late.iter().map(|w| w.sha256.clone()).zip(got));
+                    }
+                    let (entries, files) = install_all(&layer.wheels, &paths, scheme)?;
+                    *installed.borrow_mut() = Some(files);
+                    Ok(LayerSpec {
+                        name: layer.name.clone(),
+                        created_by: created_by.clone(),
+                        entries,
+                        prefetch: prefetch.clone(),
+                    })
+                },
+            )?,
+        };
+        built.side_records = vec![list_name(key)];
         let files = match installed.into_inner() {
             Some(files) => {
                 store.write_record(

@@ -279,36 +279,28 @@ pub fn build(
     // directory goes when this returns (or on interrupt).
     let stage = crate::interrupt::scratch_dir(None, ".gpubake-system-")
         .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let layer = build_keyed_to(
-        store,
-        &key,
-        opts.compression,
-        opts.epoch,
-        opts.use_cache,
-        opts.engine,
-        || {
-            let refs: Vec<WheelRef> = packages
-                .iter()
-                .map(|p| WheelRef {
-                    name: p.name.clone(),
-                    version: p.version.clone(),
-                    url: p.url.clone(),
-                    size: Some(p.size),
-                    sha256: p.sha256.clone(),
-                })
-                .collect();
-            let debs = opts.cache.fetch(&refs, &opts.fetch)?;
-            let layer = system_layer(
-                base,
-                status.as_deref(),
-                (packages, &debs),
-                (skip, opts.epoch),
-                stage.path(),
-            )?;
-            report(&layer);
-            Ok(layer.spec)
-        },
-    )?;
+    let layer = build_keyed_to(&opts.sink(store), &key, || {
+        let refs: Vec<WheelRef> = packages
+            .iter()
+            .map(|p| WheelRef {
+                name: p.name.clone(),
+                version: p.version.clone(),
+                url: p.url.clone(),
+                size: Some(p.size),
+                sha256: p.sha256.clone(),
+            })
+            .collect();
+        let debs = opts.cache.fetch(&refs, &opts.fetch)?;
+        let layer = system_layer(
+            base,
+            status.as_deref(),
+            (packages, &debs),
+            (skip, opts.epoch),
+            stage.path(),
+        )?;
+        report(&layer);
+        Ok(layer.spec)
+    })?;
     drop(stage);
     Ok((created_by, layer))
 }

@@ -38,9 +38,16 @@ pub struct Args {
     /// starts.
     #[arg(long, value_name = "FILE")]
     startup_record: Option<PathBuf>,
-    /// Write every layer again: the layer cache knows files by path, size and mtime.
+    /// Write every layer again rather than take it from the layer cache.
     #[arg(long)]
     no_cache: bool,
+    /// Take the layers the local cache lacks from this registry layer cache
+    /// (docker://REGISTRY/REPO:TAG; repeatable, asked in order).
+    #[arg(long, value_name = "REF")]
+    cache_from: Vec<String>,
+    /// Record this build's layers in this registry layer cache, for --cache-from.
+    #[arg(long, value_name = "REF")]
+    cache_to: Option<String>,
     /// Install this closure (PEP 751) instead of pylock.NAME.toml beside the recipe.
     #[arg(long, value_name = "FILE")]
     pylock: Option<PathBuf>,
@@ -86,15 +93,15 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Also print where the time went: resolution, the base, the wheels' download and
-    /// verification, and for each layer written its install, compression, hashing and
-    /// writing, then the transfer to the destination (`--json` always reports them).
+    /// verification, the transfer to the destination, and each layer's source (written, local
+    /// or registry cache) with, for one written, its install, compression, hashing and writing
+    /// (`--json` always reports them).
     #[arg(long)]
     timings: bool,
-    /// Also write the image's SBOM here (atomically), after the image: the base by its
-    /// digest with the packages its dpkg lists, every wheel and system: .deb with its
-    /// sha256 and URL, the lock's pins. For
-    /// a docker:// image it is also attached there as a referrer. Not with
-    /// --engine-build, whose engine keeps no manifest of the image's own.
+    /// Also write the image's SBOM here (atomically), after the image: the base by its digest
+    /// with the packages its dpkg lists, every wheel and system: .deb with its sha256 and URL,
+    /// the lock's pins. For a docker:// image it is also attached there as a referrer. Not
+    /// with --engine-build, whose engine keeps no manifest of the image's own.
     #[arg(long, value_name = "FILE", conflicts_with = "engine_build")]
     sbom: Option<PathBuf>,
     /// The gpubake binary that serves as the probe in the image for PLATFORM, when that
@@ -133,7 +140,12 @@ pub fn run(args: Args) -> Result<i32> {
     let recipe = args.files.load(args.recipe.as_deref())?;
     let request = Request {
         recipe,
-        resolve_command: resolve_command(&args),
+        resolve_command: request::resolve_command(
+            args.recipe.as_deref(),
+            args.from.as_deref(),
+            &args.preset_dir,
+            args.driver.as_ref(),
+        ),
         to: args.to,
         from: args.from,
         access: args.registry.access()?,
@@ -142,6 +154,8 @@ pub fn run(args: Args) -> Result<i32> {
         compression: args.compression,
         startup_record: args.startup_record,
         no_cache: args.no_cache,
+        cache_from: args.cache_from,
+        cache_to: args.cache_to,
         pylock: args.pylock,
         offline: args.offline,
         lock: args.lock,
@@ -171,26 +185,4 @@ pub fn run(args: Args) -> Result<i32> {
         ),
     }
     Ok(0)
-}
-
-/// The `resolve` that writes this build's closure where the build reads it (beside the
-/// recipe), with the flags of the build that resolution reads too: a closure hint that left
-/// out `--from` sent a recipe with `system:` to its registry's base, which fails elsewhere.
-fn resolve_command(args: &Args) -> Option<String> {
-    let recipe = args.recipe.as_deref()?;
-    let mut command = format!(
-        "gpubake resolve {} -o {}",
-        recipe.display(),
-        recipe.with_extension("lock").display()
-    );
-    if let Some(from) = &args.from {
-        command.push_str(&format!(" --from {from}"));
-    }
-    for dir in &args.preset_dir {
-        command.push_str(&format!(" --preset-dir {}", dir.display()));
-    }
-    if let Some(driver) = &args.driver {
-        command.push_str(&format!(" --driver {driver}"));
-    }
-    Some(command)
 }

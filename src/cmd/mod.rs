@@ -220,7 +220,7 @@ enum Command {
     /// refused (exit 2) before anything is built, unless --skip-checks.
     ///
     /// Example: gpubake build recipes/h100-pytorch2.9.yaml --from oci:./base:latest --to oci:./out:v1
-    Build(build::Args),
+    Build(Box<build::Args>),
     /// Copy an image from one transport to another, verifying every blob on the way.
     ///
     /// SRC and DEST use the transports of `build`: oci:DIR[:TAG], docker-archive:FILE[:NAME:TAG],
@@ -392,7 +392,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Lint(args) => lint::run(args),
         Command::Presets(args) => presets::run(args),
         Command::Render(args) => render::run(args),
-        Command::Build(args) => build::run(args),
+        Command::Build(args) => build::run(*args),
         Command::Copy(args) => copy::run(args),
         Command::Install(args) => install::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -3,8 +3,8 @@
 //! stream is hashed (diff ID) and compressed on every core while it is written, and the
 //! compressed stream is hashed (digest) on its way to disk; nothing is held in memory.
 //!
-//! A layer whose inputs are unchanged (same paths, modes, sizes and mtimes of its source
-//! files) is found in the layout's cache and not written again.
+//! A layer whose inputs are unchanged (same paths, modes and contents) is found in the
+//! layout's cache, or in a registry's (see [`super::layercache`]), and not written again.
 
 use super::digest::{Digest, HashingWriter};
 use super::layout::{Layout, descriptor};
@@ -228,12 +228,118 @@ pub struct BuiltLayer {
     pub descriptor: Descriptor,
     /// sha256 of the uncompressed tar.
     pub diff_id: Digest,
-    /// Found in the cache, not written.
+    /// Where it came from: written now, or found in a cache.
     #[serde(skip)]
-    pub reused: bool,
+    pub from: Reuse,
+    /// The record it is cached under (see [`Target::record_name`]); None for a layer no cache
+    /// keeps (streamed to an engine).
+    #[serde(skip)]
+    pub record: Option<String>,
+    /// The layout's other records that belong with it (a wheel layer's file list), which a
+    /// registry cache keeps beside it.
+    #[serde(skip)]
+    pub side_records: Vec<String>,
     /// Where the time went, for a layer written now.
     #[serde(skip)]
     pub timing: Option<LayerTiming>,
+}
+
+impl BuiltLayer {
+    /// A layer written now.
+    fn written(descriptor: Descriptor, diff_id: Digest, timing: LayerTiming) -> BuiltLayer {
+        BuiltLayer {
+            descriptor,
+            diff_id,
+            from: Reuse::Written,
+            record: None,
+            side_records: Vec::new(),
+            timing: Some(timing),
+        }
+    }
+
+    /// Taken from a cache rather than written now.
+    pub fn reused(&self) -> bool {
+        self.from != Reuse::Written
+    }
+}
+
+/// Where a layer of a build came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reuse {
+    /// Written by this build.
+    #[default]
+    Written,
+    /// Found in the local layer cache (or the engine held it).
+    LocalCache,
+    /// Found in a registry's layer cache (`--cache-from`), its blob left in the registry.
+    RegistryCache,
+}
+
+/// Layers recorded in a registry (`build --cache-from`), asked for a layer the layout's own
+/// cache lacks. Implemented by [`super::layercache::RegistryCache`].
+pub trait RegistryLayers: Sync {
+    /// The layer recorded under `record` (a [`Target::record_name`]), checked and ready to be
+    /// named by the image's manifest; its side records are written into `layout`. None when
+    /// no record names it or the one that does fails a check (said on standard error).
+    fn find(&self, layout: &Layout, record: &str, compression: Compression) -> Option<BuiltLayer>;
+}
+
+/// Where a build's layers go and what may hold them already.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// The layout the layers are written into, whose cache is asked first.
+    pub layout: &'a Layout,
+    /// Their compression.
+    pub compression: Compression,
+    /// Every timestamp in them.
+    pub epoch: u64,
+    /// Whether a layer made before from the same inputs may be taken instead.
+    pub use_cache: bool,
+    /// The engine the layers stream to instead, when it is the destination.
+    pub engine: Option<&'a EngineStream>,
+    /// A registry's layer cache, asked when the layout's cache has no layer.
+    pub registry: Option<&'a dyn RegistryLayers>,
+}
+
+impl<'a> Target<'a> {
+    /// Into `layout`, with no engine and no registry cache.
+    pub fn layout(
+        layout: &'a Layout,
+        compression: Compression,
+        epoch: u64,
+        use_cache: bool,
+    ) -> Self {
+        Target {
+            layout,
+            compression,
+            epoch,
+            use_cache,
+            engine: None,
+            registry: None,
+        }
+    }
+
+    /// The name a layer of inputs `key` is cached under: the same on every machine for the
+    /// same inputs, compression, epoch and encoder, so a registry cache can key by it too.
+    pub fn record_name(&self, key: &str) -> String {
+        record_name(key, self.compression, self.epoch)
+    }
+
+    /// The layer of inputs `key`, from the layout's cache or else the registry's; None when
+    /// neither holds it or the cache may not be used.
+    pub fn lookup(&self, key: &str) -> Option<BuiltLayer> {
+        if !self.use_cache {
+            return None;
+        }
+        let record = self.record_name(key);
+        cached(self.layout, &record)
+            .or_else(|| self.registry?.find(self.layout, &record, self.compression))
+            .map(|mut hit| {
+                hit.record = Some(record);
+                hit
+            })
+    }
 }
 
 /// Where the time of writing one layer went. The stages run at once on threads of their
@@ -264,74 +370,51 @@ pub fn build_layer(
     epoch: u64,
     use_cache: bool,
 ) -> Result<BuiltLayer> {
-    build_layer_to(layout, spec, compression, epoch, use_cache, None)
+    build_layer_to(&Target::layout(layout, compression, epoch, use_cache), spec)
 }
 
-/// [`build_layer`], or with `engine` streamed to it instead (see [`build_keyed_to`]).
-pub fn build_layer_to(
-    layout: &Layout,
-    spec: &LayerSpec,
-    compression: Compression,
-    epoch: u64,
-    use_cache: bool,
-    engine: Option<&EngineStream>,
-) -> Result<BuiltLayer> {
+/// [`build_layer`] into `sink` (see [`build_keyed_to`]), keyed by its entries.
+pub fn build_layer_to(sink: &Target, spec: &LayerSpec) -> Result<BuiltLayer> {
     let key = cache_key(spec)?;
-    build_keyed_to(layout, &key, compression, epoch, use_cache, engine, || {
-        Ok(spec.clone())
-    })
+    build_keyed_to(sink, &key, || Ok(spec.clone()))
 }
 
-/// Builds the layer `make` describes, unless the cache holds one under `key`: for layers whose
-/// inputs are known by digest before they are opened (wheels by their sha256), so a cached
-/// layer needs neither the wheel nor reading it. `key` must cover everything the content
-/// depends on; compression and epoch are added here.
-pub fn build_keyed(
-    layout: &Layout,
-    key: &str,
-    compression: Compression,
-    epoch: u64,
-    use_cache: bool,
-    make: impl FnOnce() -> Result<LayerSpec>,
-) -> Result<BuiltLayer> {
-    build_keyed_to(layout, key, compression, epoch, use_cache, None, make)
-}
-
-/// [`build_keyed`]; with `engine`, the layer goes to the engine instead, as the next layer
-/// of the image it loads: left out where the engine holds it (its diff ID known from an
-/// earlier build's record), else made and streamed there as a plain tar, hashed on the
-/// way, never compressed and never stored. Its descriptor is then the tar's own (digest
-/// and diff ID one).
+/// Builds the layer `make` describes into `sink`, unless a cache holds one under `key`: the
+/// layout's, else the registry's. For layers whose inputs are known by digest before they are
+/// opened (wheels by their sha256), so a cached layer needs neither the wheel nor reading
+/// it. `key` must cover everything the content depends on; compression and epoch are added
+/// here. With an engine, the layer goes to the engine instead, as the next layer of the image
+/// it loads: left out where the engine holds it (its diff ID known from an earlier build's
+/// record), else made and streamed there as a plain tar, hashed on the way, never compressed
+/// and never stored. Its descriptor is then the tar's own (digest and diff ID one).
 pub fn build_keyed_to(
-    layout: &Layout,
+    sink: &Target,
     key: &str,
-    compression: Compression,
-    epoch: u64,
-    use_cache: bool,
-    engine: Option<&EngineStream>,
     make: impl FnOnce() -> Result<LayerSpec>,
 ) -> Result<BuiltLayer> {
-    let Some(engine) = engine else {
-        let record = record_name(key, compression, epoch);
-        if use_cache && let Some(hit) = cached(layout, &record) {
+    let layout = sink.layout;
+    let Some(engine) = sink.engine else {
+        if let Some(hit) = sink.lookup(key) {
             return Ok(hit);
         }
-        let built = write_layer(layout, &make()?, compression, epoch)?;
+        let record = sink.record_name(key);
+        let mut built = write_layer(layout, &make()?, sink.compression, sink.epoch)?;
         let bytes = serde_json::to_vec(&built).expect("layers serialize");
         layout.write_record(&record, &bytes, false)?;
         let digest = super::layout::digest_of(&built.descriptor)?;
         layout.share_blob(&digest, built.descriptor.size());
+        built.record = Some(record);
         return Ok(built);
     };
-    let record = streamed_record_name(key, epoch);
-    if use_cache
-        && let Some(mut hit) = streamed(layout, key, epoch)
+    let record = streamed_record_name(key, sink.epoch);
+    if sink.use_cache
+        && let Some(mut hit) = streamed(layout, key, sink.epoch)
         && engine.skip_if_present(&hit.diff_id)
     {
-        hit.reused = true;
+        hit.from = Reuse::LocalCache;
         return Ok(hit);
     }
-    let built = stream_layer(engine, &make()?, epoch, &layout.root().join("blobs"))?;
+    let built = stream_layer(engine, &make()?, sink.epoch, &layout.root().join("blobs"))?;
     let bytes = serde_json::to_vec(&built).expect("layers serialize");
     layout.write_record(&record, &bytes, false)?;
     Ok(built)
@@ -363,17 +446,16 @@ fn stream_layer(
         write_tar(&spec.entries, epoch, hashed, at)?;
         Ok(tally.finish().0)
     })?;
-    Ok(BuiltLayer {
-        descriptor: descriptor(MediaType::ImageLayer, &diff_id, size),
+    Ok(BuiltLayer::written(
+        descriptor(MediaType::ImageLayer, &diff_id, size),
         diff_id,
-        reused: false,
-        timing: Some(LayerTiming {
+        LayerTiming {
             wall_s: started.elapsed().as_secs_f64(),
             install_s: crate::units::thread_cpu_seconds() - cpu_before,
             tar_bytes: size,
             ..LayerTiming::default()
-        }),
-    })
+        },
+    ))
 }
 
 /// The exact length of the tar stream [`write_tar`] writes for `entries`, known before any
@@ -407,16 +489,6 @@ pub fn tar_size(entries: &[Entry]) -> Result<u64> {
     Ok(counted.0 + data)
 }
 
-/// The layer cached under `key`, if its blob is still in the layout (or in its cache).
-pub fn lookup(
-    layout: &Layout,
-    key: &str,
-    compression: Compression,
-    epoch: u64,
-) -> Option<BuiltLayer> {
-    cached(layout, &record_name(key, compression, epoch))
-}
-
 /// Names the encoder's output format: a record written by another encoder would hand back a
 /// blob with other bytes for the same content, and the digest would depend on the cache.
 const ENCODER: &str = "libdeflate-1 blocks of 1 MiB, stored random pieces; zstd-3 mt";
@@ -443,15 +515,16 @@ fn cached(layout: &Layout, record: &str) -> Option<BuiltLayer> {
             super::layout::digest_of(&l.descriptor)
                 .is_ok_and(|d| layout.adopt_blob(&d, l.descriptor.size()))
         })?;
-    hit.reused = true;
+    hit.from = Reuse::LocalCache;
     Some(hit)
 }
 
-/// Identifies a layer's inputs without reading file contents: paths, modes, bytes of
-/// generated files, and size and mtime of files on disk.
+/// Identifies a layer's inputs by content: paths, modes, owners, and the sha256 of every
+/// file's bytes, so the same inputs give the same key on any machine (a registry cache keys
+/// by it), whatever their paths and dates on this one.
 fn cache_key(spec: &LayerSpec) -> Result<String> {
     let mut h = Sha256::new();
-    h.update("gpubake-layer-v2\n");
+    h.update("gpubake-layer-v3\n");
     if let Some(prefetch) = &spec.prefetch {
         h.update(format!("prefetch {}\n", prefetch.key()));
     }
@@ -462,39 +535,22 @@ fn cache_key(spec: &LayerSpec) -> Result<String> {
         }
         match &e.source {
             Source::Bytes(b) => h.update(Sha256::digest(b)),
-            Source::File(p) => {
-                let m = std::fs::metadata(p).map_err(|err| Error::io(p, err))?;
-                let mtime = m
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0);
-                h.update(format!("file {} {} {mtime}", p.display(), m.len()));
-            }
+            Source::File(p) => h.update(format!("file {}", file_sha256(p)?)),
             Source::Symlink(t) => h.update(format!("link {t}")),
             Source::Dir => h.update("dir"),
-            Source::Zip(m) => {
-                let meta =
-                    std::fs::metadata(&m.archive).map_err(|err| Error::io(&m.archive, err))?;
-                let mtime = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0);
-                h.update(format!(
-                    "zip {} {} {mtime} {} {}",
-                    m.archive.display(),
-                    meta.len(),
-                    m.index,
-                    m.sha256.map(hex::encode).unwrap_or_default()
-                ));
-            }
+            Source::Zip(m) => h.update(format!("zip {} {}", file_sha256(&m.archive)?, m.index)),
         }
         h.update("\n");
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// The sha256 of a file's bytes, streamed.
+fn file_sha256(path: &Path) -> Result<String> {
+    let (mut hashed, tally) = HashingWriter::new(io::sink());
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    io::copy(&mut file, &mut hashed).map_err(|e| Error::io(path, e))?;
+    Ok(tally.finish().0.hex().to_string())
 }
 
 /// The entries plus every parent directory, sorted by path.
@@ -1445,19 +1501,18 @@ fn write_layer_on(
         (all - install_s - done.hash_s - done.write_s).max(0.0)
     });
     let descriptor = lazy_descriptor(compression, &digest, size, toc.as_ref());
-    Ok(BuiltLayer {
+    Ok(BuiltLayer::written(
         descriptor,
-        diff_id: done.diff_id,
-        reused: false,
-        timing: Some(LayerTiming {
+        done.diff_id,
+        LayerTiming {
             wall_s: started.elapsed().as_secs_f64(),
             install_s,
             compress_s,
             hash_s: done.hash_s,
             write_s: done.write_s,
             tar_bytes,
-        }),
-    })
+        },
+    ))
 }
 
 /// A layer's descriptor: with a TOC (eStargz, zstd:chunked), the annotations the stargz
@@ -1527,18 +1582,17 @@ pub fn to_lazy(
         .map_err(|e| Error::image(&from, e.to_string()))?;
     let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
-    let built = BuiltLayer {
-        descriptor: lazy_descriptor(compression, &digest, size, Some(&toc)),
-        diff_id: done.diff_id,
-        reused: false,
-        timing: Some(LayerTiming {
+    let built = BuiltLayer::written(
+        lazy_descriptor(compression, &digest, size, Some(&toc)),
+        done.diff_id,
+        LayerTiming {
             wall_s: started.elapsed().as_secs_f64(),
             hash_s: done.hash_s,
             write_s: done.write_s,
             compress_s: done.blocks_s.unwrap_or(0.0),
             ..LayerTiming::default()
-        }),
-    };
+        },
+    );
     let bytes = serde_json::to_vec(&built).expect("layers serialize");
     layout.write_record(&record, &bytes, false)?;
     layout.share_blob(&digest, size);

@@ -10,6 +10,7 @@ pub mod digest;
 pub mod estargz;
 mod insecure;
 pub mod layer;
+pub mod layercache;
 pub mod layout;
 pub mod ldcache;
 pub mod links;

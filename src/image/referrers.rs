@@ -23,8 +23,8 @@ pub const VERDICT: &str = "io.gpubake.verdict";
 pub const SCOPE: &str = "io.gpubake.scope";
 
 /// The empty JSON object OCI 1.1 artifacts use as their config.
-const EMPTY_CONFIG: &[u8] = b"{}";
-const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
+pub(super) const EMPTY_CONFIG: &[u8] = b"{}";
+pub(super) const EMPTY_CONFIG_TYPE: &str = "application/vnd.oci.empty.v1+json";
 
 /// An artifact that refers to an image (OCI 1.1 `subject`).
 #[derive(Clone, Debug, serde::Serialize)]
@@ -81,19 +81,9 @@ async fn attach_async(
         .manifest_needed(&subject_ref, "attaching: reading the image's manifest")
         .await?;
     let content_digest = Digest::of(content);
-    for (bytes, digest) in [
-        (EMPTY_CONFIG, Digest::of(EMPTY_CONFIG)),
-        (content, content_digest.clone()),
-    ] {
-        if !s
-            .has_blob(reference, &digest, "attaching: asking for a blob")
-            .await?
-        {
-            s.client
-                .push_blob(reference, bytes.to_vec(), digest.as_str())
-                .await
-                .map_err(|e| s.failed("attaching: uploading a blob", e))?;
-        }
+    for bytes in [EMPTY_CONFIG, content] {
+        s.push_small(reference, bytes, "attaching: uploading a blob")
+            .await?;
     }
     let manifest = serde_json::json!({
         "schemaVersion": 2,

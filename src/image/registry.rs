@@ -92,6 +92,18 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// The reference, which must name a tag (what `doing` writes), not a digest.
+    pub(crate) fn tagged(&self, doing: &str) -> Result<Reference> {
+        let reference = self.parsed()?;
+        if reference.digest().is_some() {
+            return Err(Error::Usage(format!(
+                "docker://{}: {doing} a tag, not a digest",
+                self.reference
+            )));
+        }
+        Ok(reference)
+    }
+
     pub(crate) fn parsed(&self) -> Result<Reference> {
         self.reference.parse::<Reference>().map_err(|e| {
             Error::Usage(format!(
@@ -243,6 +255,23 @@ impl Session {
             .blob_exists(reference, digest.as_str())
             .await
             .map_err(|e| self.failed(doing, e))
+    }
+
+    /// Uploads a small blob held in memory, unless the repository has it already.
+    pub(super) async fn push_small(
+        &self,
+        reference: &Reference,
+        bytes: &[u8],
+        doing: &str,
+    ) -> Result<()> {
+        let digest = Digest::of(bytes);
+        if !self.has_blob(reference, &digest, doing).await? {
+            self.client
+                .push_blob(reference, bytes.to_vec(), digest.as_str())
+                .await
+                .map_err(|e| self.failed(doing, e))?;
+        }
+        Ok(())
     }
 
     /// The error for a registry (or its token server) answering 401 while `doing`: no
@@ -576,14 +605,14 @@ pub(super) fn declared_type(bytes: &[u8]) -> String {
     }
 }
 
-fn is_index(media_type: &str) -> bool {
+pub(super) fn is_index(media_type: &str) -> bool {
     media_type == MediaType::ImageIndex.to_string()
         || media_type == "application/vnd.docker.distribution.manifest.list.v2+json"
 }
 
 /// How a pull checks what the registry serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pulling {
+pub(super) enum Pulling {
     /// Each blob against its digest, as it arrives (the blob cache: a build's base, inspect).
     Digests,
     /// Each blob against its digest and each layer's tar stream and diff id, as it arrives,
@@ -660,13 +689,7 @@ pub fn read_manifest(remote: &Remote) -> Result<ManifestRead> {
         let (bytes, digest, _) = resolve_manifest(&s, remote, &reference).await?;
         let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::image(&s.what, format!("manifest {digest}: {e}")))?;
-        let config = manifest.config();
-        let wanted = OciDescriptor {
-            digest: config.digest().to_string(),
-            size: i64::try_from(config.size()).unwrap_or(i64::MAX),
-            media_type: config.media_type().to_string(),
-            ..OciDescriptor::default()
-        };
+        let wanted = wanted(manifest.config());
         let config = s
             .small_blob(&reference, &wanted, "reading the config")
             .await;
@@ -793,7 +816,7 @@ fn diff_ids(into: &Layout, desc: &Descriptor) -> Result<Vec<String>> {
 /// blob against its digest at the end, and with [`Pulling::Layers`] a layer's tar stream and
 /// `diff_id` as it streams. True when it was downloaded (and so checked), false when `into`
 /// had it.
-async fn fetch_blob(
+pub(super) async fn fetch_blob(
     s: &Session,
     reference: &Reference,
     desc: &Descriptor,
@@ -922,6 +945,16 @@ async fn fetch_blob(
     )))
 }
 
+/// The blob `desc` names, as oci-client asks for it.
+pub(super) fn wanted(desc: &Descriptor) -> OciDescriptor {
+    OciDescriptor {
+        digest: desc.digest().to_string(),
+        size: i64::try_from(desc.size()).unwrap_or(i64::MAX),
+        media_type: desc.media_type().to_string(),
+        ..OciDescriptor::default()
+    }
+}
+
 fn is_missing_creds(e: &Error) -> bool {
     e.to_string().contains("asks for credentials")
 }
@@ -929,13 +962,7 @@ fn is_missing_creds(e: &Error) -> bool {
 /// Pushes `image` to `remote` (by tag, `latest` when none is named) and returns the digest
 /// the registry now holds it under, which is the image's own.
 pub fn push(image: &Image, remote: &Remote) -> Result<Digest> {
-    let reference = remote.parsed()?;
-    if reference.digest().is_some() {
-        return Err(Error::Usage(format!(
-            "docker://{}: push to a tag, not a digest",
-            remote.reference
-        )));
-    }
+    let reference = remote.tagged("push to")?;
     let session = Session::open(remote, &reference)?;
     session
         .runtime
@@ -953,7 +980,7 @@ pub fn check_push_access(remote: &Remote) -> Result<()> {
         .block_on(log_in_to_push(&session, &reference))
 }
 
-async fn log_in_to_push(s: &Session, reference: &Reference) -> Result<()> {
+pub(super) async fn log_in_to_push(s: &Session, reference: &Reference) -> Result<()> {
     // The token server is asked first, by gpubake, so that its refusal is reported as one.
     s.authorization(
         &[super::wire::scope(reference, "pull,push")],
@@ -999,7 +1026,7 @@ async fn push_async(s: &Session, image: &Image, reference: &Reference) -> Result
                 .into_iter()
                 .find(|l| l.descriptor().digest() == desc.digest())
                 .and_then(|l| l.diff_id().map(str::to_string));
-            upload(s, image, reference, desc, &digest, diff_id).await?;
+            upload(s, image.store(), reference, desc, &digest, diff_id).await?;
             uploaded += 1;
         }
         progress.inc(desc.size());
@@ -1097,13 +1124,7 @@ pub fn open_index(
 /// the index's exact bytes under the tag, so the registry holds the index gpubake wrote, with
 /// its digest. Returns that digest.
 pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<Digest> {
-    let reference = remote.parsed()?;
-    if reference.digest().is_some() {
-        return Err(Error::Usage(format!(
-            "docker://{}: push to a tag, not a digest",
-            remote.reference
-        )));
-    }
+    let reference = remote.tagged("push to")?;
     let session = Session::open(remote, &reference)?;
     session.runtime.block_on(async {
         for image in index.images() {
@@ -1130,15 +1151,15 @@ pub fn push_index(index: &super::model::IndexImage, remote: &Remote) -> Result<D
 /// once: the last chunk is held back until the checks hold, so a blob that fails them never
 /// reaches the registry whole and is refused (exit 2) naming what failed. Each retry reopens
 /// the file and starts the blob over, since a stream half sent cannot be sent again.
-async fn upload(
+pub(super) async fn upload(
     s: &Session,
-    image: &Image,
+    store: &Layout,
     reference: &Reference,
     desc: &Descriptor,
     digest: &Digest,
     diff_id: Option<String>,
 ) -> Result<()> {
-    let path = image.store().blob_path(digest);
+    let path = store.blob_path(digest);
     let mut last = None;
     for attempt in 1..=ATTEMPTS {
         if attempt > 1 {
@@ -1160,7 +1181,7 @@ async fn upload(
             .push_blob_stream(reference, stream, digest.as_str(), Some(desc.size()))
             .await;
         if let Some(why) = refused.lock().map(|mut r| r.take()).unwrap_or_default() {
-            return Err(Error::image(image.describe(), why));
+            return Err(Error::image(store.describe(), why));
         }
         match pushed {
             Ok(_) => return Ok(()),

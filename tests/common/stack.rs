@@ -34,6 +34,8 @@ pub fn build_options(from: &str, to: &str, closure: Option<Closure>) -> BuildOpt
         stack_layers: 60,
         probe: PathBuf::from(env!("CARGO_BIN_EXE_gpubake")),
         base_packages: false,
+        cache_from: Vec::new(),
+        cache_to: None,
     }
 }
 
