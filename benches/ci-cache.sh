@@ -7,7 +7,8 @@
 # `docker build --cache-from` it (the legacy builder; a two-step Dockerfile, `uv venv` +
 # `uv pip install torch==2.9.1` in one RUN, the extras in a second, the NCCL settings copied
 # last) and `docker push`.
-# Rows, each from the image of the README's recipe under the destination tag:
+# Rows, each from the image of the README's recipe under the destination tag and the cache
+# as its build recorded it (gpubake) or that image (the peer):
 #   1. the same recipe again
 #   2. one more pip package (six==1.17.0)
 #   3. a preset value changed (NCCL_DEBUG=WARN over the presets)
@@ -42,7 +43,7 @@ reg=127.0.0.1:$port
 rm -rf registry
 cat >registry.yml <<EOF
 version: 0.1
-log: {level: error}
+log: {level: error, accesslog: {disabled: true}}
 storage: {filesystem: {rootdirectory: $work/registry}}
 http: {addr: $reg, secret: bench}
 EOF
@@ -97,6 +98,9 @@ say "seeding the registry (the base, gpubake's image and cache, the peer's image
 "$bin" copy oci:./base:bookworm "docker://$reg/base:bookworm" >>"$log" 2>&1
 "$bin" build r.yaml --from "docker://$reg/base:bookworm" --to "docker://$reg/train:v1" \
   --cache-to "docker://$reg/train-cache:main" >>"$log" 2>&1
+# Every measurement starts from this cache: one that a row recorded would answer the next
+# repetition of that row.
+retag train-cache main seed
 clean_engine() {
   docker images --format '{{.Repository}}:{{.Tag}}' | grep "^$reg/" | xargs -r docker rmi -f >/dev/null 2>&1 || true
   docker builder prune -af >/dev/null 2>&1 || true
@@ -125,6 +129,7 @@ t() {
 declare -A recipe=([1]=r.yaml [2]=r6.yaml [3]=rp.yaml) context=([1]=peer [2]=peer6 [3]=peerp)
 gpubake_row() {  # ROW
   retag train v1 "row$1"
+  retag train-cache seed main
   rm -rf runner
   export GPUBAKE_CACHE_DIR=$work/runner
   t "gpubake row $1" "$bin" build "${recipe[$1]}" \

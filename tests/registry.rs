@@ -2916,7 +2916,8 @@ fn a_fresh_runner_builds_from_the_registrys_layer_cache() {
         );
     }
 
-    // A fresh runner, a new tag: every layer from the registry cache, each blob read once.
+    // A fresh runner, a new tag: every layer from the registry cache, and no layer blob
+    // read, the image the records name pairing each blob with its diff ID.
     let fresh = dir.path().join("fresh");
     let out = runner(
         &reg,
@@ -2930,8 +2931,16 @@ fn a_fresh_runner_builds_from_the_registrys_layer_cache() {
         assert_eq!(from, "registry-cache", "{name}: {}", stderr(&out));
     }
     assert_eq!(reg.skopeo_digest("team/app:v2"), want);
+    let unread = |runner: &Path| {
+        for (name, digest, _) in &layers {
+            let hex = digest.strip_prefix("sha256:").unwrap();
+            let blob = runner.join("layout/blobs/sha256").join(hex);
+            assert!(!blob.exists(), "{name}'s blob was read: {}", blob.display());
+        }
+    };
+    unread(&fresh);
 
-    // Another fresh runner, to the tag that holds the image: nothing of a layer is read.
+    // Another fresh runner, to the tag that holds the image: nothing of a layer is read either.
     let again = dir.path().join("again");
     let out = runner(
         &reg,
@@ -2940,11 +2949,7 @@ fn a_fresh_runner_builds_from_the_registrys_layer_cache() {
     );
     assert_exit(&out, 0);
     assert_eq!(json_of(&out)["manifest"].as_str(), Some(want.as_str()));
-    for (name, digest, _) in &layers {
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        let blob = again.join("layout/blobs/sha256").join(hex);
-        assert!(!blob.exists(), "{name}'s blob was read: {}", blob.display());
-    }
+    unread(&again);
 
     // The same build from the warm local cache gives that digest too.
     let layout = dir.path().join("out");
@@ -3056,8 +3061,9 @@ fn forge_cache(addr: &str, repo: &str, tag: &str, manifest: &Value, records: &Va
 
 /// A cache record whose blob is not what it says is found, said (naming the layer and what
 /// failed) and its layer built, and the image is still the right one: a digest that names
-/// another layer's blob, a wrong diff ID (read on first use, or against the destination's
-/// image), a blob the registry does not have.
+/// another layer's blob, a wrong diff ID (against the image the record names, against the
+/// destination's image, or read on first use when neither holds the blob), a blob the
+/// registry does not have.
 #[test]
 fn a_cache_record_that_is_not_what_it_says_is_named_and_its_layer_built() {
     if !common::tools() {
@@ -3095,21 +3101,39 @@ fn a_cache_record_that_is_not_what_it_says_is_named_and_its_layer_built() {
     };
     let (probe, presets) = (key_of(&layers[0].1), key_of(&layers[1].1));
 
+    // Each record names the image the build pushed, whose config vouches for it.
+    let image_of = |key: &str| {
+        records["layers"][key]["image"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(image_of(&probe).starts_with("app@sha256:"), "{records}");
     let mut wrong = records.clone();
     // The probe's record names the presets layer's blob; the presets' a wrong diff ID.
     wrong["layers"][&probe]["digest"] = records["layers"][&presets]["digest"].clone();
     wrong["layers"][&probe]["size"] = records["layers"][&presets]["size"].clone();
     wrong["layers"][&presets]["diffID"] = records["layers"][&probe]["diffID"].clone();
     forge_cache(&addr, "cache", "wrong", &manifest, &wrong);
+    // The same naming no image: only reading the blobs finds them out.
+    let mut unvouched = wrong.clone();
+    for key in [&probe, &presets] {
+        unvouched["layers"][key]
+            .as_object_mut()
+            .unwrap()
+            .remove("image");
+    }
+    forge_cache(&addr, "cache", "unvouched", &manifest, &unvouched);
     let mut missing = records.clone();
     missing["layers"][&probe]["digest"] = Value::from(Digest::of(b"no such blob").as_str());
     forge_cache(&addr, "cache", "missing", &manifest, &missing);
 
     // Each on a fresh runner: to a new tag (read on first use), and for the wrong diff ID
     // also to the tag whose image pairs the presets' blob with its real one.
+    let named = "the image it names";
     let cases = [
         (
-            "wrong",
+            "unvouched",
             "first",
             vec![
                 ("probe", "holds a tar stream"),
@@ -3117,10 +3141,14 @@ fn a_cache_record_that_is_not_what_it_says_is_named_and_its_layer_built() {
             ],
         ),
         ("missing", "second", vec![("probe", "blob unknown")]),
+        ("wrong", "third", vec![("probe", named), ("presets", named)]),
         (
-            "wrong",
+            "unvouched",
             "good",
-            vec![("probe", "pairs that blob"), ("presets", "pairs that blob")],
+            vec![
+                ("probe", "the destination's image"),
+                ("presets", "the destination's image"),
+            ],
         ),
     ];
     for (i, (forged, to, bad)) in cases.iter().enumerate() {

@@ -357,23 +357,7 @@ fn build_plan(
     let targets = target_platforms(plan, platforms)?;
     let multi = targets.len() > 1;
     if multi {
-        if let Transport::DockerArchive { .. } | Transport::DockerDaemon(_) = &dest {
-            let names: Vec<String> = targets.iter().map(ToString::to_string).collect();
-            return Err(Error::Usage(format!(
-                "{dest}: the recipe builds for {}, which makes an image index, and a docker \
-                 archive or the Docker Engine holds one platform's image only; build one with \
-                 --platform {}, or write the index to oci:DIR or docker://",
-                names.join(", "),
-                names[0]
-            )));
-        }
-        if opts.closure.is_some() {
-            return Err(Error::Unsupported(format!(
-                "the recipe builds for {} platforms, and one closure was given; each \
-                 platform installs its own (PlatformOptions::closures)",
-                targets.len()
-            )));
-        }
+        index_possible(&dest, &targets, opts)?;
     }
     // With the Python stack, every platform has its closure before any work.
     let closures = targets
@@ -451,7 +435,17 @@ fn build_plan(
     let transfer = std::time::Instant::now();
     let (index_digest, engine_layers) = deliver(&store, &dest, &built, engine, &name)?;
     if let Some(cache) = &opts.cache_to {
-        record_layers(cache, &built, opts, &store, to_registry)?;
+        let pushed = match &index_digest {
+            Some(index) => index.clone(),
+            None => digest_of(&built[0].manifest)?,
+        };
+        record_layers(
+            cache,
+            &built,
+            opts,
+            &store,
+            to_registry.map(|r| (r, pushed)),
+        )?;
     }
     let first = &built[0];
     let report = BuildReport {
@@ -489,6 +483,29 @@ fn build_plan(
     Ok(report)
 }
 
+/// Refuses a build of several `targets`, which makes an image index, where `dest` cannot
+/// hold one or one closure was given for all.
+fn index_possible(dest: &Transport, targets: &[Platform], opts: &BuildOptions) -> Result<()> {
+    if let Transport::DockerArchive { .. } | Transport::DockerDaemon(_) = dest {
+        let names: Vec<String> = targets.iter().map(ToString::to_string).collect();
+        return Err(Error::Usage(format!(
+            "{dest}: the recipe builds for {}, which makes an image index, and a docker \
+             archive or the Docker Engine holds one platform's image only; build one with \
+             --platform {}, or write the index to oci:DIR or docker://",
+            names.join(", "),
+            names[0]
+        )));
+    }
+    if opts.closure.is_some() {
+        return Err(Error::Unsupported(format!(
+            "the recipe builds for {} platforms, and one closure was given; each platform \
+             installs its own (PlatformOptions::closures)",
+            targets.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The registry layer caches of `--cache-from`, read, for an image that goes to the registry
 /// `destination` if any; None without the option.
 fn registry_cache(
@@ -502,21 +519,31 @@ fn registry_cache(
 }
 
 /// Records the layers of `built` in the registry cache `to` (`--cache-to`), their blobs
-/// mounted from the destination or the caches read when those are on its registry.
+/// mounted from the destination, the image `pushed` there, or the caches read, when those
+/// are on its registry.
 fn record_layers(
     to: &crate::image::registry::Remote,
     built: &[PlatformBuilt],
     opts: &BuildOptions,
     store: &Layout,
-    destination: Option<&crate::image::registry::Remote>,
+    pushed: Option<(&crate::image::registry::Remote, Digest)>,
 ) -> Result<()> {
-    let layers: Vec<&BuiltLayer> = built
-        .iter()
-        .flat_map(|b| b.built.iter().map(|(_, _, l)| l))
-        .collect();
-    let mounts: Vec<&crate::image::registry::Remote> =
-        destination.into_iter().chain(&opts.cache_from).collect();
-    let written = crate::image::layercache::write(to, &layers, opts.compression, store, &mounts)?;
+    let recorded = crate::image::layercache::Recorded {
+        layers: built
+            .iter()
+            .flat_map(|b| b.built.iter().map(|(_, _, l)| l))
+            .collect(),
+        compression: opts.compression,
+        layout: store,
+        pushed,
+        mounts: opts.cache_from.iter().collect(),
+    };
+    let written = crate::image::layercache::write(to, &recorded).inspect_err(|_| {
+        eprintln!(
+            "{}: the image is written; its layers are not recorded in docker://{}",
+            opts.to, to.reference
+        )
+    })?;
     eprintln!(
         "layer cache docker://{}: {} layers of this build recorded; it holds {} ({})",
         to.reference, written.recorded, written.layers, written.digest

@@ -83,6 +83,10 @@ pub struct Record {
     /// The layout records that go with it (a wheel layer's file list), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub side: BTreeMap<String, SideBlob>,
+    /// An image in the cache's registry (`REPOSITORY@DIGEST`) that holds the layer: the one
+    /// the recording build pushed. Its config vouches for the diff ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// A side record's blob: the record's bytes, gzip.
@@ -117,6 +121,8 @@ pub struct RegistryCache {
     destination: Option<(Reference, Session)>,
     /// Blob digest to diff ID, as the destination's current image pairs them.
     vouched: HashMap<String, String>,
+    /// The same for each image records name, read when a record first names it.
+    recorded_images: std::sync::Mutex<HashMap<String, HashMap<String, String>>>,
 }
 
 impl RegistryCache {
@@ -164,6 +170,7 @@ impl RegistryCache {
             sources,
             destination,
             vouched,
+            recorded_images: Default::default(),
         })
     }
 
@@ -211,16 +218,7 @@ impl RegistryCache {
             })?,
             None => false,
         };
-        let checked = match self.vouched.get(digest.as_str()) {
-            Some(paired) if *paired == record.diff_id => true,
-            Some(paired) => {
-                return Err(format!(
-                    "it gives blob {digest} the diff ID {diff_id}, and the destination's image \
-                     pairs that blob with {paired}"
-                ));
-            }
-            None => false,
-        };
+        let checked = self.vouches(source, record)?;
         if !(in_destination && checked) {
             // First use: the blob is read once (from the destination when it is there now,
             // else from the cache), checked against its digest, kept, and inflated to check
@@ -262,6 +260,54 @@ impl RegistryCache {
             side_records: record.side.keys().cloned().collect(),
             timing: None,
         })
+    }
+}
+
+impl RegistryCache {
+    /// Whether an image already pairs the record's blob with its diff ID: the one under the
+    /// destination's tag, else the one the record names. An image that pairs the blob with
+    /// another diff ID is an error; one that does not hold it vouches for nothing.
+    fn vouches(&self, source: &Source, record: &Record) -> std::result::Result<bool, String> {
+        let contradicted = |whose: &str, paired: &str| {
+            Err(format!(
+                "it gives blob {} the diff ID {}, and {whose} pairs that blob with {paired}",
+                record.digest, record.diff_id
+            ))
+        };
+        match self.vouched.get(&record.digest) {
+            Some(paired) if *paired == record.diff_id => return Ok(true),
+            Some(paired) => return contradicted("the destination's image", paired),
+            None => {}
+        }
+        let Some(image) = &record.image else {
+            return Ok(false);
+        };
+        let mut images = self
+            .recorded_images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !images.contains_key(image) {
+            let pairs = match image.split_once('@') {
+                Some((repository, digest)) => {
+                    let reference = Reference::with_digest(
+                        source.reference.registry().to_string(),
+                        repository.to_string(),
+                        digest.to_string(),
+                    );
+                    let s = &source.session;
+                    s.runtime
+                        .block_on(pairs_of(s, &reference))
+                        .map_err(|e| e.to_string())?
+                }
+                None => HashMap::new(),
+            };
+            images.insert(image.clone(), pairs);
+        }
+        match images[image].get(&record.digest) {
+            Some(paired) if *paired == record.diff_id => Ok(true),
+            Some(paired) => contradicted(&format!("the image it names ({image})"), paired),
+            None => Ok(false),
+        }
     }
 }
 
@@ -449,6 +495,7 @@ fn record_of(
     layer: &BuiltLayer,
     compression: Compression,
     layout: &Layout,
+    image: Option<&String>,
 ) -> Option<(String, Record, Vec<Vec<u8>>)> {
     let key = key_of(layer.record.as_deref()?).to_string();
     let mut side = BTreeMap::new();
@@ -481,6 +528,7 @@ fn record_of(
             .into_iter()
             .collect(),
         side,
+        image: image.cloned(),
     };
     Some((key, record, blobs))
 }
@@ -496,19 +544,38 @@ pub struct Written {
     pub digest: Digest,
 }
 
-/// Records `layers` (as written in `layout` with `compression`) in the cache `to`, merged with
-/// what is there: each layer's blob is put in the cache's repository (mounted from `mounts`,
-/// repositories of the same registry that hold it, or uploaded from `layout`), then the
-/// records. Another build that writes the tag meanwhile is not overwritten: the tag is read
-/// back, and while it lacks this build's records they are merged into it and written again.
-pub fn write(
-    to: &Remote,
-    layers: &[&BuiltLayer],
-    compression: Compression,
-    layout: &Layout,
-    mounts: &[&Remote],
-) -> Result<Written> {
+/// A build's layers, for `--cache-to`.
+pub struct Recorded<'a> {
+    /// The layers.
+    pub layers: Vec<&'a BuiltLayer>,
+    /// Their compression.
+    pub compression: Compression,
+    /// The layout they were written into (or their blobs fetched into).
+    pub layout: &'a Layout,
+    /// The image the build pushed, when it went to a registry: its repository holds every
+    /// layer blob, and on the cache's registry the records name it.
+    pub pushed: Option<(&'a Remote, Digest)>,
+    /// Other repositories that may hold the blobs (the caches the build read).
+    pub mounts: Vec<&'a Remote>,
+}
+
+/// Records the layers of `recorded` in the cache `to`, merged with what is there: each
+/// layer's blob is put in the cache's repository (mounted from a repository of the same
+/// registry that holds it, or uploaded from the layout), then the records. Another build that
+/// writes the tag meanwhile is not overwritten: the tag is read back, and while it lacks this
+/// build's records they are merged into it and written again.
+pub fn write(to: &Remote, recorded: &Recorded) -> Result<Written> {
     let reference = to.tagged("--cache-to names")?;
+    let (compression, layout) = (recorded.compression, recorded.layout);
+    let same_registry = |r: &Reference| r.resolve_registry() == reference.resolve_registry();
+    let pushed = recorded
+        .pushed
+        .as_ref()
+        .and_then(|(remote, digest)| Some((remote.parsed().ok()?, digest)))
+        .filter(|(r, _)| same_registry(r));
+    let image = pushed
+        .as_ref()
+        .map(|(r, digest)| format!("{}@{digest}", r.repository()));
     let s = Session::open(to, &reference)?;
     let mut ours = Records {
         version: 1,
@@ -516,15 +583,17 @@ pub fn write(
     };
     let mut sides: Vec<Vec<u8>> = Vec::new();
     let mut layer_blobs: Vec<Descriptor> = Vec::new();
-    let mounts: Vec<Reference> = mounts
+    let mounts: Vec<Reference> = pushed
         .iter()
-        .filter_map(|r| r.parsed().ok())
-        .filter(|r| r.resolve_registry() == reference.resolve_registry())
+        .map(|(r, _)| r.clone())
+        .chain(recorded.mounts.iter().filter_map(|r| r.parsed().ok()))
+        .filter(same_registry)
         .collect();
     s.runtime.block_on(async {
         super::registry::log_in_to_push(&s, &reference).await?;
-        for layer in layers {
-            let Some((key, record, side)) = record_of(layer, compression, layout) else {
+        for layer in &recorded.layers {
+            let Some((key, record, side)) = record_of(layer, compression, layout, image.as_ref())
+            else {
                 continue;
             };
             let digest = digest_of(&layer.descriptor)?;
@@ -697,6 +766,7 @@ mod tests {
                         size: 7,
                     },
                 )]),
+                image: Some(format!("team/app@sha256:{}", "4".repeat(64))),
             },
         );
         let text = String::from_utf8(canonical_json(&records)).unwrap();
@@ -706,6 +776,7 @@ mod tests {
             "\"mediaType\":",
             "\"compression\":\"gzip\"",
             "\"side\":{\"stack/x.json\":{\"digest\":",
+            "\"image\":\"team/app@sha256:",
         ] {
             assert!(text.contains(field), "{field}: {text}");
         }
