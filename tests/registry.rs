@@ -3234,3 +3234,61 @@ fn concurrent_cache_writes_keep_both_builds_records() {
         );
     }
 }
+
+/// With bearer tokens the cache works across repositories: a fresh runner's build into
+/// another repository mounts each layer blob from the cache's repository, with one token for
+/// push on the destination and pull on the cache, and reads none of them.
+#[test]
+fn the_layer_cache_mounts_across_repositories_with_bearer_tokens() {
+    let Some(reg) = Registry::start_with(Auth::Token) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path(), "");
+    let base = from_base();
+    let cache = reg.image("ci/cache:main");
+    let out = runner(
+        &reg,
+        &dir.path().join("warm"),
+        &build_args(
+            &recipe,
+            &base,
+            &reg.image("ci/app:v1"),
+            &["--json", "--cache-to", &cache],
+        ),
+    );
+    assert_exit(&out, 0);
+    let built = json_of(&out);
+    let want = built["manifest"].as_str().unwrap().to_string();
+    reg.token_requests();
+    let fresh = dir.path().join("fresh");
+    let out = runner(
+        &reg,
+        &fresh,
+        &build_args(
+            &recipe,
+            &base,
+            &reg.image("other/app:v1"),
+            &["--json", "--cache-from", &cache],
+        ),
+    );
+    assert_exit(&out, 0);
+    let report = json_of(&out);
+    assert_eq!(report["manifest"].as_str(), Some(want.as_str()));
+    for (name, digest, from) in new_layers(&report) {
+        assert_eq!(from, "registry-cache", "{name}: {}", stderr(&out));
+        let blob = fresh
+            .join("layout/blobs/sha256")
+            .join(digest.strip_prefix("sha256:").unwrap());
+        assert!(!blob.exists(), "{name}'s blob was read");
+    }
+    let asked = reg.token_requests();
+    assert!(
+        asked.iter().any(|line| {
+            line.contains("repository:other/app:pull,push")
+                && line.contains("repository:ci/cache:pull")
+        }),
+        "{asked:?}"
+    );
+    assert_eq!(reg.skopeo_digest("other/app:v1"), want);
+}
