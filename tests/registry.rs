@@ -3292,3 +3292,69 @@ fn the_layer_cache_mounts_across_repositories_with_bearer_tokens() {
     );
     assert_eq!(reg.skopeo_digest("other/app:v1"), want);
 }
+
+/// A cache serves destinations other than a registry too, and eStargz layers with their TOC
+/// annotations: a fresh runner's build into an OCI layout downloads each blob once, checks
+/// it, and writes the image the recording build wrote, which verify accepts. A tag that holds
+/// something other than a cache is refused, naming it.
+#[test]
+fn a_layout_build_takes_estargz_layers_from_the_registry_cache() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let registry = local_registry::local_registry(dir.path());
+    let addr = registry.1.clone();
+    let recipe = recipe_in(dir.path(), "");
+    let base = from_base();
+    let cache = format!("docker://{addr}/cache:main");
+    let layout = |name: &str| format!("oci:{}:v1", dir.path().join(name).display());
+    let lazy = ["--json", "--compression", "estargz"];
+    let args = |to: &str, flag: &str| {
+        let mut extra = lazy.to_vec();
+        extra.extend([flag, &cache]);
+        build_args(&recipe, &base, to, &extra)
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<String>>()
+    };
+    let run_in = |cache_dir: &str, args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        plain_runner(&dir.path().join(cache_dir), &args)
+    };
+    let out = run_in("warm", &args(&layout("first"), "--cache-to"));
+    assert_exit(&out, 0);
+    let first = json_of(&out);
+    let out = run_in("fresh", &args(&layout("second"), "--cache-from"));
+    assert_exit(&out, 0);
+    let second = json_of(&out);
+    assert_eq!(second["manifest"], first["manifest"]);
+    for (name, digest, from) in new_layers(&second) {
+        assert_eq!(from, "registry-cache", "{name}");
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        assert!(
+            dir.path().join("second/blobs/sha256").join(hex).exists(),
+            "{name}"
+        );
+    }
+    let raw = run(Command::new("skopeo").args(["inspect", "--raw", &layout("second")]));
+    assert!(
+        raw.contains("containerd.io/snapshot/stargz/toc.digest"),
+        "{raw}"
+    );
+    assert_exit(&common::gpubake(&["verify", &layout("second")]), 0);
+
+    // A tag that holds an image, not a cache.
+    let image = format!("docker://{addr}/app:v1");
+    assert_exit(&common::gpubake(&["copy", &layout("first"), &image]), 0);
+    let out = plain_runner(
+        &dir.path().join("other"),
+        &build_args(&recipe, &base, &layout("third"), &["--cache-from", &image]),
+    );
+    assert_exit(&out, 2);
+    assert!(
+        stderr(&out).contains("tag v1 is not a gpubake layer cache"),
+        "{}",
+        stderr(&out)
+    );
+}

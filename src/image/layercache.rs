@@ -372,10 +372,10 @@ async fn read_records(s: &Session, reference: &Reference) -> Result<Option<(Reco
     let manifest: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| not_ours(e.to_string()))?;
     if manifest["artifactType"] != ARTIFACT_TYPE {
-        return Err(not_ours(format!(
-            "its artifact type is {}",
-            manifest["artifactType"]
-        )));
+        return Err(not_ours(match manifest["artifactType"].as_str() {
+            Some(other) => format!("its artifact type is {other}"),
+            None => "it holds an image, or another artifact without a type".into(),
+        }));
     }
     let first = &manifest["layers"][0];
     if first["mediaType"] != RECORDS_TYPE {
