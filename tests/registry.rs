@@ -3344,6 +3344,27 @@ fn a_layout_build_takes_estargz_layers_from_the_registry_cache() {
     );
     assert_exit(&common::gpubake(&["verify", &layout("second")]), 0);
 
+    // A cache the registry cannot serve now is passed over, said; the build goes on.
+    let gone = format!("docker://127.0.0.1:{}/cache:main", unused_port());
+    let out = plain_runner(
+        &dir.path().join("gone"),
+        &build_args(
+            &recipe,
+            &base,
+            &layout("gone"),
+            &["--json", "--cache-from", &gone],
+        ),
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out)
+            .lines()
+            .any(|l| l.starts_with(&format!("warning: {gone}: "))
+                && l.contains("the layer cache is not read")),
+        "{}",
+        stderr(&out)
+    );
+
     // A tag that holds an image, not a cache.
     let image = format!("docker://{addr}/app:v1");
     assert_exit(&common::gpubake(&["copy", &layout("first"), &image]), 0);
@@ -3357,4 +3378,13 @@ fn a_layout_build_takes_estargz_layers_from_the_registry_cache() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A loopback port nothing listens on.
+fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -133,13 +133,27 @@ impl RegistryCache {
         let mut sources = Vec::new();
         for remote in from {
             let reference = remote.parsed()?;
-            let session = Session::open(remote, &reference)?;
-            let records = session
-                .runtime
-                .block_on(read_records(&session, &reference))?
-                .map(|(records, _)| records);
+            let read = Session::open(remote, &reference).and_then(|session| {
+                let records = session
+                    .runtime
+                    .block_on(read_records(&session, &reference))?;
+                Ok((session, records))
+            });
+            let (session, records) = match read {
+                Ok(read) => read,
+                // A cache is a shortcut: one the registry cannot serve now leaves the layers
+                // to the local cache and the build. What is not a cache is refused.
+                Err(Error::Environment(why)) => {
+                    eprintln!(
+                        "warning: {why}; the layer cache is not read, and its layers are \
+                         looked up locally or built"
+                    );
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             match &records {
-                Some(r) => eprintln!(
+                Some((r, _)) => eprintln!(
                     "layer cache docker://{}: {} layers recorded",
                     remote.reference,
                     r.layers.len()
@@ -154,7 +168,7 @@ impl RegistryCache {
                 remote: remote.clone(),
                 reference,
                 session,
-                records: records.unwrap_or_default(),
+                records: records.map(|(r, _)| r).unwrap_or_default(),
             });
         }
         let (destination, vouched) = match to {
