@@ -89,6 +89,29 @@ pub struct Record {
     pub image: Option<String>,
 }
 
+impl Record {
+    /// Whether `other` records the same layer: the same blob, tar stream, compression and
+    /// annotations. Which image it names and the side records' packing may differ: two
+    /// builds that write one layer at once each name their own image.
+    fn same_layer(&self, other: &Record) -> bool {
+        (
+            &self.digest,
+            self.size,
+            &self.media_type,
+            &self.diff_id,
+            &self.compression,
+            &self.annotations,
+        ) == (
+            &other.digest,
+            other.size,
+            &other.media_type,
+            &other.diff_id,
+            &other.compression,
+            &other.annotations,
+        ) && self.side.keys().eq(other.side.keys())
+    }
+}
+
 /// A side record's blob: the record's bytes, gzip.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SideBlob {
@@ -654,7 +677,7 @@ pub fn write(to: &Remote, recorded: &Recorded) -> Result<Written> {
             let holds_ours = |merged: &Records| {
                 ours.layers
                     .iter()
-                    .all(|(k, r)| merged.layers.get(k) == Some(r))
+                    .all(|(k, r)| merged.layers.get(k).is_some_and(|m| m.same_layer(r)))
             };
             if let Some(digest) = read.as_ref().filter(|_| holds_ours(&merged)) {
                 if wrote {
@@ -671,7 +694,13 @@ pub fn write(to: &Remote, recorded: &Recorded) -> Result<Written> {
                 });
             }
             merged.version = 1;
-            merged.layers.extend(ours.layers.clone());
+            // A record of the same layer stays as it is (another build's image vouches as
+            // well as this one's); a missing or different one is this build's.
+            for (key, record) in &ours.layers {
+                if !merged.layers.get(key).is_some_and(|m| m.same_layer(record)) {
+                    merged.layers.insert(key.clone(), record.clone());
+                }
+            }
             let manifest = artifact(&s, &reference, &merged, &layer_blobs).await?;
             let now = s.manifest(&reference, "writing the layer cache").await?;
             if now.map(|(_, d)| d) != read.as_ref().map(Digest::to_string) {
@@ -800,6 +829,24 @@ mod tests {
         );
         let back: Records = serde_json::from_str(&text).unwrap();
         assert_eq!(back, records);
+    }
+
+    /// Two builds that record one layer at once name their own images: the same layer, or
+    /// each would find the other's write dropping its record and write again, forever.
+    #[test]
+    fn records_of_one_layer_from_two_builds_are_the_same_layer() {
+        let record = |image: &str, diff: char| Record {
+            digest: format!("sha256:{}", "1".repeat(64)),
+            size: 42,
+            media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+            diff_id: format!("sha256:{}", diff.to_string().repeat(64)),
+            compression: "gzip".into(),
+            annotations: BTreeMap::new(),
+            side: BTreeMap::new(),
+            image: Some(format!("team/app@sha256:{}", image.repeat(64))),
+        };
+        assert!(record("a", '2').same_layer(&record("b", '2')));
+        assert!(!record("a", '2').same_layer(&record("a", '3')));
     }
 
     #[test]
