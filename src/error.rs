@@ -66,12 +66,14 @@ impl Location {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}{}: {source}{}", side.verb(), path.display(), side.note())]
     Io {
         /// The file involved.
         path: PathBuf,
         /// What the OS said.
         source: std::io::Error,
+        /// Whether gpubake was reading it or writing it, when that is known.
+        side: Side,
     },
     /// An input file is malformed, has a wrong type, an unknown key or a bad value.
     #[error("{0}")]
@@ -132,6 +134,59 @@ pub enum Error {
     Environment(String),
 }
 
+/// Which way an I/O error went: a full disk or a read-only filesystem is where gpubake
+/// writes, and a message that named a file it was reading sent users to the wrong place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Side {
+    /// Not said.
+    #[default]
+    Unknown,
+    /// Reading the file.
+    Reading,
+    /// Writing into it (or into the directory): with what the filesystem had free when a
+    /// full one refused.
+    Writing {
+        /// "; 1.9 MB free there", for a full filesystem.
+        note: String,
+    },
+}
+
+impl Side {
+    fn verb(&self) -> &'static str {
+        match self {
+            Side::Unknown => "",
+            Side::Reading => "reading ",
+            Side::Writing { .. } => "writing ",
+        }
+    }
+
+    fn note(&self) -> &str {
+        match self {
+            Side::Writing { note } => note,
+            _ => "",
+        }
+    }
+}
+
+/// What the filesystem holding `path` (or its nearest existing parent) has free, as a note
+/// for a full-disk error.
+fn free_space_note(path: &std::path::Path) -> String {
+    let mut at = Some(path);
+    while let Some(p) = at {
+        if let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) {
+            // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+            // SAFETY: `c` is a valid C string and `st` a valid out-pointer for the call.
+            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 {
+                let free = st.f_bavail as u64 * st.f_frsize as u64;
+                return format!("; {} free there", crate::units::human_size(free));
+            }
+        }
+        at = p.parent();
+    }
+    String::new()
+}
+
 /// What is wrong with an input, and where.
 #[derive(Debug, thiserror::Error)]
 #[error("{at}: {}{message}{}", field_prefix(.field), help_suffix(.help))]
@@ -177,7 +232,13 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             // A full disk is the machine's state, not the input's fault.
-            Error::Io { source, .. } if out_of_space(source) => 3,
+            // A full disk or a read-only filesystem is the machine's state, not the input's.
+            Error::Io { source, .. }
+                if out_of_space(source)
+                    || source.kind() == std::io::ErrorKind::ReadOnlyFilesystem =>
+            {
+                3
+            }
             Error::Io { .. }
             | Error::Invalid(_)
             | Error::Unsatisfiable(_)
@@ -231,6 +292,46 @@ impl Error {
         Error::Io {
             path: path.into(),
             source,
+            side: Side::Unknown,
+        }
+    }
+
+    /// An error reading `path`.
+    pub fn reading(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+            side: Side::Reading,
+        }
+    }
+
+    /// An error writing `path` (a file, or the directory it goes in); a full filesystem's
+    /// free space is noted.
+    pub fn writing(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        let note = if out_of_space(&source) {
+            free_space_note(&path)
+        } else {
+            String::new()
+        };
+        Error::Io {
+            path,
+            source,
+            side: Side::Writing { note },
+        }
+    }
+
+    /// An error copying from `from` into `to`: a full or read-only filesystem, or a quota,
+    /// is the destination's; anything else, the source's.
+    pub fn copying(
+        from: impl Into<PathBuf>,
+        to: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        if out_of_space(&source) || source.kind() == std::io::ErrorKind::ReadOnlyFilesystem {
+            Error::writing(to, source)
+        } else {
+            Error::reading(from, source)
         }
     }
 }
@@ -348,5 +449,40 @@ mod tests {
         assert_eq!(quota.exit_code(), 3);
         let denied = Error::io("f", std::io::Error::from_raw_os_error(13));
         assert_eq!(denied.exit_code(), 2);
+        let read_only = Error::io("f", std::io::Error::from_raw_os_error(libc::EROFS));
+        assert_eq!(read_only.exit_code(), 3);
+    }
+
+    #[test]
+    fn an_io_error_names_its_side_and_a_full_disk_what_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out/blobs/sha256");
+        let full = Error::copying("wheel.whl", &dest, std::io::Error::from_raw_os_error(28));
+        let text = full.to_string();
+        assert!(
+            text.starts_with(&format!("writing {}: ", dest.display())),
+            "{text}"
+        );
+        // The nearest existing parent's filesystem answers for a path not made yet.
+        assert!(
+            text.contains("No space left on device") && text.ends_with(" free there"),
+            "{text}"
+        );
+        assert_eq!(full.exit_code(), 3);
+        let damaged = Error::copying(
+            "wheel.whl",
+            &dest,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        assert_eq!(
+            damaged.to_string(),
+            format!(
+                "reading wheel.whl: {}",
+                std::io::Error::from_raw_os_error(libc::EIO)
+            )
+        );
+        assert_eq!(damaged.exit_code(), 2);
+        let plain = Error::io("f", std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(plain.to_string().starts_with("f: "), "{plain}");
     }
 }

@@ -1401,13 +1401,7 @@ fn append_list<W: Write>(
                 // Reading the source cannot fill a disk: a full disk here is the layer's
                 // destination, whichever write of the encoder's threads first found it.
                 tar.append_data(&mut h, &entry.path, &mut reader)
-                    .map_err(|e| {
-                        if crate::error::out_of_space(&e) {
-                            Error::io(at, e)
-                        } else {
-                            Error::io(path, e)
-                        }
-                    })?;
+                    .map_err(|e| Error::copying(path, at, e))?;
             }
             Source::Symlink(target) => {
                 let mut h = header(entry, 0, epoch);
@@ -1421,7 +1415,7 @@ fn append_list<W: Write>(
             }
             Source::Zip(member) => {
                 let mut h = header(entry, member.size, epoch);
-                archives.append(tar, &mut h, &entry.path, member)?;
+                archives.append(tar, &mut h, &entry.path, member, at)?;
             }
         }
     }
@@ -1452,7 +1446,7 @@ fn write_layer_on(
     let cpu_before = crate::units::process_cpu_seconds();
     let mut blob = layout.blob_writer()?;
     let blobs = layout.root().join("blobs");
-    let io_err = |e: io::Error| Error::io(&blobs, e);
+    let io_err = |e: io::Error| Error::writing(&blobs, e);
     let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
     let (entries, landmark) = match (&spec.prefetch, compression.toc()) {
         (Some(prefetch), Some(_)) => prefetch.order(&spec.entries),
@@ -1559,7 +1553,7 @@ pub fn to_lazy(
         .unwrap_or(1);
     let mut blob = layout.blob_writer()?;
     let blobs = layout.root().join("blobs");
-    let io_err = |e: io::Error| Error::io(&blobs, e);
+    let io_err = |e: io::Error| Error::writing(&blobs, e);
     let encoder = Encoder::new(compression, blob.take_writer(), threads).map_err(io_err)?;
     let mut framed = super::estargz::Writer::new(encoder, format).map_err(io_err)?;
     let mut tar = source.uncompressed()?;
@@ -1634,6 +1628,7 @@ impl Archives {
         header: &mut tar::Header,
         path: &str,
         member: &ZipMember,
+        at: &Path,
     ) -> Result<()> {
         let wheel = member.archive.display().to_string();
         let bad = |message: String| Error::Wheel {
@@ -1652,8 +1647,14 @@ impl Archives {
             .map_err(|e| bad(format!("{}: {e}", member.name)))?;
         let (reader, tally) =
             super::digest::HashingReader::new(io::Read::take(reader, member.size));
-        tar.append_data(header, path, reader)
-            .map_err(|e| bad(format!("{}: {e}", member.name)))?;
+        tar.append_data(header, path, reader).map_err(|e| {
+            // Reading a wheel cannot fill a disk: that is the layer's destination.
+            if crate::error::out_of_space(&e) {
+                Error::writing(at, e)
+            } else {
+                bad(format!("{}: {e}", member.name))
+            }
+        })?;
         let (digest, read) = tally.finish();
         if read != member.size {
             return Err(bad(format!(
@@ -1752,6 +1753,61 @@ pub fn tree_entries(src: &Path, dest: &str, mode: Option<u32>) -> Result<Vec<Ent
 mod tests {
     use super::*;
     use std::io::Read;
+
+    /// A destination that fills after `room` bytes, as a full disk does.
+    struct FullAfter {
+        room: usize,
+    }
+
+    impl Write for FullAfter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_full_disk_while_a_wheel_member_is_written_names_the_destination_not_the_wheel() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = dir.path().join("big-1.0-py3-none-any.whl");
+        let payload = random(1 << 20, 7);
+        let mut zip = zip::ZipWriter::new(File::create(&wheel).unwrap());
+        zip.start_file("big/data.bin", zip::write::SimpleFileOptions::default())
+            .unwrap();
+        zip.write_all(&payload).unwrap();
+        zip.finish().unwrap();
+        let member = ZipMember {
+            archive: wheel.clone(),
+            index: 0,
+            size: payload.len() as u64,
+            sha256: None,
+            name: "big/data.bin".into(),
+        };
+        let entry = Entry {
+            path: "opt/venv/big/data.bin".into(),
+            mode: 0o644,
+            owner: ROOT,
+            source: Source::Zip(member),
+        };
+        let dest = dir.path().join("layout/blobs");
+        let mut tar = tar::Builder::new(FullAfter { room: 64 << 10 });
+        let err = append_entries(&mut tar, &[entry], 0, &dest).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("writing {}: ", dest.display())),
+            "{text}"
+        );
+        assert!(!text.contains("whl"), "{text}");
+        assert_eq!(err.exit_code(), 3);
+    }
 
     /// Reproducible bytes that do not compress.
     fn random(len: usize, seed: u64) -> Vec<u8> {
