@@ -84,61 +84,43 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
                 .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOTDIR))
         })
         .map_err(|e| Error::io(dir, e))?;
-    let (mut tmp, _scratch) = crate::interrupt::guarded(
-        || {
-            tempfile::Builder::new()
-                .prefix(".gpubake-")
-                .tempfile_in(dir)
-        },
-        |t| t.path(),
-    )
-    .map_err(|e| Error::io(dir, e))?;
-    tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
-    match_mode(tmp.as_file(), path).map_err(|e| Error::io(tmp.path(), e))?;
+    let (mut tmp, _scratch) =
+        crate::interrupt::temp_file(dir).map_err(|e| Error::writing(dir, e))?;
+    tmp.write_all(bytes)
+        .map_err(|e| Error::writing(tmp.path(), e))?;
+    match_mode(tmp.as_file(), path).map_err(|e| Error::writing(tmp.path(), e))?;
     tmp.as_file()
         .sync_all()
-        .map_err(|e| Error::io(tmp.path(), e))?;
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+        .map_err(|e| Error::writing(tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::writing(path, e.error))?;
     Ok(())
 }
 
-/// Puts the content of `src` at `dst`, atomically (through a temporary name beside it), with
-/// as little writing as the filesystem allows: a hard link, else a reflink, else a copy.
-/// For files never changed in place, such as content-addressed blobs. A new file gets the
-/// mode the umask gives (as [`match_mode`]): where `src` has another, it is not linked (one
-/// inode has one mode) but cloned or copied.
+/// Puts the content of `src` at `dst`, atomically, with as little writing as the filesystem
+/// allows: a hard link (which takes its name at once), else a reflink or a copy into a
+/// temporary file renamed over `dst`. For files never changed in place, such as
+/// content-addressed blobs. A new file gets the mode the umask gives (as [`match_mode`]):
+/// where `src` has another, it is not linked (one inode has one mode) but cloned or copied.
 pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<()> {
-    let dir = dst.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".tmp-share-{}-{}",
-        std::process::id(),
-        dst.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    ));
-    let _ = std::fs::remove_file(&tmp);
-    let placed = place(src, &tmp).and_then(|()| std::fs::rename(&tmp, dst));
-    if placed.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    placed
-}
-
-fn place(src: &Path, tmp: &Path) -> std::io::Result<()> {
     let mode = 0o666 & !umask();
     let from = File::open(src)?;
     let same_mode = from.metadata()?.permissions().mode() & 0o7777 == mode;
-    if same_mode && std::fs::hard_link(src, tmp).is_ok() {
+    // A file already at `dst` (a damaged one, since callers look first) is replaced below.
+    if same_mode && std::fs::hard_link(src, dst).is_ok() {
         return Ok(());
     }
-    let to = File::create(tmp)?;
+    let dir = dst.parent().unwrap_or(Path::new("."));
+    let (tmp, _scratch) = crate::interrupt::temp_file(dir)?;
+    let to = tmp.as_file();
     to.set_permissions(std::fs::Permissions::from_mode(mode))?;
     // SAFETY: both descriptors are open for the call; FICLONE only reads them.
     let cloned = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE as _, from.as_raw_fd()) } == 0;
     if !cloned {
-        std::io::copy(&mut &from, &mut &to)?;
+        std::io::copy(&mut &from, &mut &*to)?;
     }
-    to.sync_all()
+    to.sync_all()?;
+    tmp.persist(dst).map(drop).map_err(|e| e.error)
 }
 
 /// Gives `file`, a temporary file about to be renamed over `target`, the mode it should end

@@ -1,8 +1,11 @@
-//! What an interrupted command leaves behind. Temporary files and directories (a staged base,
-//! an unpacked bundle, a blob being written) are removed when their owner drops them, but
-//! SIGINT and SIGTERM end the process without running destructors. Each such path is
+//! What an interrupted or killed command leaves behind. Temporary files and directories (a
+//! staged base, an unpacked bundle, a blob being written) are removed when their owner drops
+//! them, but SIGINT and SIGTERM end the process without running destructors. Each such path is
 //! registered here while it exists; on either signal they are removed before the process
-//! exits with 130, as a shell reports an interrupted command.
+//! exits with 130, as a shell reports an interrupted command. SIGKILL runs nothing at all, so
+//! each temporary file and directory is also locked by its owner while it lives: the next
+//! process to write there removes the ones whose lock is free ([`temp_file`],
+//! [`scratch_dir`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
@@ -283,4 +286,183 @@ pub fn scratch_dir(parent: Option<&Path>, prefix: &str) -> std::io::Result<Scrat
         dir,
         _owner: owner,
     })
+}
+
+/// The name of every temporary file gpubake writes beside what it becomes (a blob, an index,
+/// a record, an archive, a key): this prefix and twelve random characters. Its writer holds
+/// an exclusive lock on it from before it takes this name until it is renamed or removed.
+/// SIGKILL frees the lock and leaves the file, so one whose lock is free is a killed
+/// process's leftover, whatever its age: [`sweep_temp_files`] removes it.
+pub const TEMP_FILE_PREFIX: &str = ".gpubake-tmp-";
+
+/// A temporary file's name until its writer has locked it. Only a process killed in that
+/// instant leaves one, empty; it is removed once a minute old.
+const UNLOCKED_PREFIX: &str = ".gpubake-new-";
+
+/// A new temporary file in `dir` ([`TEMP_FILE_PREFIX`]), locked by this process while it is
+/// open, deleted when dropped and, on SIGINT or SIGTERM, by the handler.
+pub fn temp_file(dir: &Path) -> std::io::Result<(tempfile::NamedTempFile, Scratch)> {
+    guarded(|| owned_temp_file(dir), |t| t.path())
+}
+
+fn owned_temp_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let staged = tempfile::Builder::new()
+        .prefix(UNLOCKED_PREFIX)
+        .rand_bytes(12)
+        .tempfile_in(dir)?;
+    staged.as_file().lock()?;
+    let (file, staged_path) = staged.into_parts();
+    let random = staged_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix(UNLOCKED_PREFIX))
+        .expect("tempfile names its files prefix and random characters")
+        .to_string();
+    let owned = dir.join(format!("{TEMP_FILE_PREFIX}{random}"));
+    // On failure the staged path is dropped, which removes the file.
+    std::fs::rename(&staged_path, &owned)?;
+    // The staged name no longer exists: there is nothing for its guard to remove.
+    let _ = staged_path.keep();
+    let path = tempfile::TempPath::try_from_path(&owned).inspect_err(|_| {
+        let _ = std::fs::remove_file(&owned);
+    })?;
+    Ok(tempfile::NamedTempFile::from_parts(file, path))
+}
+
+/// Which names of a directory an earlier release gave its temporary files there (it did not
+/// lock them, so they are taken by age).
+pub type LegacyTempName = fn(&str) -> bool;
+
+/// Temporary files killed processes left in one directory.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Leftovers {
+    /// Each file, with its size in bytes.
+    pub files: Vec<(PathBuf, u64)>,
+}
+
+impl Leftovers {
+    /// Their bytes in all.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|(_, size)| size).sum()
+    }
+
+    /// Removes them; a file already gone is not an error (another sweep took it).
+    pub fn remove(&self) -> std::io::Result<()> {
+        for (path, _) in &self.files {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The temporary files in `dir` no live process owns: [`TEMP_FILE_PREFIX`] files whose lock
+/// is free, files still under their unlocked first name after a minute, and what `legacy`
+/// names (the unlocked temporary files of earlier releases), once a minute old. A file that
+/// is not gpubake's is never taken, nor a directory.
+pub fn temp_leftovers(dir: &Path, legacy: &dyn Fn(&str) -> bool) -> Leftovers {
+    let mut found = Leftovers::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    let minute_old = |meta: &std::fs::Metadata| {
+        meta.modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(60))
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owned = name.starts_with(TEMP_FILE_PREFIX);
+        if !owned && !name.starts_with(UNLOCKED_PREFIX) && !legacy(&name) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let dead = if owned {
+            // Opening it takes no lock; trying one tells whether its writer lives.
+            std::fs::File::open(entry.path()).is_ok_and(|f| f.try_lock().is_ok())
+        } else {
+            minute_old(&meta)
+        };
+        if dead {
+            found.files.push((entry.path(), meta.len()));
+        }
+    }
+    found.files.sort();
+    found
+}
+
+/// Removes what [`temp_leftovers`] finds in `dir`, quietly: a sweep that fails leaves the
+/// files for `gpubake gc`.
+pub fn sweep_temp_files(dir: &Path, legacy: &dyn Fn(&str) -> bool) {
+    let _ = temp_leftovers(dir, legacy).remove();
+}
+
+#[cfg(test)]
+mod temp_file_tests {
+    use super::*;
+
+    #[test]
+    fn a_temp_file_is_owned_while_open_and_a_leftover_once_its_owner_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = |_: &str| false;
+        let (live, _guard) = temp_file(dir.path()).unwrap();
+        let name = live
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(name.starts_with(TEMP_FILE_PREFIX) && name.len() == TEMP_FILE_PREFIX.len() + 12);
+        assert!(temp_leftovers(dir.path(), &none).files.is_empty());
+        // What SIGKILL leaves: the name, with no lock on it (a file of the same name).
+        let dead = dir.path().join(format!("{TEMP_FILE_PREFIX}abcdefghijkl"));
+        std::fs::write(&dead, b"half a blob").unwrap();
+        // Files that are not gpubake's temporary files are never taken.
+        std::fs::write(dir.path().join("notes.txt"), b"").unwrap();
+        std::fs::write(dir.path().join(".gpubake-lock"), b"").unwrap();
+        std::fs::create_dir(dir.path().join(format!("{TEMP_FILE_PREFIX}dir000000000"))).unwrap();
+        let found = temp_leftovers(dir.path(), &none);
+        assert_eq!(found.files, vec![(dead.clone(), 11)]);
+        assert_eq!(found.bytes(), 11);
+        sweep_temp_files(dir.path(), &none);
+        assert!(!dead.exists() && live.path().exists());
+        // Once its owner drops it, nothing is left to sweep.
+        let path = live.path().to_path_buf();
+        drop(live);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn unlocked_and_legacy_names_wait_a_minute() {
+        let dir = tempfile::tempdir().unwrap();
+        let legacy = |n: &str| n.starts_with(".tmp-");
+        let fresh = dir.path().join(".tmp-fresh1");
+        let old = dir.path().join(".tmp-old123");
+        let staged = dir.path().join(format!("{UNLOCKED_PREFIX}abcdefghijkl"));
+        for p in [&fresh, &old, &staged] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        for p in [&old, &staged] {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(past)
+                .unwrap();
+        }
+        let found: Vec<_> = temp_leftovers(dir.path(), &legacy)
+            .files
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(found, vec![staged, old]);
+        assert!(temp_leftovers(dir.path(), &|_| false).files.len() == 1);
+    }
 }

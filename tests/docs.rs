@@ -453,6 +453,22 @@ const EXAMPLES: &[Example] = &[
         how: How::AsWritten,
     },
     Example {
+        command: "gpubake gc oci:./out --dry-run",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::AsWritten,
+    },
+    Example {
+        command: "gpubake gc --cache",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/crash.rs runs `gc --cache` (gc_of_the_cache_removes_leftovers_and_orphans_and_keeps_every_recorded_layer, gc_waits_for_a_live_build_and_removes_nothing_it_writes)",
+            why: "here it would collect the tests' shared cache, which other tests build \
+                  from at the same time",
+        },
+    },
+    Example {
         command: "gpubake certify oci:./out:v1 --gpus none",
         stage: Stage::Image,
         exit: &[0],

@@ -690,17 +690,18 @@ fn a_killed_build_leaves_the_previous_image_readable() {
     recipe_in(dir.path(), "files:\n  - {src: big, dest: /data}\n");
     let mut child = Command::new(env!("CARGO_BIN_EXE_gpubake"))
         .args(build_args(&recipe, &from_base(), &oci(&layout, "v1"), &[]))
+        // A cache of its own: a shared one may hold the layer from an earlier run.
+        .env("GPUBAKE_CACHE_DIR", dir.path().join("cache"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until the build has started writing a blob, then kill it.
-    let blobs = layout.join("blobs/sha256");
+    // Wait until the build has started writing a blob (beside index.json), then kill it.
     let started = std::time::Instant::now();
     while started.elapsed() < std::time::Duration::from_secs(20) {
-        let writing = std::fs::read_dir(&blobs).unwrap().any(|e| {
+        let writing = std::fs::read_dir(&layout).unwrap().any(|e| {
             let e = e.unwrap();
-            e.file_name().to_string_lossy().starts_with(".tmp-")
+            e.file_name().to_string_lossy().starts_with(".gpubake-tmp-")
                 && e.metadata().unwrap().len() > (1 << 20)
         });
         if writing {

@@ -372,6 +372,7 @@ const OWNERS: &[(&str, &[&str])] = &[
     // A lock is resolve's; pinned against a base, with its closures beside it, bake's.
     ("resolve", &["bake", "resolve"]),
     ("copy", &["image"]),
+    ("gc", &["bake"]),
     ("certify", &["certify"]),
     ("verify", &["certify"]),
     ("lint", &["lint"]),

@@ -817,12 +817,13 @@ fn a_registry_killed_mid_transfer_leaves_a_push_a_retry_completes_and_a_pull_tha
     // within the same run, and the blob is verified whole.
     let resumed = dir.path().join("resumed");
     let mut pull = reg.spawn_copy(&target, &format!("oci:{}:v1", resumed.display()));
+    // Blobs are written beside index.json, then renamed among the blobs.
     let downloading = || {
-        std::fs::read_dir(resumed.join("blobs/sha256"))
+        std::fs::read_dir(&resumed)
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".gpubake-tmp-"))
             .filter_map(|e| e.metadata().ok())
             .any(|m| m.len() > 16 << 20)
     };
@@ -2768,8 +2769,12 @@ fn a_pulled_layer_is_checked_as_it_streams_and_lands_only_when_it_holds() {
         !landed.iter().any(|n| n == hex),
         "the bad layer took its name in the layout before it was checked: {landed:?}"
     );
-    // Only temporary files came and went (and the config, which holds).
-    assert!(landed.iter().any(|n| n.starts_with(".tmp-")), "{landed:?}");
+    // The watch saw blobs land: the config, which holds (blobs are written beside
+    // index.json and take their name here only once checked).
+    assert!(
+        landed.iter().any(|n| n.len() == 64 && n != hex),
+        "{landed:?}"
+    );
 }
 
 /// A push reads each blob once, checking it as it streams up: a layer that can be read only

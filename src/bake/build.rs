@@ -390,11 +390,11 @@ fn build_plan(
     let store = match &dest {
         // A layout takes the layers the cache holds by link, and leaves its own there.
         Transport::Oci { dir, .. } => {
-            let cache = Layout::create(&opts.cache_dir.join("layout"))?;
+            let cache = Layout::open_cache(&opts.cache_dir.join("layout"))?;
             Layout::create(dir)?.sharing(&cache)
         }
         Transport::DockerDaemon(_) | Transport::DockerArchive { .. } | Transport::Registry(_) => {
-            Layout::create(&opts.cache_dir.join("layout"))?
+            Layout::open_cache(&opts.cache_dir.join("layout"))?
         }
     };
     let _lock = store.lock()?;
@@ -1293,7 +1293,7 @@ fn import(base: &Image, store: &Layout, base_ref: &Transport, layers: bool) -> R
         std::io::copy(&mut layer.compressed()?, &mut w).map_err(|e| {
             // A full destination is the destination's problem, not the base's.
             if crate::error::out_of_space(&e) {
-                Error::io(store.root().join("blobs/sha256"), e)
+                Error::writing(store.root().join("blobs/sha256"), e)
             } else {
                 Error::image(base_ref, e.to_string())
             }

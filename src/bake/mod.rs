@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod fs;
+pub mod gc;
 pub mod inspect;
 pub mod locking;
 pub mod outputs;

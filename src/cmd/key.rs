@@ -146,16 +146,8 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
             std::io::Error::from_raw_os_error(libc::ENOENT),
         ));
     }
-    let (mut tmp, _scratch) = crate::interrupt::guarded(
-        || {
-            tempfile::Builder::new()
-                .prefix(".gpubake-")
-                .permissions(std::fs::Permissions::from_mode(0o600))
-                .tempfile_in(dir)
-        },
-        |t| t.path(),
-    )
-    .map_err(|e| Error::io(dir, e))?;
+    // tempfile makes its files 0600: the key is never readable by others on the way.
+    let (mut tmp, _scratch) = crate::interrupt::temp_file(dir).map_err(|e| Error::io(dir, e))?;
     tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
     let file = tmp.as_file();
     file.set_permissions(std::fs::Permissions::from_mode(mode))

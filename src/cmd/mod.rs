@@ -9,6 +9,7 @@ pub mod build;
 pub mod certify;
 pub mod compat;
 pub mod copy;
+pub mod gc;
 pub mod inspect;
 pub mod install;
 pub mod key;
@@ -238,6 +239,27 @@ enum Command {
     ///
     /// Example: gpubake copy oci:./out:v1 docker://registry.example.com/team/train:v1
     Copy(copy::Args),
+    /// Remove what a layout or gpubake's cache holds that nothing needs.
+    ///
+    /// From a layout (oci:DIR): the temporary files of writes that were killed (SIGKILL, a
+    /// crash, a lost node) and the blobs its index.json does not reach, as `umoci gc` finds
+    /// them, with gpubake's records of those blobs. Every image the index names, and what
+    /// is attached to it there, stays.
+    ///
+    /// From the cache (--cache): the temporary files and interrupted downloads no live
+    /// process owns, and the layer cache's blobs that no record, manifest or index there
+    /// names. Every wheel, every recorded layer and every pulled image stays: they are what
+    /// the next build takes instead of downloading and compressing again (remove the
+    /// directory to drop them).
+    ///
+    /// Builds and copies remove what killed ones left in the layout they write on their
+    /// own; gc also finds blobs. It waits for the builds writing the layout, or using the
+    /// cache, to finish first, and removes nothing they write.
+    ///
+    /// Example: gpubake gc oci:./out --dry-run
+    ///
+    /// Example: gpubake gc --cache
+    Gc(gc::Args),
     /// Install a Python closure into a filesystem, as `build` installs it into layers.
     ///
     /// For builds that run in a container: the rendered Dockerfile runs it in a build stage.
@@ -394,6 +416,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Render(args) => render::run(args),
         Command::Build(args) => build::run(*args),
         Command::Copy(args) => copy::run(args),
+        Command::Gc(args) => gc::run(args),
         Command::Install(args) => install::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Verify(args) => verify::run(args),

@@ -251,15 +251,9 @@ pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> 
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let (tmp, _scratch) = crate::interrupt::guarded(
-        || {
-            tempfile::Builder::new()
-                .prefix(".gpubake-")
-                .tempfile_in(dir)
-        },
-        |t| t.path(),
-    )
-    .map_err(|e| Error::io(dir, e))?;
+    // What a killed write of an archive here left beside it goes first.
+    crate::interrupt::sweep_temp_files(dir, &|_| false);
+    let (tmp, _scratch) = crate::interrupt::temp_file(dir).map_err(|e| Error::io(dir, e))?;
     let file = tmp
         .as_file()
         .try_clone()

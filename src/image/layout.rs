@@ -36,7 +36,14 @@ pub struct Layout {
     /// The layer cache it takes layers from and gives its new ones to (gpubake's cache
     /// layout), for a layout a build writes.
     shared: Option<Box<Layout>>,
+    /// For gpubake's cache: a shared lock on its users file, held while any copy of this
+    /// value lives, so that `gpubake gc --cache` (which takes it exclusively) never removes
+    /// a blob a build or a pull has written and not yet recorded.
+    _users: Option<std::sync::Arc<File>>,
 }
+
+/// The file every user of gpubake's cache holds a shared lock on.
+const CACHE_USERS: &str = ".gpubake-users";
 
 /// Holds the layout's lock file until dropped.
 pub struct LayoutLock {
@@ -58,6 +65,7 @@ impl Layout {
             root: root.to_path_buf(),
             name: None,
             shared: None,
+            _users: None,
         })
     }
 
@@ -81,6 +89,32 @@ impl Layout {
         Self::open(root)
     }
 
+    /// gpubake's cache layout at `root` (created if need be), in use: a shared lock on its
+    /// users file is held while any copy of the value lives. Waits while `gpubake gc --cache`
+    /// runs.
+    pub fn open_cache(root: &Path) -> Result<Self> {
+        let layout = Self::create(root)?;
+        let waiting = || format!("waiting for `gpubake gc` to finish with {}", root.display());
+        let file = lock_file(&root.join(CACHE_USERS), Share::Shared, waiting)?;
+        Ok(Layout {
+            _users: Some(std::sync::Arc::new(file)),
+            ..layout
+        })
+    }
+
+    /// Takes the cache's users lock exclusively, waiting for every build and pull that uses
+    /// it to finish: what `gpubake gc --cache` holds while it looks and removes.
+    pub fn lock_cache_users(&self) -> Result<LayoutLock> {
+        let waiting = || {
+            format!(
+                "waiting for the builds using {} to finish",
+                self.root.display()
+            )
+        };
+        let file = lock_file(&self.root.join(CACHE_USERS), Share::Exclusive, waiting)?;
+        Ok(LayoutLock { _file: file })
+    }
+
     /// The layout's directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -92,6 +126,8 @@ impl Layout {
     /// never changed in place, so two layouts may hold one file.
     pub fn sharing(self, cache: &Layout) -> Self {
         let shared = (cache.root != self.root).then(|| Box::new(cache.clone()));
+        // Builds share the cache without its lock: only what no live writer owns goes.
+        cache.sweep_leftovers();
         Layout { shared, ..self }
     }
 
@@ -161,57 +197,65 @@ impl Layout {
         }
     }
 
-    /// Takes the layout's exclusive lock, waiting for another build to finish first.
+    /// Takes the layout's exclusive lock, waiting for another build to finish first, then
+    /// removes the temporary files killed writers left in it.
     pub fn lock(&self) -> Result<LayoutLock> {
-        let path = self.root.join(".gpubake-lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        if file.try_lock().is_err() {
-            eprintln!(
-                "gpubake: waiting for another build to release {}",
-                self.root.display()
-            );
-            file.lock().map_err(|e| Error::io(&path, e))?;
-        }
+        let lock = self.lock_as_found()?;
         self.sweep_leftovers();
+        Ok(lock)
+    }
+
+    /// Takes the layout's exclusive lock and leaves the layout as it is: for `gpubake gc`,
+    /// which reports what it removes.
+    pub fn lock_as_found(&self) -> Result<LayoutLock> {
+        let waiting = || {
+            format!(
+                "waiting for another build to release {}",
+                self.root.display()
+            )
+        };
+        let file = lock_file(&self.root.join(".gpubake-lock"), Share::Exclusive, waiting)?;
         Ok(LayoutLock { _file: file })
     }
 
-    /// Removes what killed writers left: blob files being written (`blobs/sha256/.tmp-*`) and
-    /// replacements of `index.json` (`.gpubake-XXXXXX`), once they are a minute old. Blobs and
-    /// the index are written under the lock, but a layout's first `oci-layout` is written
-    /// before it, so a fresh temporary file may be another process's: age tells them apart.
+    /// Removes the temporary files killed writers left in the layout: blobs being written,
+    /// replacements of `index.json`, records (see [`crate::interrupt::TEMP_FILE_PREFIX`]), and
+    /// those of earlier releases (`blobs/sha256/.tmp-*`, `.gpubake-XXXXXX`) once a minute old.
     fn sweep_leftovers(&self) {
-        let old = |entry: &std::fs::DirEntry| {
-            entry
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > std::time::Duration::from_secs(60))
-        };
-        let stale = |dir: &Path, is_temp: &dyn Fn(&str) -> bool| {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if is_temp(&name) && entry.file_type().is_ok_and(|t| t.is_file()) && old(&entry) {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-            }
-        };
-        stale(&self.root.join("blobs/sha256"), &|n| n.starts_with(".tmp-"));
+        for (dir, legacy) in self.temp_dirs() {
+            crate::interrupt::sweep_temp_files(&dir, &legacy);
+        }
+    }
+
+    /// The directories gpubake writes temporary files in, each with the names earlier
+    /// releases gave theirs there.
+    pub(crate) fn temp_dirs(&self) -> Vec<(PathBuf, crate::interrupt::LegacyTempName)> {
+        fn blob_temp(name: &str) -> bool {
+            name.starts_with(".tmp-")
+        }
         // tempfile's names: the prefix and six random characters (never `.gpubake-lock`).
-        stale(&self.root, &|n| {
-            n.strip_prefix(".gpubake-").is_some_and(|rest| {
+        fn index_temp(name: &str) -> bool {
+            name.strip_prefix(".gpubake-").is_some_and(|rest| {
                 rest.len() == 6 && rest != "lock" && rest.bytes().all(|b| b.is_ascii_alphanumeric())
             })
-        });
+        }
+        fn none(_: &str) -> bool {
+            false
+        }
+        let mut dirs: Vec<(PathBuf, crate::interrupt::LegacyTempName)> = vec![
+            (self.root.join("blobs/sha256"), blob_temp),
+            (self.root.clone(), index_temp),
+        ];
+        if let Ok(kinds) = std::fs::read_dir(self.root.join(".gpubake")) {
+            for kind in kinds
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            {
+                dirs.push((kind.path(), index_temp));
+            }
+        }
+        dirs.push((self.root.join(".gpubake"), none));
+        dirs
     }
 
     /// Where a blob lives.
@@ -273,7 +317,7 @@ impl Layout {
         if !self.has_blob(&digest, bytes.len() as u64) {
             let mut w = self.blob_writer()?;
             w.write_all(bytes)
-                .map_err(|e| Error::io(self.root.join("blobs"), e))?;
+                .map_err(|e| Error::writing(self.root.join("blobs"), e))?;
             w.commit()?;
         }
         Ok((digest, bytes.len() as u64))
@@ -281,12 +325,12 @@ impl Layout {
 
     /// A writer for a new blob whose digest is known only at the end.
     pub fn blob_writer(&self) -> Result<BlobWriter> {
-        let dir = self.root.join("blobs/sha256");
-        let (tmp, scratch) = crate::interrupt::guarded(
-            || tempfile::Builder::new().prefix(".tmp-").tempfile_in(&dir),
-            |t| t.path(),
-        )
-        .map_err(|e| Error::io(&dir, e))?;
+        // Beside `index.json`, not among the blobs: a file there that is not named by a
+        // digest stops `umoci gc` ("invalid digest"), and a rename within the layout is as
+        // atomic from there.
+        let dir = self.root.clone();
+        let (tmp, scratch) =
+            crate::interrupt::temp_file(&dir).map_err(|e| Error::writing(&dir, e))?;
         let file = tmp
             .as_file()
             .try_clone()
@@ -391,7 +435,37 @@ impl Layout {
     }
 }
 
-/// A blob being written: a temporary file in the blob directory, renamed under its digest on
+/// How a lock file is held.
+enum Share {
+    Shared,
+    Exclusive,
+}
+
+/// Opens (creating) the lock file at `path` and locks it, saying on stderr what it waits for
+/// when another process holds it.
+fn lock_file(path: &Path, share: Share, waiting: impl FnOnce() -> String) -> Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    let free = match share {
+        Share::Shared => file.try_lock_shared().is_ok(),
+        Share::Exclusive => file.try_lock().is_ok(),
+    };
+    if !free {
+        eprintln!("gpubake: {}", waiting());
+        match share {
+            Share::Shared => file.lock_shared(),
+            Share::Exclusive => file.lock(),
+        }
+        .map_err(|e| Error::io(path, e))?;
+    }
+    Ok(file)
+}
+
+/// A blob being written: a temporary file in the layout's root, renamed under its digest on
 /// [`BlobWriter::commit`], deleted if dropped uncommitted.
 pub struct BlobWriter {
     tmp: tempfile::NamedTempFile,
@@ -434,12 +508,14 @@ impl BlobWriter {
     fn written(&mut self) -> Result<(Digest, u64)> {
         if let Some(w) = self.writer.take() {
             let mut inner = w.into_inner();
-            inner.flush().map_err(|e| Error::io(self.tmp.path(), e))?;
+            inner
+                .flush()
+                .map_err(|e| Error::writing(self.tmp.path(), e))?;
         }
         self.tmp
             .as_file()
             .sync_all()
-            .map_err(|e| Error::io(self.tmp.path(), e))?;
+            .map_err(|e| Error::writing(self.tmp.path(), e))?;
         Ok(self.tally.finish())
     }
 
@@ -454,7 +530,7 @@ impl BlobWriter {
             .map_err(|e| Error::io(self.tmp.path(), e))?;
         self.tmp
             .persist(&target)
-            .map_err(|e| Error::io(&target, e.error))?;
+            .map_err(|e| Error::writing(&target, e.error))?;
         Ok((digest, size))
     }
 }

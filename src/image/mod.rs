@@ -8,6 +8,7 @@ pub mod archive;
 pub mod convert;
 pub mod digest;
 pub mod estargz;
+pub mod gc;
 mod insecure;
 pub mod layer;
 pub mod layercache;

@@ -486,7 +486,7 @@ impl Transport {
     ) -> Result<Copied> {
         let dest = dest.clone().supported()?;
         let src = self.clone().supported()?;
-        let store = Layout::create(&crate::fsutil::cache_root()?.join("layout"))?;
+        let store = Layout::open_cache(&crate::fsutil::cache_root()?.join("layout"))?;
         let _lock = store.lock()?;
         let index = match (platform, &src) {
             (Some(_), _) => None,
@@ -636,7 +636,7 @@ fn pull_store(
     name: &str,
 ) -> Result<(Layout, Option<crate::interrupt::ScratchDir>)> {
     match &remote.access.blob_cache {
-        Some(cache) => Ok((Layout::create(cache)?.named(name), None)),
+        Some(cache) => Ok((Layout::open_cache(cache)?.named(name), None)),
         None => {
             let staging = staging_dir()?;
             let layout = Layout::create(staging.path())?.named(name);

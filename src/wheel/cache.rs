@@ -326,6 +326,40 @@ impl WheelCache {
         Ok(paths)
     }
 
+    /// What no live process owns in the cache: interrupted downloads (`.part` files whose
+    /// wheel lock is free, which the next fetch of that wheel would resume) and temporary
+    /// files killed writers left. `gpubake gc --cache` removes them; wheels themselves stay.
+    pub fn leftovers(&self) -> crate::interrupt::Leftovers {
+        let mut found = crate::interrupt::Leftovers::default();
+        let fans = fs::read_dir(self.root.join("wheels").join("sha256"));
+        for fan in fans.into_iter().flatten().flatten() {
+            let dir = fan.path();
+            found
+                .files
+                .extend(crate::interrupt::temp_leftovers(&dir, &|_| false).files);
+            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let Some(sha) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(".part"))
+                else {
+                    continue;
+                };
+                // The lock is taken only to see that nobody holds it, then let go.
+                // A part without a lock file is nobody's: a fetch makes the lock first.
+                let free =
+                    File::open(self.sibling(sha, "lock")).map_or(true, |f| f.try_lock().is_ok());
+                let size = entry.metadata().map_or(0, |m| m.len());
+                if free {
+                    found.files.push((path, size));
+                }
+            }
+        }
+        found.files.sort();
+        found
+    }
+
     /// `path(sha256)` with `.ext` appended: the sidecar, part and lock files of a wheel.
     fn sibling(&self, sha256: &str, ext: &str) -> PathBuf {
         let mut name: OsString = self.path(sha256).into_os_string();
