@@ -346,11 +346,14 @@ impl Leftovers {
         self.files.iter().map(|(_, size)| size).sum()
     }
 
-    /// Removes them; a file already gone is not an error (another sweep took it).
-    pub fn remove(&self) -> std::io::Result<()> {
+    /// Removes them; a file already gone is not an error (another sweep took it). A failure
+    /// names the file.
+    pub fn remove(&self) -> Result<(), (PathBuf, std::io::Error)> {
         for (path, _) in &self.files {
             match std::fs::remove_file(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err((path.clone(), e));
+                }
                 _ => {}
             }
         }

@@ -420,6 +420,26 @@ fn a_push_and_a_pull_killed_midway_leave_nothing_once_run_again() {
     ok(&mut f.build(&reference, &elsewhere, &["--tls-verify=false"]));
     f.clean(&cache, &[], &reference);
 
+    // `copy` of the reference layout to another repository, killed while it uploads: the
+    // copy run again lands the same manifest, byte for byte.
+    let copied = format!("docker://{}/copied:v1", reg.1);
+    let from = format!("oci:{}:v1", f.path("reference").display());
+    let push = || {
+        gpubake(
+            &cache,
+            &["copy", &from, &copied, "--tls-verify=false", "--json"],
+        )
+    };
+    // Only this repository's uploads: the killed build's partial upload is still there.
+    let repository = f.path("registry/docker/registry/v2/repositories/copied");
+    kill_when(&mut push(), "a copy's upload", uploading(repository));
+    assert_eq!(manifest(&ok(&mut push())), f.digest);
+    ok(&mut gpubake(
+        &cache,
+        &["verify", &copied, "--tls-verify=false"],
+    ));
+    no_temp_files(&[&f.path("reference"), &cache]);
+
     // A pull into a layout, killed while it downloads the layer.
     let pulled = f.path("pulled");
     let to = format!("oci:{}:v1", pulled.display());

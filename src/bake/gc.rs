@@ -97,7 +97,7 @@ pub fn collect(target: &Target, dry_run: bool) -> Result<Collected> {
                     found
                         .wheels
                         .remove()
-                        .map_err(|e| Error::io(root.join("wheels"), e))?;
+                        .map_err(|(path, e)| Error::io(path, e))?;
                 }
             }
             Ok(found)

@@ -29,9 +29,7 @@ impl Garbage {
     /// Removes it: temporary files, then the records, then the blobs they named, so that a
     /// record never names a blob that is gone.
     pub fn remove(&self) -> Result<()> {
-        self.temp
-            .remove()
-            .map_err(|e| Error::io("a temporary file", e))?;
+        self.temp.remove().map_err(|(path, e)| Error::io(path, e))?;
         for path in self.records.iter().chain(self.blobs.iter().map(|(p, _)| p)) {
             match std::fs::remove_file(path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
