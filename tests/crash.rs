@@ -782,3 +782,156 @@ fn gc_of_the_cache_removes_leftovers_and_orphans_and_keeps_every_recorded_layer(
     let json = ok(&mut f.build(&cache, &format!("oci:{}:v1", again.display()), &[]));
     assert_eq!(manifest(&json), f.digest);
 }
+
+/// A TCP proxy in front of a registry that kills the process whose pid is in `victim` with
+/// SIGKILL when a request whose head holds `trigger` comes through, before the registry
+/// sees it: a kill at an exact step of an HTTP exchange.
+struct KillingProxy {
+    addr: String,
+    victim: std::sync::Arc<std::sync::atomic::AtomicI32>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn killing_proxy(upstream: &str, trigger: &'static str) -> KillingProxy {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let victim = Arc::new(AtomicI32::new(0));
+    let fired = Arc::new(AtomicBool::new(false));
+    let (pid, hit, upstream) = (victim.clone(), fired.clone(), upstream.to_string());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let (pid, hit, upstream) = (pid.clone(), hit.clone(), upstream.clone());
+            std::thread::spawn(move || {
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    return;
+                };
+                let (mut from_client, mut to_server) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut from_server, mut to_client) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_server, &mut to_client);
+                    let _ = to_client.shutdown(Shutdown::Both);
+                });
+                let mut buf = vec![0u8; 64 << 10];
+                while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                    let seen = &buf[..n];
+                    if seen.windows(trigger.len()).any(|w| w == trigger.as_bytes())
+                        && !hit.swap(true, Ordering::SeqCst)
+                    {
+                        let victim = pid.load(Ordering::SeqCst);
+                        assert!(victim > 0, "the proxy fired before its victim was named");
+                        // SAFETY: kill(2) takes no pointers; the pid is the test's child.
+                        unsafe { libc::kill(victim, libc::SIGKILL) };
+                        break;
+                    }
+                    if to_server.write_all(seen).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_server.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    KillingProxy {
+        addr,
+        victim,
+        fired,
+    }
+}
+
+/// The referrers a registry's tag schema lists for the image `name:tag` behind `addr`.
+fn referrers(cache: &Path, image: &str) -> Vec<serde_json::Value> {
+    let json = ok(&mut gpubake(
+        cache,
+        &["inspect", image, "--tls-verify=false", "--json"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["referrers"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn certify_attach_killed_at_each_write_of_the_referrer_attaches_one_certificate_when_run_again() {
+    if !common::tools() || !common::have("docker-registry", "--version") {
+        return;
+    }
+    let f = fixture();
+    let reg = local_registry(f.dir.path());
+    let cache = f.path("cache");
+    let direct = format!("docker://{}/crash:v1", reg.1);
+    ok(&mut f.build(&cache, &direct, &["--tls-verify=false"]));
+    ok(gpubake(&cache, &["key", "generate", "--output-prefix"])
+        .arg(f.path("cosign"))
+        .stdin(Stdio::null()));
+    let key = f.path("cosign.key").display().to_string();
+    let public = f.path("cosign.pub").display().to_string();
+    // The scratch folders certify unpacks the image into go under this TMPDIR.
+    let scratch = f.path("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let certify = |image: &str| {
+        let mut cmd = gpubake(
+            &cache,
+            &[
+                "certify",
+                image,
+                "--gpus",
+                "none",
+                "--attach",
+                "--key",
+                &key,
+                "--tls-verify=false",
+            ],
+        );
+        cmd.env("TMPDIR", &scratch);
+        cmd
+    };
+    // The artifact's manifest (pushed by digest), then the referrers index (tag sha256-HEX).
+    for (step, trigger) in [
+        ("the artifact's manifest", "PUT /v2/crash/manifests/sha256:"),
+        ("the referrers index", "PUT /v2/crash/manifests/sha256-"),
+    ] {
+        let proxy = killing_proxy(&reg.1, trigger);
+        let through = format!("docker://{}/crash:v1", proxy.addr);
+        let mut child = certify(&through)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        proxy
+            .victim
+            .store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            proxy.fired.load(std::sync::atomic::Ordering::SeqCst) && status.signal() == Some(9),
+            "{step}: not killed there ({status})"
+        );
+        // No certificate is listed for the image: a referrer is whole or absent.
+        let before = referrers(&cache, &direct).len();
+        ok(&mut certify(&direct));
+        let after = referrers(&cache, &direct);
+        assert_eq!(after.len(), before + 1, "{step}: {after:?}");
+        ok(&mut gpubake(
+            &cache,
+            &[
+                "verify",
+                &direct,
+                "--certified",
+                "--static-ok",
+                "--key",
+                &public,
+                "--tls-verify=false",
+            ],
+        ));
+    }
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "certify left in its TMPDIR: {left:?}");
+    no_temp_files(&[&cache]);
+}
