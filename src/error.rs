@@ -308,11 +308,24 @@ impl Error {
     /// An error writing `path` (a file, or the directory it goes in); a full filesystem's
     /// free space is noted.
     pub fn writing(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        let path = path.into();
-        let note = if out_of_space(&source) {
-            free_space_note(&path)
-        } else {
-            String::new()
+        Self::writing_with(path.into(), source, None)
+    }
+
+    /// [`Error::writing`] of something `needed` bytes long, which a full filesystem's note
+    /// compares with what it has free.
+    pub fn writing_needing(path: impl Into<PathBuf>, source: std::io::Error, needed: u64) -> Self {
+        Self::writing_with(path.into(), source, Some(needed))
+    }
+
+    fn writing_with(path: PathBuf, source: std::io::Error, needed: Option<u64>) -> Self {
+        let note = match needed {
+            _ if !out_of_space(&source) => String::new(),
+            Some(needed) => format!(
+                "; {} to write{}",
+                crate::units::human_size(needed),
+                free_space_note(&path).replacen(';', ",", 1)
+            ),
+            None => free_space_note(&path),
         };
         Error::Io {
             path,
@@ -482,6 +495,13 @@ mod tests {
             )
         );
         assert_eq!(damaged.exit_code(), 2);
+        let sized =
+            Error::writing_needing(&dest, std::io::Error::from_raw_os_error(28), 613_000_000);
+        let text = sized.to_string();
+        assert!(
+            text.contains("; 613.0 MB to write, ") && text.ends_with(" free there"),
+            "{text}"
+        );
         let plain = Error::io("f", std::io::Error::from_raw_os_error(libc::EACCES));
         assert!(plain.to_string().starts_with("f: "), "{plain}");
     }

@@ -118,10 +118,12 @@ fn a_full_disk_fails_the_build_cleanly_and_keeps_the_previous_image() {
     assert_eq!(rc(&out, "v2-full"), 3, "{err}\n{}", read(&out, "df"));
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("No space left on device"), "{err}");
+    // The side that failed, the destination, and what its filesystem has free.
     assert!(
-        err.contains(&disk.join("layout").display().to_string()),
+        err.contains(&format!("writing {}", disk.join("layout").display())),
         "{err}"
     );
+    assert!(err.contains(" free there"), "{err}");
     // Nothing changed where readers look, and nothing half-written stayed.
     assert_eq!(read(&out, "index.before"), read(&out, "index.after"));
     let listing = read(&out, "listing");

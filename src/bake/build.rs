@@ -1293,7 +1293,7 @@ fn import(base: &Image, store: &Layout, base_ref: &Transport, layers: bool) -> R
         std::io::copy(&mut layer.compressed()?, &mut w).map_err(|e| {
             // A full destination is the destination's problem, not the base's.
             if crate::error::out_of_space(&e) {
-                Error::writing(store.root().join("blobs/sha256"), e)
+                Error::writing_needing(store.root().join("blobs/sha256"), e, layer.size())
             } else {
                 Error::image(base_ref, e.to_string())
             }

@@ -336,7 +336,14 @@ impl Image {
                 &mut self.store.open_blob(&digest, Some(desc.size()))?,
                 &mut w,
             )
-            .map_err(|e| Error::image(self.describe(), e.to_string()))?;
+            .map_err(|e| {
+                // A full destination is the destination's, not the image's.
+                if crate::error::out_of_space(&e) {
+                    Error::writing_needing(store.root(), e, desc.size())
+                } else {
+                    Error::image(self.describe(), e.to_string())
+                }
+            })?;
             w.commit()?;
         }
         store.write_blob(&self.raw_manifest)?;

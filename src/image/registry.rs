@@ -882,7 +882,7 @@ pub(super) async fn fetch_blob(
                 Ok(bytes) => {
                     writer
                         .write_all(&bytes)
-                        .map_err(|e| Error::io(into.root(), e))?;
+                        .map_err(|e| Error::writing_needing(into.root(), e, desc.size() - have))?;
                     if let Some(layer) = &layer {
                         layer.feed(&bytes);
                     }
