@@ -168,9 +168,9 @@ impl Side {
     }
 }
 
-/// What the filesystem holding `path` (or its nearest existing parent) has free, as a note
-/// for a full-disk error.
-fn free_space_note(path: &std::path::Path) -> String {
+/// The bytes the filesystem holding `path` (or its nearest existing parent) has free for
+/// an unprivileged writer, when statvfs answers.
+fn free_space(path: &std::path::Path) -> Option<u64> {
     let mut at = Some(path);
     while let Some(p) = at {
         if let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) {
@@ -178,13 +178,12 @@ fn free_space_note(path: &std::path::Path) -> String {
             let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
             // SAFETY: `c` is a valid C string and `st` a valid out-pointer for the call.
             if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 {
-                let free = st.f_bavail as u64 * st.f_frsize as u64;
-                return format!("; {} free there", crate::units::human_size(free));
+                return Some(st.f_bavail as u64 * st.f_frsize as u64);
             }
         }
         at = p.parent();
     }
-    String::new()
+    None
 }
 
 /// What is wrong with an input, and where.
@@ -318,14 +317,16 @@ impl Error {
     }
 
     fn writing_with(path: PathBuf, source: std::io::Error, needed: Option<u64>) -> Self {
-        let note = match needed {
-            _ if !out_of_space(&source) => String::new(),
-            Some(needed) => format!(
-                "; {} to write{}",
-                crate::units::human_size(needed),
-                free_space_note(&path).replacen(';', ",", 1)
-            ),
-            None => free_space_note(&path),
+        let mut said = Vec::new();
+        if out_of_space(&source) {
+            let size = crate::units::human_size;
+            said.extend(needed.map(|n| format!("{} to write", size(n))));
+            said.extend(free_space(&path).map(|n| format!("{} free there", size(n))));
+        }
+        let note = if said.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", said.join(", "))
         };
         Error::Io {
             path,
