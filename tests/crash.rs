@@ -777,6 +777,14 @@ fn gc_of_the_cache_removes_leftovers_and_orphans_and_keeps_every_recorded_layer(
     assert_eq!(cache_entries(&cache), kept, "gc took a recorded layer");
     assert!(!blobs_dir.join(&digest).exists() && !fan.join(format!("{sha}.part")).exists());
     assert_eq!(temp_files(&cache), Vec::<PathBuf>::new());
+    // A cache that is not there is named, with the OS's words.
+    let missing = run(&mut gpubake(&f.path("no-cache"), &["gc", "--cache"]));
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("no-cache: No such file or directory"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
     // The cache still builds the image without writing a layer again.
     let again = f.path("again");
     let json = ok(&mut f.build(&cache, &format!("oci:{}:v1", again.display()), &[]));

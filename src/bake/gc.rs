@@ -74,9 +74,10 @@ pub fn collect(target: &Target, dry_run: bool) -> Result<Collected> {
         }
         Target::Cache(root) => {
             if !root.is_dir() {
+                // The OS's own words ("No such file or directory"), not the kind's name.
                 return Err(Error::io(
                     root,
-                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                    std::io::Error::from_raw_os_error(libc::ENOENT),
                 ));
             }
             let mut found = Collected::default();
