@@ -172,7 +172,8 @@ const MAX_SPEC_BYTES: u64 = 4 << 20;
 
 /// Reads one spec file (YAML, or JSON which YAML reads too).
 pub fn parse(file: &Path) -> Result<Spec> {
-    let bytes = crate::fsutil::read_capped(file, MAX_SPEC_BYTES).map_err(|e| Error::io(file, e))?;
+    let bytes =
+        crate::fsutil::read_capped(file, MAX_SPEC_BYTES).map_err(|e| Error::reading(file, e))?;
     let text = String::from_utf8(bytes).map_err(|_| {
         Error::Usage(format!(
             "{}: not a CDI spec: not UTF-8 text",

@@ -244,7 +244,7 @@ pub const CERTIFICATE_PREDICATE: &str = "https://gpubake.io/certificate/v1";
 /// that `verify --require-policy` can ask for it.
 pub fn policy_identity(file: Option<&std::path::Path>) -> Result<Value> {
     let bytes = file
-        .map(|path| std::fs::read(path).map_err(|e| Error::io(path, e)))
+        .map(|path| std::fs::read(path).map_err(|e| Error::reading(path, e)))
         .transpose()?;
     Ok(identity_of(file, bytes.as_deref()))
 }

@@ -244,9 +244,10 @@ fn platform_for(glibc: &Version) -> String {
 /// first, so a closure that contradicts the lock is never written.
 pub fn resolve(lock: &Lock, inputs: &Inputs, path: &Path) -> Result<Closure> {
     let uv = which_uv()?;
-    let work = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let work = tempfile::tempdir().map_err(|e| Error::writing(std::env::temp_dir(), e))?;
     let req = work.path().join("requirements.in");
-    std::fs::write(&req, inputs.requirements.join("\n") + "\n").map_err(|e| Error::io(&req, e))?;
+    std::fs::write(&req, inputs.requirements.join("\n") + "\n")
+        .map_err(|e| Error::writing(&req, e))?;
     let mut cmd = Command::new(&uv);
     cmd.current_dir(work.path())
         .args([
@@ -365,7 +366,7 @@ pub fn for_build_platform(
         )));
     }
     let dir = cached.parent().expect("cache paths have a directory");
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::writing(dir, e))?;
     let closure = resolve(lock, &inputs, &cached)?;
     eprintln!("resolved the closure into {}", cached.display());
     Ok(closure)
@@ -598,7 +599,7 @@ const MAX_PYLOCK: u64 = 16 << 20;
 /// Reads a pylock's text, refusing a file too large to be one.
 pub fn read_text(path: &Path) -> Result<String> {
     let size = std::fs::metadata(path)
-        .map_err(|e| Error::io(path, e))?
+        .map_err(|e| Error::reading(path, e))?
         .len();
     if size > MAX_PYLOCK {
         return Err(Error::Closure(format!(
@@ -606,7 +607,7 @@ pub fn read_text(path: &Path) -> Result<String> {
             path.display()
         )));
     }
-    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+    std::fs::read_to_string(path).map_err(|e| Error::reading(path, e))
 }
 
 /// Parses PEP 751 text and lists its wheels; refuses anything gpubake cannot install by hash.

@@ -31,7 +31,7 @@ impl Document {
     /// Reads `path`, refusing files over [`MAX_INPUT_BYTES`] and text that is not UTF-8.
     pub fn read(path: &Path) -> Result<Self> {
         let name = path.display().to_string();
-        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        let meta = std::fs::metadata(path).map_err(|e| Error::reading(path, e))?;
         if meta.len() > MAX_INPUT_BYTES as u64 {
             return Err(Error::invalid(
                 whole_file(&name),
@@ -44,7 +44,7 @@ impl Document {
                 Some("a recipe, preset or nccl.conf of a few kilobytes".into()),
             ));
         }
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = std::fs::read(path).map_err(|e| Error::reading(path, e))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             Error::invalid(
                 whole_file(&name),

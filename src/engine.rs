@@ -202,7 +202,7 @@ impl Engine {
 
     /// Loads a `docker save` archive, streaming it from disk.
     pub fn load(&self, archive: &Path) -> Result<()> {
-        let mut file = std::fs::File::open(archive).map_err(|e| Error::io(archive, e))?;
+        let mut file = std::fs::File::open(archive).map_err(|e| Error::reading(archive, e))?;
         self.load_with(|out| {
             std::io::copy(&mut file, out)
                 .map(drop)
@@ -331,7 +331,7 @@ impl Engine {
             use tokio::io::AsyncWriteExt;
             let mut file = tokio::fs::File::create(&to)
                 .await
-                .map_err(|e| Error::io(&to, e))?;
+                .map_err(|e| Error::writing(&to, e))?;
             let mut stream = docker.export_image(&name);
             let progress = crate::progress::Progress::new(
                 format!("exporting {name} from the engine"),
@@ -352,11 +352,11 @@ impl Engine {
                 })?;
                 file.write_all(&chunk)
                     .await
-                    .map_err(|e| Error::io(&to, e))?;
+                    .map_err(|e| Error::writing(&to, e))?;
                 progress.inc(chunk.len() as u64);
             }
             progress.finish();
-            file.flush().await.map_err(|e| Error::io(&to, e))
+            file.flush().await.map_err(|e| Error::writing(&to, e))
         })
     }
 

@@ -18,10 +18,10 @@ pub fn output_target(path: &Path) -> Result<std::path::PathBuf> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
-        Err(e) => return Err(Error::io(path, e)),
+        Err(e) => return Err(Error::writing(path, e)),
     };
     if meta.file_type().is_symlink() {
-        let link = std::fs::read_link(path).map_err(|e| Error::io(path, e))?;
+        let link = std::fs::read_link(path).map_err(|e| Error::reading(path, e))?;
         let target = match path.parent() {
             Some(dir) if link.is_relative() => dir.join(link),
             _ => link,
@@ -83,7 +83,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
                 .then_some(())
                 .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOTDIR))
         })
-        .map_err(|e| Error::io(dir, e))?;
+        .map_err(|e| Error::writing(dir, e))?;
     let (mut tmp, _scratch) =
         crate::interrupt::temp_file(dir).map_err(|e| Error::writing(dir, e))?;
     tmp.write_all(bytes)

@@ -334,7 +334,10 @@ impl LoadedRecipe {
             }
             if !(f.allow_outside || self.allow_files_outside) {
                 // Symlinks are resolved: the content read is what counts, not the spelling.
-                let real = |p: &Path| p.canonicalize().map_err(|e| crate::error::Error::io(p, e));
+                let real = |p: &Path| {
+                    p.canonicalize()
+                        .map_err(|e| crate::error::Error::reading(p, e))
+                };
                 let (dir, real_src) = (real(base_dir)?, real(&src)?);
                 if !real_src.starts_with(&dir) {
                     return Err(self.doc.invalid(

@@ -176,15 +176,15 @@ pub fn bundle(
         .map(Path::to_path_buf)
         .unwrap_or_else(std::env::temp_dir);
     let dir = crate::interrupt::scratch_dir(Some(&parent), ".gpubake-bundle-")
-        .map_err(|e| Error::io(&parent, e))?;
+        .map_err(|e| Error::writing(&parent, e))?;
     let rootfs = dir.path().join("rootfs");
     crate::image::unpack::unpack(image, &rootfs)?;
     for (path, bytes) in process.files {
         let at = rootfs.join(path.trim_start_matches('/'));
         if let Some(p) = at.parent() {
-            std::fs::create_dir_all(p).map_err(|e| Error::io(p, e))?;
+            std::fs::create_dir_all(p).map_err(|e| Error::writing(p, e))?;
         }
-        std::fs::write(&at, bytes).map_err(|e| Error::io(&at, e))?;
+        std::fs::write(&at, bytes).map_err(|e| Error::writing(&at, e))?;
     }
     let spec = spec_for(config, process, &rootfs)?;
     let privileged = may_raise_limits();
@@ -202,7 +202,7 @@ pub fn bundle(
         &file,
         serde_json::to_vec_pretty(&spec).expect("a runtime spec serializes"),
     )
-    .map_err(|e| Error::io(&file, e))?;
+    .map_err(|e| Error::writing(&file, e))?;
     Ok(Bundle { dir, settings })
 }
 

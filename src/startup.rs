@@ -61,7 +61,8 @@ impl StartupRecord {
     /// Reads and checks a record; errors name the file, the line and the field.
     pub fn read(path: &Path) -> Result<StartupRecord> {
         let name = path.display().to_string();
-        let bytes = crate::fsutil::read_capped(path, MAX_BYTES).map_err(|e| Error::io(path, e))?;
+        let bytes =
+            crate::fsutil::read_capped(path, MAX_BYTES).map_err(|e| Error::reading(path, e))?;
         let at = |line: Option<usize>, column: Option<usize>| Location {
             file: name.clone(),
             line,

@@ -669,6 +669,49 @@ fn gc_removes_what_crashes_and_retags_left_in_a_layout_and_keeps_what_umoci_keep
     // A second gc finds nothing.
     let again = gc_json(&cache, &[&format!("oci:{}", out.display())]);
     assert_eq!(again["removed"], serde_json::json!([]));
+
+    // A manifest whose bytes no longer match its digest stops gc before anything goes: what
+    // it names cannot be known, so none of it is garbage.
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    let top = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let top_path = out.join("blobs/sha256").join(&top["sha256:".len()..]);
+    let original = std::fs::read(&top_path).unwrap();
+    let mut damaged = original.clone();
+    let last = damaged.len() - 2;
+    damaged[last] ^= b' ' ^ b'\t';
+    for (what, bytes) in [("damaged", damaged), ("not JSON", b"\x00".to_vec())] {
+        std::fs::write(&top_path, &bytes).unwrap();
+        let before = blobs(&out);
+        let failed = run(&mut gpubake(
+            &cache,
+            &["gc", &format!("oci:{}", out.display())],
+        ));
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        assert_eq!(failed.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(&top), "{what}: {stderr}");
+        assert_eq!(blobs(&out), before, "{what}: gc removed blobs past it");
+    }
+    std::fs::write(&top_path, &original).unwrap();
+    // An index.json that cannot be read is named, and nothing goes.
+    let index_path = out.join("index.json");
+    let index_bytes = std::fs::read(&index_path).unwrap();
+    std::fs::remove_file(&index_path).unwrap();
+    let failed = run(&mut gpubake(
+        &cache,
+        &["gc", &format!("oci:{}", out.display())],
+    ));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        !failed.status.success() && stderr.contains("index.json"),
+        "{stderr}"
+    );
+    assert_eq!(blobs(&out), blobs(&umoci_copy));
+    std::fs::write(&index_path, index_bytes).unwrap();
+    ok(&mut gpubake(&cache, &["verify", &tag]));
 }
 
 #[test]

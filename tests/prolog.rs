@@ -566,7 +566,7 @@ fn bad_settings_drain_the_node_in_the_probe_s_words_until_fixed() {
     assert_eq!(
         reason,
         format!(
-            "gpubake prolog level 1 (job {id}): bad input (exit 2): error: {}/absent.yaml: \
+            "gpubake prolog level 1 (job {id}): bad input (exit 2): error: reading {}/absent.yaml: \
              No such file or directory (os error 2)",
             node.dir.path().display()
         )

@@ -661,14 +661,14 @@ fn probe_for(
 fn check_elf(path: &Path, platform: &Platform) -> Result<()> {
     let what = format!("--probe-binary {platform}={}", path.display());
     let mut head = [0u8; 20];
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = std::fs::File::open(path).map_err(|e| Error::reading(path, e))?;
     std::io::Read::read_exact(&mut file, &mut head).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::Usage(format!(
                 "{what}: the file is too short to be an ELF executable"
             ))
         } else {
-            Error::io(path, e)
+            Error::reading(path, e)
         }
     })?;
     if &head[..4] != b"\x7fELF" {

@@ -75,7 +75,7 @@ pub fn collect(target: &Target, dry_run: bool) -> Result<Collected> {
         Target::Cache(root) => {
             if !root.is_dir() {
                 // The OS's own words ("No such file or directory"), not the kind's name.
-                return Err(Error::io(
+                return Err(Error::reading(
                     root,
                     std::io::Error::from_raw_os_error(libc::ENOENT),
                 ));
@@ -98,7 +98,7 @@ pub fn collect(target: &Target, dry_run: bool) -> Result<Collected> {
                     found
                         .wheels
                         .remove()
-                        .map_err(|(path, e)| Error::io(path, e))?;
+                        .map_err(|(path, e)| Error::writing(path, e))?;
                 }
             }
             Ok(found)

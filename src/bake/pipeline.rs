@@ -401,15 +401,15 @@ fn engine_build(
     )?;
     // The context is streamed to the engine from a file: it holds every wheel.
     let scratch = crate::interrupt::scratch_dir(None, ".gpubake-context-")
-        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        .map_err(|e| Error::writing(std::env::temp_dir(), e))?;
     let tar_path = scratch.path().join("context.tar");
-    let file = std::fs::File::create(&tar_path).map_err(|e| Error::io(&tar_path, e))?;
+    let file = std::fs::File::create(&tar_path).map_err(|e| Error::writing(&tar_path, e))?;
     let file =
         crate::image::layer::write_tar(&entries, 0, std::io::BufWriter::new(file), &tar_path)?;
     file.into_inner()
-        .map_err(|e| Error::io(&tar_path, e.into_error()))?
+        .map_err(|e| Error::writing(&tar_path, e.into_error()))?
         .sync_all()
-        .map_err(|e| Error::io(&tar_path, e))?;
+        .map_err(|e| Error::writing(&tar_path, e))?;
     let start = std::time::Instant::now();
     engine.build(&tar_path, tag, |line| eprintln!("{line}"))?;
     Ok(EngineBuilt {

@@ -106,7 +106,7 @@ impl ContextPlan {
 /// Writes a context's entries under `dir` (created if missing), as `docker build` will read
 /// them: the files a layer of them would hold, with their modes.
 pub fn write_context(entries: Vec<Entry>, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::writing(dir, e))?;
     crate::image::layer::materialize(entries, 0, dir)
 }
 
@@ -139,7 +139,7 @@ impl ContextPlan {
         offline: bool,
     ) -> Result<Vec<Entry>> {
         use crate::wheel::cache::FetchOptions;
-        let probe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
+        let probe = std::env::current_exe().map_err(|e| Error::reading("current executable", e))?;
         if !self.stack {
             return self.entries(dockerfile, &probe, None);
         }
@@ -171,7 +171,7 @@ impl ContextPlan {
 pub fn read_template(path: Option<&Path>) -> Result<(String, String)> {
     match path {
         Some(p) => Ok((
-            std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?,
+            std::fs::read_to_string(p).map_err(|e| Error::reading(p, e))?,
             p.display().to_string(),
         )),
         None => Ok((

@@ -159,7 +159,7 @@ fn resolve_asks(base: &Image, recipe: &Recipe, recipe_dir: &Path) -> Result<Vec<
     if recipe.system.is_empty() {
         return Ok(Vec::new());
     }
-    let root = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let root = tempfile::tempdir().map_err(|e| Error::writing(std::env::temp_dir(), e))?;
     crate::image::unpack::unpack_paths(base, root.path(), BASE_FILES)?;
     if !root.path().join(STATUS).exists() {
         return Err(Error::Usage(format!(
@@ -278,7 +278,7 @@ pub fn build(
     // The staged files are read when the layer is written, after `make` returns; the
     // directory goes when this returns (or on interrupt).
     let stage = crate::interrupt::scratch_dir(None, ".gpubake-system-")
-        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        .map_err(|e| Error::writing(std::env::temp_dir(), e))?;
     let layer = build_keyed_to(&opts.sink(store), &key, || {
         let refs: Vec<WheelRef> = packages
             .iter()
@@ -478,7 +478,7 @@ fn settle_loader(base: &Image, entries: &mut Vec<Entry>) -> Result<()> {
         );
         return Ok(());
     };
-    let root = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let root = tempfile::tempdir().map_err(|e| Error::writing(std::env::temp_dir(), e))?;
     let root = root.path();
     crate::image::unpack::unpack_where(base, root, &|path, kind| {
         kind.is_symlink() || ldcache::reads(&path.to_string_lossy())
@@ -490,10 +490,10 @@ fn settle_loader(base: &Image, entries: &mut Vec<Entry>) -> Result<()> {
             _ if !ldcache::reads(&e.path) && !matches!(e.source, Source::Symlink(_)) => continue,
             source => {
                 if let Some(parent) = at.parent() {
-                    std::fs::create_dir_all(parent).map_err(|err| Error::io(parent, err))?;
+                    std::fs::create_dir_all(parent).map_err(|err| Error::writing(parent, err))?;
                 }
                 if std::fs::symlink_metadata(&at).is_ok_and(|m| !m.is_dir()) {
-                    std::fs::remove_file(&at).map_err(|err| Error::io(&at, err))?;
+                    std::fs::remove_file(&at).map_err(|err| Error::writing(&at, err))?;
                 }
                 match source {
                     Source::Symlink(target) => std::os::unix::fs::symlink(target, &at),
@@ -504,7 +504,7 @@ fn settle_loader(base: &Image, entries: &mut Vec<Entry>) -> Result<()> {
                 }
             }
         };
-        placed.map_err(|err| Error::io(&at, err))?;
+        placed.map_err(|err| Error::writing(&at, err))?;
     }
     let scan = ldcache::scan(root, machine);
     for (path, target) in scan.links {
@@ -574,7 +574,7 @@ fn through_links(entry: &Entry, links: &BTreeMap<String, String>) -> Option<Entr
 fn read_deb(path: &Path, stage: &Path, pkg: &SystemPackage) -> Result<Deb> {
     let what = || format!("{} ({} {})", path.display(), pkg.name, pkg.version);
     let bad = |why: String| Error::Build(format!("{}: {why}", what()));
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = std::fs::File::open(path).map_err(|e| Error::reading(path, e))?;
     let mut ar = ar::Archive::new(file);
     let mut format_seen = false;
     let mut control: Option<(String, BTreeMap<String, Vec<u8>>)> = None;
@@ -598,7 +598,7 @@ fn read_deb(path: &Path, stage: &Path, pkg: &SystemPackage) -> Result<Deb> {
             control = Some(read_control(reader).map_err(|e| bad(format!("{name}: {e}")))?);
         } else if let Some(kind) = name.strip_prefix("data.tar") {
             let reader = decompressed(kind, member).map_err(|e| bad(format!("{name}: {e}")))?;
-            std::fs::create_dir_all(stage).map_err(|e| Error::io(stage, e))?;
+            std::fs::create_dir_all(stage).map_err(|e| Error::writing(stage, e))?;
             data = Some(read_data(reader, stage).map_err(|e| bad(format!("{name}: {e}")))?);
         }
     }
@@ -759,7 +759,7 @@ fn conffiles_field(deb: &Deb, files: &BTreeMap<String, (Entry, String)>) -> Resu
         let rel = path.trim_start_matches('/');
         let md5 = match files.get(rel).map(|(e, _)| &e.source) {
             Some(Source::File(f)) => {
-                let bytes = std::fs::read(f).map_err(|e| Error::io(f, e))?;
+                let bytes = std::fs::read(f).map_err(|e| Error::reading(f, e))?;
                 hex::encode(Md5::digest(&bytes))
             }
             // A conffile the package does not ship (one that a flag removes, say).

@@ -170,7 +170,7 @@ pub fn run(args: Args) -> Result<i32> {
         preset_dirs: args.preset_dir,
         sbom: args.sbom.map(|path| (path, args.sbom_format)),
         probe_binaries: args.probe_binary,
-        probe: std::env::current_exe().map_err(|e| Error::io("current executable", e))?,
+        probe: std::env::current_exe().map_err(|e| Error::reading("current executable", e))?,
         key: args.key.map(|key| (key, args.passphrase_file)),
         provenance: args.provenance,
         recipe_file: args.recipe,

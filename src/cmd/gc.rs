@@ -1,17 +1,15 @@
 //! `gpubake gc`: what a layout or gpubake's cache holds that nothing needs, removed.
 
 use crate::bake::gc::{Target, collect};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// `gpubake gc`'s arguments.
 #[derive(clap::Args, Debug)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["layout", "cache"])))]
 pub struct Args {
     /// The layout to collect (oci:DIR, or DIR).
-    #[arg(
-        value_name = "oci:DIR",
-        required_unless_present = "cache",
-        conflicts_with = "cache"
-    )]
+    #[arg(value_name = "oci:DIR")]
     layout: Option<String>,
     /// Collect gpubake's cache ($GPUBAKE_CACHE_DIR, else ~/.cache/gpubake) instead.
     #[arg(long)]
@@ -26,14 +24,10 @@ pub struct Args {
 
 /// Collects, then says what went (or would go) and how much.
 pub fn run(args: Args) -> Result<i32> {
+    // clap lets exactly one of the two through.
     let target = match &args.layout {
         Some(layout) => Target::Layout(layout.strip_prefix("oci:").unwrap_or(layout).into()),
-        None if args.cache => Target::Cache(crate::fsutil::cache_root()?),
-        None => {
-            return Err(Error::Usage(
-                "gc: name a layout (oci:DIR) or --cache".into(),
-            ));
-        }
+        None => Target::Cache(crate::fsutil::cache_root()?),
     };
     let found = collect(&target, args.dry_run)?;
     let verb = if args.dry_run {

@@ -141,23 +141,25 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         _ => Path::new("."),
     };
     if !dir.is_dir() {
-        return Err(Error::io(
+        return Err(Error::writing(
             dir,
             std::io::Error::from_raw_os_error(libc::ENOENT),
         ));
     }
     // tempfile makes its files 0600: the key is never readable by others on the way.
-    let (mut tmp, _scratch) = crate::interrupt::temp_file(dir).map_err(|e| Error::io(dir, e))?;
-    tmp.write_all(bytes).map_err(|e| Error::io(tmp.path(), e))?;
+    let (mut tmp, _scratch) =
+        crate::interrupt::temp_file(dir).map_err(|e| Error::writing(dir, e))?;
+    tmp.write_all(bytes)
+        .map_err(|e| Error::writing(tmp.path(), e))?;
     let file = tmp.as_file();
     file.set_permissions(std::fs::Permissions::from_mode(mode))
         .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io(tmp.path(), e))?;
+        .map_err(|e| Error::writing(tmp.path(), e))?;
     tmp.persist_noclobber(path).map_err(|e| {
         if e.error.kind() == std::io::ErrorKind::AlreadyExists {
             exists(path)
         } else {
-            Error::io(path, e.error)
+            Error::writing(path, e.error)
         }
     })?;
     Ok(())
@@ -165,7 +167,7 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 
 /// Prints the public key of `path`: read as a public key if it is one, else as a private key.
 fn public(path: &Path, passphrase_file: Option<&Path>, json: bool) -> Result<i32> {
-    let text = crate::fsutil::read_capped(path, 64 * 1024).map_err(|e| Error::io(path, e))?;
+    let text = crate::fsutil::read_capped(path, 64 * 1024).map_err(|e| Error::reading(path, e))?;
     let key = if String::from_utf8_lossy(&text).contains("-----BEGIN PUBLIC KEY-----") {
         PublicKey::read(path)?
     } else {

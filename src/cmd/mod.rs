@@ -437,7 +437,7 @@ fn emit(path: Option<&Path>, text: &str) -> Result<()> {
         None => {
             let mut out = std::io::stdout().lock();
             out.write_all(text.as_bytes())
-                .map_err(|e| Error::io("<stdout>", e))
+                .map_err(|e| Error::writing("<stdout>", e))
         }
     }
 }

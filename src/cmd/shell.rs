@@ -30,7 +30,7 @@ pub struct ManArgs {
 /// Writes a man page for gpubake and for each of its commands, each atomically, and prints
 /// their paths.
 pub fn man(args: ManArgs) -> Result<i32> {
-    std::fs::create_dir_all(&args.dir).map_err(|e| Error::io(&args.dir, e))?;
+    std::fs::create_dir_all(&args.dir).map_err(|e| Error::writing(&args.dir, e))?;
     let mut cli = super::Cli::command();
     cli.build();
     write_pages(&cli, "gpubake", &args.dir)?;

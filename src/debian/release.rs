@@ -47,7 +47,7 @@ impl Keyring {
         match keys {
             Keys::Files(files) => {
                 for file in files {
-                    let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+                    let bytes = std::fs::read(file).map_err(|e| Error::reading(file, e))?;
                     ring.add(&bytes, &file.display().to_string())?;
                 }
             }

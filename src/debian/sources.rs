@@ -107,7 +107,7 @@ pub fn os_release(root: &Path) -> Result<OsRelease> {
         match std::fs::read_to_string(&path) {
             Ok(text) => return Ok(parse_os_release(&text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io(path, e)),
+            Err(e) => return Err(Error::reading(path, e)),
         }
     }
     Err(Error::Environment(format!(
@@ -153,11 +153,11 @@ fn names_ending(dir: &Path, endings: &[&str]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(dir, e)),
+        Err(e) => return Err(Error::reading(dir, e)),
     };
     let mut names = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let entry = entry.map_err(|e| Error::reading(dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if endings.iter().any(|end| name.ends_with(end)) {
             names.push(name);
@@ -233,7 +233,7 @@ pub fn base_sources(root: &Path, native: &str) -> Result<Vec<Source>> {
     };
     let mut sources = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
+        let text = std::fs::read_to_string(&file).map_err(|e| Error::reading(&file, e))?;
         let at = file.display().to_string();
         let parsed = if at.ends_with(".sources") {
             parse_deb822(&text, &at, &reading)?

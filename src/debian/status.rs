@@ -27,7 +27,7 @@ pub fn read(root: &Path) -> Result<Vec<Package>> {
                 path.display()
             )));
         }
-        Err(e) => return Err(Error::io(path, e)),
+        Err(e) => return Err(Error::reading(path, e)),
     };
     parse(&text, &path.display().to_string())
 }

@@ -52,7 +52,7 @@ pub fn read(
     staging: &Layout,
 ) -> Result<(Descriptor, bool)> {
     let what = format!("docker-archive:{}", archive.display());
-    let file = File::open(archive).map_err(|e| Error::io(archive, e))?;
+    let file = File::open(archive).map_err(|e| Error::reading(archive, e))?;
     // `docker save` archives are read as leniently as their layers (see `tarstream`).
     let (reader, end) = Padded::new(BufReader::with_capacity(1 << 20, file));
     let mut tar = tar::Archive::new(reader);
@@ -253,19 +253,20 @@ pub fn write(image: &Image, path: &Path, reference: Option<&str>) -> Result<()> 
     };
     // What a killed write of an archive here left beside it goes first.
     crate::interrupt::sweep_temp_files(dir, &|_| false);
-    let (tmp, _scratch) = crate::interrupt::temp_file(dir).map_err(|e| Error::io(dir, e))?;
+    let (tmp, _scratch) = crate::interrupt::temp_file(dir).map_err(|e| Error::writing(dir, e))?;
     let file = tmp
         .as_file()
         .try_clone()
-        .map_err(|e| Error::io(tmp.path(), e))?;
-    let io_err = |e: std::io::Error| Error::io(path, e);
+        .map_err(|e| Error::writing(tmp.path(), e))?;
+    let io_err = |e: std::io::Error| Error::writing(path, e);
     let out = BufWriter::with_capacity(1 << 20, file);
     let mut out = write_to(image, out, reference, &HashSet::new(), &io_err)?;
     out.flush().map_err(io_err)?;
     drop(out);
     crate::fsutil::match_mode(tmp.as_file(), path).map_err(io_err)?;
     tmp.as_file().sync_all().map_err(io_err)?;
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    tmp.persist(path)
+        .map_err(|e| Error::writing(path, e.error))?;
     Ok(())
 }
 

@@ -160,7 +160,7 @@ fn read_registries_conf(file: &Path) -> Result<Vec<Entry>> {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(file, e)),
+        Err(e) => return Err(Error::reading(file, e)),
     };
     let at = |offset: Option<usize>| {
         let line = offset.map(|o| text[..o.min(text.len())].lines().count().max(1));
@@ -274,7 +274,7 @@ fn marked_in_daemon_json(
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(file, e)),
+        Err(e) => return Err(Error::reading(file, e)),
     };
     let daemon: DaemonJson = serde_json::from_str(&text).map_err(|e| {
         Error::invalid(

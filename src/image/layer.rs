@@ -471,7 +471,7 @@ pub fn tar_size(entries: &[Entry]) -> Result<u64> {
         let len = match &entry.source {
             Source::Bytes(bytes) => bytes.len() as u64,
             Source::File(path) => std::fs::metadata(path)
-                .map_err(|e| Error::io(path, e))?
+                .map_err(|e| Error::reading(path, e))?
                 .len(),
             Source::Zip(member) => member.size,
             Source::Symlink(_) | Source::Dir => 0,
@@ -548,8 +548,8 @@ fn cache_key(spec: &LayerSpec) -> Result<String> {
 /// The sha256 of a file's bytes, streamed.
 fn file_sha256(path: &Path) -> Result<String> {
     let (mut hashed, tally) = HashingWriter::new(io::sink());
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-    io::copy(&mut file, &mut hashed).map_err(|e| Error::io(path, e))?;
+    let mut file = File::open(path).map_err(|e| Error::reading(path, e))?;
+    io::copy(&mut file, &mut hashed).map_err(|e| Error::reading(path, e))?;
     Ok(tally.finish().0.hex().to_string())
 }
 
@@ -1337,7 +1337,7 @@ fn layer_progress(spec: &LayerSpec) -> crate::progress::Progress {
 pub fn write_tar<W: Write>(entries: &[Entry], epoch: u64, out: W, at: &Path) -> Result<W> {
     let mut tar = tar::Builder::new(out);
     append_entries(&mut tar, entries, epoch, at)?;
-    tar.into_inner().map_err(|e| Error::io(at, e))
+    tar.into_inner().map_err(|e| Error::writing(at, e))
 }
 
 /// Writes the entries as files under `root`, as the layer would hold them (parents, modes,
@@ -1351,7 +1351,7 @@ pub fn materialize(entries: Vec<Entry>, epoch: u64, root: &Path) -> Result<()> {
     archive.set_preserve_permissions(true);
     archive.set_preserve_mtime(true);
     archive.set_overwrite(true);
-    let unpacked = archive.unpack(root).map_err(|e| Error::io(root, e));
+    let unpacked = archive.unpack(root).map_err(|e| Error::writing(root, e));
     drop(archive);
     let produced = match producer.join() {
         Ok(produced) => produced,
@@ -1383,7 +1383,7 @@ fn append_list<W: Write>(
     at: &Path,
     archives: &mut Archives,
 ) -> Result<()> {
-    let io_err = |e: io::Error| Error::io(at, e);
+    let io_err = |e: io::Error| Error::writing(at, e);
     for entry in entries {
         match &entry.source {
             Source::Bytes(bytes) => {
@@ -1392,8 +1392,8 @@ fn append_list<W: Write>(
                     .map_err(io_err)?;
             }
             Source::File(path) => {
-                let file = File::open(path).map_err(|e| Error::io(path, e))?;
-                let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+                let file = File::open(path).map_err(|e| Error::reading(path, e))?;
+                let len = file.metadata().map_err(|e| Error::reading(path, e))?.len();
                 let mut h = header(entry, len, epoch);
                 // A file that changes size while it is read would corrupt the tar; `take`
                 // and the size check below catch it.
@@ -1636,7 +1636,8 @@ impl Archives {
             message,
         };
         if !self.0.contains_key(&member.archive) {
-            let file = File::open(&member.archive).map_err(|e| Error::io(&member.archive, e))?;
+            let file =
+                File::open(&member.archive).map_err(|e| Error::reading(&member.archive, e))?;
             let zip = zip::ZipArchive::new(io::BufReader::new(file))
                 .map_err(|e| bad(format!("not a readable zip archive: {e}")))?;
             self.0.insert(member.archive.clone(), zip);
@@ -1693,7 +1694,7 @@ pub fn tree_entries(src: &Path, dest: &str, mode: Option<u32>) -> Result<Vec<Ent
                 .path()
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| src.to_path_buf());
-            Error::io(
+            Error::reading(
                 path,
                 e.into_io_error()
                     .unwrap_or_else(|| io::Error::other("walk failed")),
@@ -1712,7 +1713,8 @@ pub fn tree_entries(src: &Path, dest: &str, mode: Option<u32>) -> Result<Vec<Ent
         let source = if ft.is_dir() {
             Source::Dir
         } else if ft.is_symlink() {
-            let target = std::fs::read_link(item.path()).map_err(|e| Error::io(item.path(), e))?;
+            let target =
+                std::fs::read_link(item.path()).map_err(|e| Error::reading(item.path(), e))?;
             Source::Symlink(target.to_string_lossy().into_owned())
         } else if ft.is_file() {
             Source::File(item.path().to_path_buf())
@@ -1730,7 +1732,7 @@ pub fn tree_entries(src: &Path, dest: &str, mode: Option<u32>) -> Result<Vec<Ent
                 use std::os::unix::fs::PermissionsExt;
                 let disk = item
                     .metadata()
-                    .map_err(|e| Error::io(item.path(), e.into()))?
+                    .map_err(|e| Error::reading(item.path(), e.into()))?
                     .permissions()
                     .mode();
                 if disk & 0o111 != 0 { 0o755 } else { 0o644 }

@@ -81,7 +81,7 @@ impl Layout {
     /// Opens a layout, creating the directory structure if it does not exist yet.
     pub fn create(root: &Path) -> Result<Self> {
         let blobs = root.join("blobs/sha256");
-        std::fs::create_dir_all(&blobs).map_err(|e| Error::io(&blobs, e))?;
+        std::fs::create_dir_all(&blobs).map_err(|e| Error::writing(&blobs, e))?;
         let marker = root.join("oci-layout");
         if !marker.exists() {
             crate::fsutil::write_atomic(&marker, br#"{"imageLayoutVersion":"1.0.0"}"#)?;
@@ -149,7 +149,7 @@ impl Layout {
         let write = |root: &Path| {
             let path = root.join(".gpubake").join(name);
             let dir = path.parent().expect("records live in a directory");
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::writing(dir, e))?;
             crate::fsutil::write_atomic(&path, bytes)
         };
         write(&self.root)?;
@@ -334,7 +334,7 @@ impl Layout {
         let file = tmp
             .as_file()
             .try_clone()
-            .map_err(|e| Error::io(tmp.path(), e))?;
+            .map_err(|e| Error::writing(tmp.path(), e))?;
         let (writer, tally) = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
         Ok(BlobWriter {
             _scratch: scratch,
@@ -449,7 +449,7 @@ fn lock_file(path: &Path, share: Share, waiting: impl FnOnce() -> String) -> Res
         .truncate(false)
         .write(true)
         .open(path)
-        .map_err(|e| Error::io(path, e))?;
+        .map_err(|e| Error::writing(path, e))?;
     let free = match share {
         Share::Shared => file.try_lock_shared().is_ok(),
         Share::Exclusive => file.try_lock().is_ok(),
@@ -527,7 +527,7 @@ impl BlobWriter {
         }
         // Blobs are shared content: 0644 under the usual umask, as umoci and skopeo leave them.
         crate::fsutil::match_mode(self.tmp.as_file(), &target)
-            .map_err(|e| Error::io(self.tmp.path(), e))?;
+            .map_err(|e| Error::writing(self.tmp.path(), e))?;
         self.tmp
             .persist(&target)
             .map_err(|e| Error::writing(&target, e.error))?;

@@ -184,7 +184,7 @@ impl Listing for Root<'_> {
     fn files(&self) -> Result<Vec<String>> {
         let mut files = Vec::new();
         for entry in walkdir::WalkDir::new(self.0).sort_by_file_name() {
-            let entry = entry.map_err(|e| Error::io(self.0, e.into()))?;
+            let entry = entry.map_err(|e| Error::reading(self.0, e.into()))?;
             if entry.file_type().is_file() {
                 let inside = entry
                     .path()

@@ -472,7 +472,7 @@ fn certificates(registry: &str, cert_dir: Option<&Path>) -> Result<Vec<Certifica
             .collect();
         files.sort();
         for file in files {
-            let data = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
+            let data = std::fs::read(&file).map_err(|e| Error::reading(&file, e))?;
             if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
                 return Err(Error::Usage(format!(
                     "{}: not a PEM certificate",
@@ -514,7 +514,7 @@ fn credentials(registry: &str, authfile: Option<&Path>) -> Result<(RegistryAuth,
     use docker_credential::{CredentialRetrievalError as Lookup, DockerCredential};
     let found = match authfile {
         Some(path) => {
-            let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            let file = std::fs::File::open(path).map_err(|e| Error::reading(path, e))?;
             let got = docker_credential::get_credential_from_reader(file, registry);
             match got {
                 Err(Lookup::NoCredentialConfigured) => {
@@ -911,7 +911,7 @@ pub(super) async fn fetch_blob(
                     let (got, _) = writer.commit()?;
                     if got != digest {
                         let (from, to) = (into.blob_path(&got), into.blob_path(&digest));
-                        std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
+                        std::fs::rename(&from, &to).map_err(|e| Error::writing(&to, e))?;
                     }
                     return Ok(true);
                 }
@@ -1167,7 +1167,7 @@ pub(super) async fn upload(
         }
         let file = tokio::fs::File::open(&path)
             .await
-            .map_err(|e| Error::io(&path, e))?;
+            .map_err(|e| Error::reading(&path, e))?;
         let refused = std::sync::Arc::new(std::sync::Mutex::new(None));
         let outgoing = Outgoing {
             chunks: tokio_util::io::ReaderStream::with_capacity(file, 1 << 20),

@@ -586,7 +586,7 @@ impl Transport {
                         if e.kind() == std::io::ErrorKind::BrokenPipe {
                             Error::Environment("the engine stopped reading the image".into())
                         } else {
-                            Error::io("the image's stream to the engine", e)
+                            Error::writing("the image's stream to the engine", e)
                         }
                     };
                     archive::write_to(image, out, Some(&reference), &left_out, &stopped).map(drop)
@@ -743,7 +743,7 @@ impl Copied {
 /// A directory for what a source stages, removed when the image is dropped or on interrupt.
 fn staging_dir() -> Result<crate::interrupt::ScratchDir> {
     crate::interrupt::scratch_dir(None, ".gpubake-open-")
-        .map_err(|e| Error::io(std::env::temp_dir(), e))
+        .map_err(|e| Error::writing(std::env::temp_dir(), e))
 }
 
 #[cfg(test)]

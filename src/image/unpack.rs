@@ -23,7 +23,7 @@ pub fn unpack(image: &Image, root: &Path) -> Result<()> {
 /// caller that judges every layer rather than stopping at the first bad one. What lies above
 /// a bad layer may be missing from the tree.
 pub fn unpack_checked(image: &Image, root: &Path) -> Result<Vec<std::result::Result<(), String>>> {
-    std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    std::fs::create_dir_all(root).map_err(|e| Error::writing(root, e))?;
     Ok(apply_layers(image, root, &|_, _| true, false))
 }
 
@@ -45,7 +45,7 @@ pub type Wanted<'a> = dyn Fn(&Path, tar::EntryType) -> bool + 'a;
 
 /// Unpacks only the entries `wanted` takes (directories above them are made as needed).
 pub fn unpack_where(image: &Image, root: &Path, wanted: &Wanted) -> Result<()> {
-    std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    std::fs::create_dir_all(root).map_err(|e| Error::writing(root, e))?;
     let layers = image.layers();
     let listed = strings(&image.config()?["rootfs"]["diff_ids"]).len();
     if listed != layers.len() {

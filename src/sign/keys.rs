@@ -277,7 +277,7 @@ impl PublicKey {
 pub fn passphrase(file: Option<&Path>) -> Result<Vec<u8>> {
     if let Some(path) = file {
         let bytes =
-            crate::fsutil::read_capped(path, MAX_KEY_FILE).map_err(|e| Error::io(path, e))?;
+            crate::fsutil::read_capped(path, MAX_KEY_FILE).map_err(|e| Error::reading(path, e))?;
         // Only `\n` ends the line, as Go's ReadString('\n') and TrimSuffix leave a `\r`.
         let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
         return Ok(line.to_vec());
@@ -505,7 +505,8 @@ fn pem(label: &str, body: &[u8]) -> String {
 
 /// A key file's text, refused unread when far too large for a key.
 fn read_pem_file(path: &Path) -> Result<String> {
-    let bytes = crate::fsutil::read_capped(path, MAX_KEY_FILE).map_err(|e| Error::io(path, e))?;
+    let bytes =
+        crate::fsutil::read_capped(path, MAX_KEY_FILE).map_err(|e| Error::reading(path, e))?;
     String::from_utf8(bytes).map_err(|_| {
         invalid(
             path,

@@ -164,7 +164,7 @@ impl WheelCache {
     /// Opens (creating it if needed) the cache under `root`.
     pub fn open(root: PathBuf) -> Result<Self> {
         let wheels = root.join("wheels").join("sha256");
-        fs::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
+        fs::create_dir_all(&wheels).map_err(|e| Error::writing(&wheels, e))?;
         Ok(WheelCache {
             root,
             network: Network::default(),
@@ -462,7 +462,7 @@ impl Run<'_> {
         let sha = wheel.sha256.to_ascii_lowercase();
         let target = self.cache.path(&sha);
         if let Some(dir) = target.parent() {
-            fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            fs::create_dir_all(dir).map_err(|e| Error::writing(dir, e))?;
         }
         let _lock = self.lock(wheel, &sha)?;
         let mut corrupt = None;
@@ -478,7 +478,7 @@ impl Run<'_> {
         match hashed {
             Ok((actual, _)) if actual == sha => return Ok(Outcome::Ready(target)),
             Ok((actual, len)) => {
-                fs::remove_file(&target).map_err(|e| Error::io(&target, e))?;
+                fs::remove_file(&target).map_err(|e| Error::writing(&target, e))?;
                 self.progress.suspend(|| {
                     eprintln!(
                         "warning: {}: the cached copy is corrupt ({len} bytes, sha256 {actual}, \
@@ -489,7 +489,7 @@ impl Run<'_> {
                 corrupt = Some(actual);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(&target, e)),
+            Err(e) => return Err(Error::reading(&target, e)),
         }
         if self.offline {
             return Ok(Outcome::Missing { corrupt });
@@ -517,7 +517,7 @@ impl Run<'_> {
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+            .map_err(|e| Error::writing(&path, e))?;
         match file.try_lock() {
             Ok(()) => return Ok(file),
             Err(TryLockError::WouldBlock) => {}
@@ -612,7 +612,7 @@ impl Run<'_> {
         part: &Path,
         bar: &ProgressBar,
     ) -> std::result::Result<Attempt, Failure> {
-        let io_fatal = |e: io::Error| Failure::Fatal(Error::io(part, e));
+        let io_fatal = |e: io::Error| Failure::Fatal(Error::writing(part, e));
         let mut have = match fs::metadata(part) {
             Ok(meta) => meta.len(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
@@ -732,7 +732,7 @@ impl Run<'_> {
             &self.cache.sibling(sha, "name"),
             format!("{}\n", wheel.file_name()).as_bytes(),
         )?;
-        fs::rename(part, target).map_err(|e| Error::io(target, e))
+        fs::rename(part, target).map_err(|e| Error::writing(target, e))
     }
 
     /// Sleeps for `wait`, waking early when another wheel failed.
@@ -845,7 +845,7 @@ fn offline_error(root: &Path, missing: &[(&WheelRef, Option<String>)]) -> Error 
 
 fn remove_if_there(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(path, e)),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::writing(path, e)),
         _ => Ok(()),
     }
 }

@@ -210,7 +210,7 @@ struct Planner<'a> {
 impl<'a> Planner<'a> {
     fn open(path: &'a Path, scheme: &'a Scheme) -> Result<Self> {
         let bad = |message: String| wheel_error(path, message);
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = File::open(path).map_err(|e| Error::reading(path, e))?;
         let zip = zip::ZipArchive::new(BufReader::new(file))
             .map_err(|e| bad(format!("not a readable zip archive: {e}")))?;
         if zip.has_duplicate_names() {
