@@ -97,18 +97,52 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Puts the content of `src` at `dst`, atomically, with as little writing as the filesystem
-/// allows: a hard link (which takes its name at once), else a reflink or a copy into a
-/// temporary file renamed over `dst`. For files never changed in place, such as
-/// content-addressed blobs. A new file gets the mode the umask gives (as [`match_mode`]):
-/// where `src` has another, it is not linked (one inode has one mode) but cloned or copied.
-pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<()> {
+/// How a file's content was put in another place by [`place_file`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// A clone whose blocks are shared copy-on-write (`FICLONE`): no data written, and a
+    /// change to either file is that file's alone.
+    Reflink,
+    /// The bytes written again.
+    Copy,
+    /// A hard link: the same file under two names, so a change made in place to one is a
+    /// change to the other.
+    Link,
+}
+
+impl Placement {
+    /// The word `--timings` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Reflink => "reflink",
+            Placement::Copy => "copy",
+            Placement::Link => "link",
+        }
+    }
+}
+
+/// Puts the content of `src` at `dst`, atomically, for files never changed in place such as
+/// content-addressed blobs: a reflink where the filesystem makes one, else a copy, through a
+/// temporary file renamed over `dst`. With `link`, a hard link comes first, which writes
+/// nothing but leaves the two names one file. `check` reads the placed file (or, before a
+/// link, `src`) and refuses it with an error: what is handed on is what was checked. A new
+/// file gets the mode the umask gives (as [`match_mode`]); where `src` has another, it is not
+/// linked (one inode has one mode).
+pub fn place_file(
+    src: &Path,
+    dst: &Path,
+    link: bool,
+    check: &dyn Fn(&Path) -> std::io::Result<()>,
+) -> std::io::Result<Placement> {
     let mode = 0o666 & !umask();
     let from = File::open(src)?;
-    let same_mode = from.metadata()?.permissions().mode() & 0o7777 == mode;
-    // A file already at `dst` (a damaged one, since callers look first) is replaced below.
-    if same_mode && std::fs::hard_link(src, dst).is_ok() {
-        return Ok(());
+    if link && from.metadata()?.permissions().mode() & 0o7777 == mode {
+        check(src)?;
+        // A file already at `dst` (a damaged one, since callers look first) is replaced below.
+        if std::fs::hard_link(src, dst).is_ok() {
+            return Ok(Placement::Link);
+        }
     }
     let dir = dst.parent().unwrap_or(Path::new("."));
     let (tmp, _scratch) = crate::interrupt::temp_file(dir)?;
@@ -116,11 +150,16 @@ pub fn share_file(src: &Path, dst: &Path) -> std::io::Result<()> {
     to.set_permissions(std::fs::Permissions::from_mode(mode))?;
     // SAFETY: both descriptors are open for the call; FICLONE only reads them.
     let cloned = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE as _, from.as_raw_fd()) } == 0;
-    if !cloned {
+    let placement = if cloned {
+        Placement::Reflink
+    } else {
         std::io::copy(&mut &from, &mut &*to)?;
-    }
+        Placement::Copy
+    };
+    check(tmp.path())?;
     to.sync_all()?;
-    tmp.persist(dst).map(drop).map_err(|e| e.error)
+    tmp.persist(dst).map_err(|e| e.error)?;
+    Ok(placement)
 }
 
 /// Gives `file`, a temporary file about to be renamed over `target`, the mode it should end

@@ -24,6 +24,7 @@ fn request(recipe: &Path, to: String) -> Request {
         compression: gpubake::image::Compression::Gzip,
         startup_record: None,
         no_cache: false,
+        link_blobs: false,
         cache_from: Vec::new(),
         cache_to: None,
         pylock: None,

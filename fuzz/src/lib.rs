@@ -284,6 +284,7 @@ fn read_image(root: &Path, scratch: &Path) {
         created: None,
         base_name: None,
         no_cache: false,
+        link_blobs: false,
         closure: None,
         offline: true,
         cache_dir: scratch.join("cache"),

@@ -131,6 +131,9 @@ pub struct BuildOptions {
     pub base_name: Option<String>,
     /// Write every layer again instead of taking it from a cache.
     pub no_cache: bool,
+    /// Let a layout destination and gpubake's layer cache hold one file per blob by hard
+    /// link (`--link-blobs`) rather than each its own (reflink, else copy).
+    pub link_blobs: bool,
     /// The Python closure to install; None builds an image without the Python stack.
     pub closure: Option<crate::closure::Closure>,
     /// Build from the wheel cache alone.
@@ -167,6 +170,11 @@ pub struct LayerLine {
     pub reused: bool,
     /// Where it came from: `base`, `written`, `local-cache` or `registry-cache`.
     pub from: &'static str,
+    /// How its blob went between an oci: layout and the layer cache: `reflink`, `copy` or
+    /// `link` (`--link-blobs`); absent where it did not (the cache had it, or the
+    /// destination is not a layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placed: Option<crate::fsutil::Placement>,
     /// Where the time went, for a layer written now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timing: Option<LayerTiming>,
@@ -391,7 +399,7 @@ fn build_plan(
         // A layout takes the layers the cache holds by link, and leaves its own there.
         Transport::Oci { dir, .. } => {
             let cache = Layout::open_cache(&opts.cache_dir.join("layout"))?;
-            Layout::create(dir)?.sharing(&cache)
+            Layout::create(dir)?.sharing(&cache, opts.link_blobs)
         }
         Transport::DockerDaemon(_) | Transport::DockerArchive { .. } | Transport::Registry(_) => {
             Layout::open_cache(&opts.cache_dir.join("layout"))?
@@ -799,6 +807,7 @@ impl PlatformBuilt {
                 size: d.size(),
                 reused: true,
                 from: "base",
+                placed: None,
                 timing: None,
             })
             .collect();
@@ -812,6 +821,7 @@ impl PlatformBuilt {
                 Reuse::LocalCache => "local-cache",
                 Reuse::RegistryCache => "registry-cache",
             },
+            placed: l.placed,
             timing: l.timing.clone(),
         }));
         lines

@@ -168,6 +168,7 @@ fn build_options(
         created: super::build::source_date_epoch()?,
         base_name: req.base_name.clone(),
         no_cache: req.no_cache,
+        link_blobs: req.link_blobs,
         closure,
         offline: req.offline,
         cache_dir,

@@ -84,11 +84,21 @@ impl BuildReport {
         // Every layer, where it came from; those written now with where their time went.
         writeln!(
             out,
-            "  {:<24} {:<14} {:>10} {:>10} {:>7} {:>8} {:>8} {:>6} {:>6}",
-            "layer", "from", "tar", "blob", "wall", "install", "compress", "hash", "write"
+            "  {:<24} {:<14} {:<7} {:>10} {:>10} {:>7} {:>8} {:>8} {:>6} {:>6}",
+            "layer",
+            "from",
+            "placed",
+            "tar",
+            "blob",
+            "wall",
+            "install",
+            "compress",
+            "hash",
+            "write"
         )?;
         for l in &self.layers {
-            write!(out, "  {:<24} {:<14} ", l.name, l.from)?;
+            let placed = l.placed.map_or("-", crate::fsutil::Placement::as_str);
+            write!(out, "  {:<24} {:<14} {placed:<7} ", l.name, l.from)?;
             match &l.timing {
                 Some(t) => writeln!(
                     out,

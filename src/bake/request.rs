@@ -34,6 +34,8 @@ pub struct Request {
     pub startup_record: Option<PathBuf>,
     /// Write every layer again rather than trust the layer cache.
     pub no_cache: bool,
+    /// Hard-link blobs between a layout destination and the layer cache (`--link-blobs`).
+    pub link_blobs: bool,
     /// Registry layer caches to take layers from (`--cache-from`, `docker://…`), in order.
     pub cache_from: Vec<String>,
     /// The registry layer cache to record this build's layers in (`--cache-to`).

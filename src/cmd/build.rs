@@ -41,6 +41,13 @@ pub struct Args {
     /// Write every layer again rather than take it from the layer cache.
     #[arg(long)]
     no_cache: bool,
+    /// Hard-link blobs between an oci: layout and gpubake's layer cache instead of cloning
+    /// (reflink) or copying them: faster where the filesystem cannot clone, and takes no
+    /// space, but the layout then shares its blob files with the cache and with every layout
+    /// built so, and a change made to one of them in place (an editor, a script that
+    /// rewrites a file) damages them all.
+    #[arg(long)]
+    link_blobs: bool,
     /// Take the layers the local cache lacks from this registry layer cache
     /// (docker://REGISTRY/REPO:TAG; repeatable, asked in order).
     #[arg(long, value_name = "REF")]
@@ -154,6 +161,7 @@ pub fn run(args: Args) -> Result<i32> {
         compression: args.compression,
         startup_record: args.startup_record,
         no_cache: args.no_cache,
+        link_blobs: args.link_blobs,
         cache_from: args.cache_from,
         cache_to: args.cache_to,
         pylock: args.pylock,

@@ -7,7 +7,7 @@
 //! layout's cache, or in a registry's (see [`super::layercache`]), and not written again.
 
 use super::digest::{Digest, HashingWriter};
-use super::layout::{Layout, descriptor};
+use super::layout::{Adopted, Layout, descriptor};
 use super::stream::EngineStream;
 use crate::error::{Error, Result};
 use oci_spec::image::{Descriptor, MediaType};
@@ -242,6 +242,10 @@ pub struct BuiltLayer {
     /// Where the time went, for a layer written now.
     #[serde(skip)]
     pub timing: Option<LayerTiming>,
+    /// How its blob went between the layout and gpubake's layer cache (to the cache for a
+    /// layer written now, from it for one found there); None where it did not.
+    #[serde(skip)]
+    pub placed: Option<crate::fsutil::Placement>,
 }
 
 impl BuiltLayer {
@@ -254,6 +258,7 @@ impl BuiltLayer {
             record: None,
             side_records: Vec::new(),
             timing: Some(timing),
+            placed: None,
         }
     }
 
@@ -402,7 +407,7 @@ pub fn build_keyed_to(
         let bytes = serde_json::to_vec(&built).expect("layers serialize");
         layout.write_record(&record, &bytes, false)?;
         let digest = super::layout::digest_of(&built.descriptor)?;
-        layout.share_blob(&digest, built.descriptor.size());
+        built.placed = layout.share_blob(&digest, built.descriptor.size());
         built.record = Some(record);
         return Ok(built);
     };
@@ -509,12 +514,11 @@ fn record_name(key: &str, compression: Compression, epoch: u64) -> String {
 /// A cache record whose blob is in the layout, or in its cache and now linked here.
 fn cached(layout: &Layout, record: &str) -> Option<BuiltLayer> {
     let bytes = layout.read_record(record)?;
-    let mut hit = serde_json::from_slice::<BuiltLayer>(&bytes)
-        .ok()
-        .filter(|l| {
-            super::layout::digest_of(&l.descriptor)
-                .is_ok_and(|d| layout.adopt_blob(&d, l.descriptor.size()))
-        })?;
+    let mut hit = serde_json::from_slice::<BuiltLayer>(&bytes).ok()?;
+    let digest = super::layout::digest_of(&hit.descriptor).ok()?;
+    if let Adopted::Placed(how) = layout.adopt_blob(&digest, hit.descriptor.size())? {
+        hit.placed = Some(how);
+    }
     hit.from = Reuse::LocalCache;
     Some(hit)
 }
@@ -1576,7 +1580,7 @@ pub fn to_lazy(
         .map_err(|e| Error::image(&from, e.to_string()))?;
     let done = encoder.finish().map_err(io_err)?;
     let (digest, size) = blob.commit()?;
-    let built = BuiltLayer::written(
+    let mut built = BuiltLayer::written(
         lazy_descriptor(compression, &digest, size, Some(&toc)),
         done.diff_id,
         LayerTiming {
@@ -1589,7 +1593,7 @@ pub fn to_lazy(
     );
     let bytes = serde_json::to_vec(&built).expect("layers serialize");
     layout.write_record(&record, &bytes, false)?;
-    layout.share_blob(&digest, size);
+    built.placed = layout.share_blob(&digest, size);
     Ok(built)
 }
 

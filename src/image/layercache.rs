@@ -296,6 +296,7 @@ impl RegistryCache {
             record: None,
             side_records: record.side.keys().cloned().collect(),
             timing: None,
+            placed: None,
         })
     }
 }

@@ -5,6 +5,7 @@
 
 use super::digest::{Digest, HashingWriter, Tally, VerifyingReader};
 use crate::error::{Error, Result};
+use crate::fsutil::Placement;
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use serde::Serialize;
 use std::fs::File;
@@ -36,6 +37,9 @@ pub struct Layout {
     /// The layer cache it takes layers from and gives its new ones to (gpubake's cache
     /// layout), for a layout a build writes.
     shared: Option<Box<Layout>>,
+    /// Whether blobs go between it and `shared` by hard link (`build --link-blobs`) rather
+    /// than by reflink or copy.
+    link_shared: bool,
     /// For gpubake's cache: a shared lock on its users file, held while any copy of this
     /// value lives, so that `gpubake gc --cache` (which takes it exclusively) never removes
     /// a blob a build or a pull has written and not yet recorded.
@@ -44,6 +48,15 @@ pub struct Layout {
 
 /// The file every user of gpubake's cache holds a shared lock on.
 const CACHE_USERS: &str = ".gpubake-users";
+
+/// A blob [`Layout::adopt_blob`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adopted {
+    /// The layout held it already.
+    Present,
+    /// Taken from the cache now, placed so.
+    Placed(Placement),
+}
 
 /// Holds the layout's lock file until dropped.
 pub struct LayoutLock {
@@ -65,6 +78,7 @@ impl Layout {
             root: root.to_path_buf(),
             name: None,
             shared: None,
+            link_shared: false,
             _users: None,
         })
     }
@@ -121,14 +135,19 @@ impl Layout {
     }
 
     /// The same layout, sharing gpubake's records (`.gpubake/…`) and the blobs they name
-    /// with the layout at `cache`: a record found there brings its blob along by hard link
-    /// (else reflink, else copy), and what is recorded here is recorded there too. Blobs are
-    /// never changed in place, so two layouts may hold one file.
-    pub fn sharing(self, cache: &Layout) -> Self {
+    /// with the layout at `cache`: a record found there brings its blob along, and what is
+    /// recorded here is recorded there too. A blob goes between the two by reflink, else by
+    /// copy, so that the layout shares no writable file with the cache or with any other
+    /// layout; with `link`, by hard link first, which writes nothing but leaves them one file.
+    pub fn sharing(self, cache: &Layout, link: bool) -> Self {
         let shared = (cache.root != self.root).then(|| Box::new(cache.clone()));
         // Builds share the cache without its lock: only what no live writer owns goes.
         cache.sweep_leftovers();
-        Layout { shared, ..self }
+        Layout {
+            shared,
+            link_shared: link,
+            ..self
+        }
     }
 
     /// A record of gpubake's own under `.gpubake/` (`layers/KEY.json`): this layout's, else
@@ -159,42 +178,57 @@ impl Layout {
         Ok(())
     }
 
-    /// Whether the blob is here, taking it from the cache first when only the cache has it.
-    /// The cache's file is read through before it is linked: a file changed in place there
-    /// (a hard link shares its inode with every layout that took it) is removed rather than
-    /// handed on, and the layer is written again.
-    pub fn adopt_blob(&self, digest: &Digest, size: u64) -> bool {
+    /// Whether the blob is here, taking it from the cache first when only the cache has it
+    /// (and then how it was placed). What is placed is read through against its digest: a
+    /// cache file changed in place is removed rather than handed on, and the layer is
+    /// written again.
+    pub fn adopt_blob(&self, digest: &Digest, size: u64) -> Option<Adopted> {
         if self.has_blob(digest, size) {
-            return true;
+            return Some(Adopted::Present);
         }
-        let Some(cache) = &self.shared else {
-            return false;
-        };
+        let cache = self.shared.as_ref()?;
         if !cache.has_blob(digest, size) {
-            return false;
+            return None;
         }
-        let sound = cache
-            .open_blob(digest, Some(size))
-            .is_ok_and(|mut r| std::io::copy(&mut r, &mut std::io::sink()).is_ok());
-        if !sound {
-            let _ = std::fs::remove_file(cache.blob_path(digest));
-            return false;
+        let check = |path: &Path| {
+            let file = File::open(path)?;
+            let mut reader = VerifyingReader::new(
+                BufReader::with_capacity(1 << 20, file),
+                digest.clone(),
+                Some(size),
+                format!("blob {digest}"),
+            );
+            std::io::copy(&mut reader, &mut std::io::sink()).map(drop)
+        };
+        let source = cache.blob_path(digest);
+        match crate::fsutil::place_file(&source, &self.blob_path(digest), self.link_shared, &check)
+        {
+            Ok(how) => Some(Adopted::Placed(how)),
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = std::fs::remove_file(&source);
+                }
+                None
+            }
         }
-        crate::fsutil::share_file(&cache.blob_path(digest), &self.blob_path(digest)).is_ok()
     }
 
     /// Gives a blob of this layout to the cache, unless the cache has it (a failure only
-    /// loses the cache's copy).
-    pub fn share_blob(&self, digest: &Digest, size: u64) {
-        let Some(cache) = &self.shared else {
-            return;
-        };
+    /// loses the cache's copy); says how it went there.
+    pub fn share_blob(&self, digest: &Digest, size: u64) -> Option<Placement> {
+        let cache = self.shared.as_ref()?;
         if cache.has_blob(digest, size) {
-            return;
+            return None;
         }
-        if std::fs::create_dir_all(cache.root.join("blobs/sha256")).is_ok() {
-            let _ = crate::fsutil::share_file(&self.blob_path(digest), &cache.blob_path(digest));
-        }
+        std::fs::create_dir_all(cache.root.join("blobs/sha256")).ok()?;
+        let trusted = |_: &Path| Ok(());
+        crate::fsutil::place_file(
+            &self.blob_path(digest),
+            &cache.blob_path(digest),
+            self.link_shared,
+            &trusted,
+        )
+        .ok()
     }
 
     /// Takes the layout's exclusive lock, waiting for another build to finish first, then

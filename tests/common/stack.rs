@@ -28,6 +28,7 @@ pub fn build_options(from: &str, to: &str, closure: Option<Closure>) -> BuildOpt
         created: None,
         base_name: None,
         no_cache: false,
+        link_blobs: false,
         closure,
         offline: false,
         cache_dir: wheel_cache(),
