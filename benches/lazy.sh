@@ -13,7 +13,13 @@
 #   Dz  Cz laid out by the image's own start-up record, as D
 # and each workload:
 #   W1  python3 -c "import torch"
+#   W2  the GPU start-up a record holds, replayed without a GPU (benches/lazy/replay.py): each
+#       file the record names read in its order, whole or in scattered pages as recorded
 #   W3  W1, then every file of the image read
+# RECIPE=FILE builds another image than the README's (BASE_TAG=noble: on Ubuntu 24.04's
+# base); RECORD=FILE lays D, Dw and Dz out by that start-up record (taken on a GPU node),
+# restricted to the files the image holds, instead of recording the import in the image, and
+# is what W2 replays.
 # Registry (docker-registry), containerd and the snapshotter (tests/stargz-daemon, built from
 # Debian's source) run in a network namespace of their own whose loopback `tbf` holds to
 # RATE. Every repetition starts from a wipe of containerd's and the snapshotter's roots and
@@ -23,6 +29,7 @@
 # the spread; the raw lines, the logs and the snapshotter's config go to OUTDIR.
 # usage: benches/lazy.sh BINARY OUTDIR [RATE [REPS [ROWS [WORKLOADS]]]]
 #        defaults: 1gbit 3 "A B C D Dw E Z Cz Dz" "W1 W3"; WORK=DIR keeps the images between runs,
+#        RECIPE, BASE_TAG and RECORD as above,
 #        BUILD_ONLY=1 builds them and stops.
 # Needs root, /dev/fuse, containerd, ctr, ctr-remote, runc, docker-registry, tc, Go with the
 # snapshotter's library source, and the Docker Engine (to record the start-up in the image).
@@ -48,9 +55,13 @@ snapshotter_config=()
 # `go tool pprof` (OUTDIR/stargz-WORKLOAD-ROW-REP.pprof).
 [ "${CPU_PROFILE:-}" = 1 ] && snapshotter_config+=(-cpuprofile "$work/node/stargz.pprof")
 NS="nsenter --net=/run/netns/$ns"
+recipe=$(realpath -e "${RECIPE:-$root/examples/debian-pytorch2.9.yaml}")
+base_tag=${BASE_TAG:-bookworm}
 python=/opt/gpubake/venv/bin/python3
+# W2's script and record reach the container by a read-only bind mount at /bench.
 declare -A workload=(
   [W1]="$python -c 'import torch'"
+  [W2]="$python /bench/replay.py /bench/record.json"
   [W3]="$python -c 'import torch' && find / -xdev -type f -print0 | xargs -0 cat >/dev/null"
 )
 
@@ -72,19 +83,19 @@ if [ ! -x "$daemon" ] || [ "$daemon" -ot "$root/tests/stargz-daemon/main.go" ]; 
 fi
 
 # --- the images --------------------------------------------------------------------------
-[ -f "$work/base/index.json" ] || "$root/scripts/make-debian-base" "$work/base" >/dev/null
+[ -f "$work/base/index.json" ] || "$root/scripts/make-debian-base" "$work/base" "$base_tag" >/dev/null
 # The wheels benches/stack.sh and digests-before-after.sh fetched, when they are there.
 if [ ! -d "$work/cache/wheels" ] && [ -d "$root/target/bench-stack/cache/wheels" ]; then
   mkdir -p "$work/cache"
   cp -al "$root/target/bench-stack/cache/wheels" "$work/cache/wheels"
 fi
-build() {  # TAG [ARGS]: the README's image into $work/img:TAG
+build() {  # TAG [ARGS]: the recipe's image into $work/img:TAG
   local tag=$1
   shift
   if ! grep -q "\"$tag\"" "$work/img/index.json" 2>/dev/null; then
     say "building $tag $*"
-    GPUBAKE_CACHE_DIR=$work/cache "$bin" build "$root/examples/debian-pytorch2.9.yaml" \
-      --from "oci:$work/base:bookworm" --to "oci:$work/img:$tag" "$@" >"$work/build-$tag.log" 2>&1
+    GPUBAKE_CACHE_DIR=$work/cache "$bin" build "$recipe" \
+      --from "oci:$work/base:$base_tag" --to "oci:$work/img:$tag" "$@" >"$work/build-$tag.log" 2>&1
   fi
 }
 needs() { case " $rows " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -92,7 +103,17 @@ build A
 needs B && build B --compression zstd
 needs C || needs E && build C --compression estargz
 needs Cz && build Cz --compression zstd:chunked
-if needs D || needs Dw || needs Dz; then
+mkdir -p "$work/replay"
+cp "$root/benches/lazy/replay.py" "$work/replay/"
+if [ -n "${RECORD:-}" ] && [ ! -s "$work/startup.json" ]; then
+  # The GPU record, less what the image does not install (other packages' metadata).
+  say "restricting $RECORD to the image's files"
+  python3 "$root/benches/lazy/filter-record.py" "$(realpath -e "$RECORD")" "$work/img" A \
+    "$work/startup.json" >"$work/record-filter.txt" 2>&1 ||
+    { cat "$work/record-filter.txt" >&2; rm -f "$work/startup.json"; exit 1; }
+fi
+[ -f "$work/record-filter.txt" ] && cp "$work/record-filter.txt" "$out/"
+if needs D || needs Dw || needs Dz || [[ " $workloads " == *" W2 "* ]]; then
   if [ ! -s "$work/startup.json" ]; then
     # The start-up recorded where the job runs: in the image, by its own probe (no GPU here,
     # so the import alone).
@@ -104,6 +125,7 @@ if needs D || needs Dw || needs Dz; then
     [ -s "$work/startup.json" ] || { cat "$work/record.log" >&2; exit 1; }
   fi
   cp "$work/startup.json" "$out/startup.json"
+  cp "$work/startup.json" "$work/replay/record.json"
   python3 - "$work/startup.json" "$work/startup-whole.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -239,6 +261,7 @@ $NS tc qdisc replace dev lo root tbf rate "$rate" burst 1mb latency 100ms
   echo "# workload row rep seconds bytes-served pull-seconds snapshotter-cpu-s containerd-cpu-s"
 } | tee "$out/raw.txt"
 [ -n "${SNAPSHOTTER_CONFIG:-}" ] && cp "$SNAPSHOTTER_CONFIG" "$out/snapshotter.toml"
+bench_mount=(--mount "type=bind,src=$work/replay,dst=/bench,options=rbind:ro")
 served_since() {  # LINE: bytes the registry served after line LINE of its log
   tail -n "+$(($1 + 1))" "$work/registry/log" | grep 'response completed' |
     grep -o 'http.response.written=[0-9]*' | awk -F= '{s += $2} END {printf "%.0f", s}'
@@ -259,11 +282,11 @@ for wl in $workloads; do
       if [ "$lazy" = 1 ]; then
         ctr_remote image rpull --plain-http "$(ref "$row")" >/dev/null
         tp=$(date +%s.%N)
-        ctr_ run --rm --snapshotter stargz "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
+        ctr_ run --rm --snapshotter stargz "${bench_mount[@]}" "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
       else
         ctr_ image pull --plain-http "$(ref "$row")" >/dev/null
         tp=$(date +%s.%N)
-        ctr_ run --rm "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
+        ctr_ run --rm "${bench_mount[@]}" "$(ref "$row")" "b$rep" sh -c "${workload[$wl]}" >/dev/null
       fi
       t1=$(date +%s.%N)
       bytes=$(served_since "$mark")

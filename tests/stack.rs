@@ -127,19 +127,29 @@ fn the_stack_installs_runs_and_reproduces_on_a_debian_base() {
     )
     .unwrap();
     assert_eq!(a.manifest, again.manifest);
-    // ... taking every layer from the cache's layout rather than writing it again: the
-    // blob is the cache's own file where one filesystem holds both (a hard link), else a
-    // copy of it.
+    // ... taking every layer from the cache's layout rather than writing it again, each
+    // blob a file of the layout's own (a reflink or a copy), never the cache's.
     for l in again.layers.iter().filter(|l| l.name != "base") {
         assert!(l.reused, "{} was written again: {:?}", l.name, again.layers);
+        assert!(
+            matches!(
+                l.placed,
+                Some(gpubake::fsutil::Placement::Copy | gpubake::fsutil::Placement::Reflink)
+            ),
+            "{}: {:?}",
+            l.name,
+            l.placed
+        );
         let hex = l.digest.trim_start_matches("sha256:");
         let here = std::fs::metadata(out_b.join("blobs/sha256").join(hex)).unwrap();
         let cached = wheel_cache().join("layout/blobs/sha256").join(hex);
         let cached = std::fs::metadata(&cached).unwrap();
         use std::os::unix::fs::MetadataExt;
-        if here.dev() == cached.dev() {
-            assert_eq!(here.ino(), cached.ino(), "{} is not linked", l.name);
-        }
+        assert!(
+            (here.dev(), here.ino()) != (cached.dev(), cached.ino()),
+            "{} is the cache's own file",
+            l.name
+        );
         assert_eq!(here.len(), cached.len());
     }
 
