@@ -124,14 +124,15 @@ impl Placement {
 
 /// Puts the content of `src` at `dst`, atomically, for files never changed in place such as
 /// content-addressed blobs: a reflink where the filesystem makes one, else a copy, through a
-/// temporary file renamed over `dst`. With `link`, a hard link comes first, which writes
-/// nothing but leaves the two names one file. `check` reads the placed file (or, before a
-/// link, `src`) and refuses it with an error: what is handed on is what was checked. A new
-/// file gets the mode the umask gives (as [`match_mode`]); where `src` has another, it is not
-/// linked (one inode has one mode).
+/// temporary file in `temp_dir` (on `dst`'s filesystem) renamed over `dst`. With `link`, a
+/// hard link comes first, which writes nothing but leaves the two names one file. `check`
+/// reads the placed file (or, before a link, `src`) and refuses it with an error: what is
+/// handed on is what was checked. A new file gets the mode the umask gives (as
+/// [`match_mode`]); where `src` has another, it is not linked (one inode has one mode).
 pub fn place_file(
     src: &Path,
     dst: &Path,
+    temp_dir: &Path,
     link: bool,
     check: &dyn Fn(&Path) -> std::io::Result<()>,
 ) -> std::io::Result<Placement> {
@@ -144,8 +145,7 @@ pub fn place_file(
             return Ok(Placement::Link);
         }
     }
-    let dir = dst.parent().unwrap_or(Path::new("."));
-    let (tmp, _scratch) = crate::interrupt::temp_file(dir)?;
+    let (tmp, _scratch) = crate::interrupt::temp_file(temp_dir)?;
     let to = tmp.as_file();
     to.set_permissions(std::fs::Permissions::from_mode(mode))?;
     // SAFETY: both descriptors are open for the call; FICLONE only reads them.

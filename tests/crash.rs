@@ -670,48 +670,75 @@ fn gc_removes_what_crashes_and_retags_left_in_a_layout_and_keeps_what_umoci_keep
     let again = gc_json(&cache, &[&format!("oci:{}", out.display())]);
     assert_eq!(again["removed"], serde_json::json!([]));
 
-    // A manifest whose bytes no longer match its digest stops gc before anything goes: what
-    // it names cannot be known, so none of it is garbage.
-    let index: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    // What a damaged layout stops gc at, removing nothing: not even a blob that is garbage
+    // by any reading, since what the damaged document names cannot be known.
+    let junk = b"a blob nothing names";
+    let junk_hex = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(junk));
+    std::fs::write(out.join("blobs/sha256").join(&junk_hex), junk).unwrap();
+    let index_path = out.join("index.json");
+    let index_bytes = std::fs::read(&index_path).unwrap();
+    let index: serde_json::Value = serde_json::from_slice(&index_bytes).unwrap();
     let top = index["manifests"][0]["digest"]
         .as_str()
         .unwrap()
         .to_string();
     let top_path = out.join("blobs/sha256").join(&top["sha256:".len()..]);
     let original = std::fs::read(&top_path).unwrap();
-    let mut damaged = original.clone();
-    let last = damaged.len() - 2;
-    damaged[last] ^= b' ' ^ b'\t';
-    for (what, bytes) in [("damaged", damaged), ("not JSON", b"\x00".to_vec())] {
-        std::fs::write(&top_path, &bytes).unwrap();
-        let before = blobs(&out);
+    let mut flipped = original.clone();
+    flipped[original.len() / 2] ^= 0x01;
+    let before = blobs(&out);
+    let gc_fails = |what: &str, names: &str, expect: &[String]| {
         let failed = run(&mut gpubake(
             &cache,
             &["gc", &format!("oci:{}", out.display())],
         ));
         let stderr = String::from_utf8_lossy(&failed.stderr);
         assert_eq!(failed.status.code(), Some(2), "{what}: {stderr}");
-        assert!(stderr.contains(&top), "{what}: {stderr}");
-        assert_eq!(blobs(&out), before, "{what}: gc removed blobs past it");
+        assert!(stderr.contains(names), "{what}: {stderr}");
+        assert!(
+            stderr.contains("removed nothing") || stderr.contains("reading"),
+            "{what}: {stderr}"
+        );
+        assert_eq!(blobs(&out), expect, "{what}: gc removed blobs");
+    };
+    // The manifest index.json names: a byte changed, the same size of zeros (not JSON, and
+    // no size to tell), one byte fewer (a size its descriptor does not give).
+    let damages = [
+        ("a byte changed", flipped),
+        ("zeros of its size", vec![0u8; original.len()]),
+        ("one byte fewer", original[..original.len() - 1].to_vec()),
+    ];
+    for (what, bytes) in damages {
+        std::fs::write(&top_path, &bytes).unwrap();
+        gc_fails(what, &top, &before);
     }
+    std::fs::remove_file(&top_path).unwrap();
+    let without_top: Vec<String> = before
+        .iter()
+        .filter(|b| !top.ends_with(b.as_str()))
+        .cloned()
+        .collect();
+    gc_fails("manifest missing", &top, &without_top);
     std::fs::write(&top_path, &original).unwrap();
-    // An index.json that cannot be read is named, and nothing goes.
-    let index_path = out.join("index.json");
-    let index_bytes = std::fs::read(&index_path).unwrap();
+    // index.json missing, empty, cut short.
     std::fs::remove_file(&index_path).unwrap();
-    let failed = run(&mut gpubake(
-        &cache,
-        &["gc", &format!("oci:{}", out.display())],
-    ));
-    let stderr = String::from_utf8_lossy(&failed.stderr);
-    assert!(
-        !failed.status.success() && stderr.contains("index.json"),
-        "{stderr}"
-    );
-    assert_eq!(blobs(&out), blobs(&umoci_copy));
-    std::fs::write(&index_path, index_bytes).unwrap();
+    gc_fails("index.json missing", "index.json", &before);
+    for (what, bytes) in [
+        ("index.json empty", &index_bytes[..0]),
+        (
+            "index.json cut short",
+            &index_bytes[..index_bytes.len() / 2],
+        ),
+    ] {
+        std::fs::write(&index_path, bytes).unwrap();
+        gc_fails(what, "index.json", &before);
+    }
+    std::fs::write(&index_path, &index_bytes).unwrap();
     ok(&mut gpubake(&cache, &["verify", &tag]));
+    // Sound again, the layout gives up its garbage.
+    let done = gc_json(&cache, &[&format!("oci:{}", out.display())]);
+    assert_eq!(kinds(&done), ["unreferenced blob"], "{done}");
+    assert!(!out.join("blobs/sha256").join(&junk_hex).exists());
 }
 
 #[test]
@@ -803,12 +830,19 @@ fn gc_of_the_cache_removes_leftovers_and_orphans_and_keeps_every_recorded_layer(
         hex::encode(sha2::Sha256::digest(orphan))
     };
     std::fs::write(blobs_dir.join(&digest), orphan).unwrap();
+    // A small blob changed in place: garbage in a cache, which writes it again.
+    let damaged = {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(b"{\"what\": \"a config\"}"))
+    };
+    std::fs::write(blobs_dir.join(&damaged), b"{\"what\": \"changed!\"}").unwrap();
 
     let dry = gc_json(&cache, &["--cache", "--dry-run"]);
-    assert_eq!(dry["removed"].as_array().unwrap().len(), 3, "{dry}");
+    assert_eq!(dry["removed"].as_array().unwrap().len(), 4, "{dry}");
     assert_eq!(
         kinds(&dry),
         [
+            "damaged blob",
             "interrupted download",
             "temporary file",
             "unreferenced blob"
@@ -819,6 +853,7 @@ fn gc_of_the_cache_removes_leftovers_and_orphans_and_keeps_every_recorded_layer(
     assert_eq!(done["removed"], dry["removed"]);
     assert_eq!(cache_entries(&cache), kept, "gc took a recorded layer");
     assert!(!blobs_dir.join(&digest).exists() && !fan.join(format!("{sha}.part")).exists());
+    assert!(!blobs_dir.join(&damaged).exists());
     assert_eq!(temp_files(&cache), Vec::<PathBuf>::new());
     // A cache that is not there is named, with the OS's words.
     let missing = run(&mut gpubake(&f.path("no-cache"), &["gc", "--cache"]));

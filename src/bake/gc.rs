@@ -44,6 +44,10 @@ impl Collected {
             .blobs
             .iter()
             .map(|(p, s)| ("unreferenced blob", p.as_path(), *s));
+        let damaged = g
+            .damaged
+            .iter()
+            .map(|(p, s)| ("damaged blob", p.as_path(), *s));
         let wheels = self.wheels.files.iter().map(|(p, s)| {
             let kind = if p.extension().is_some_and(|x| x == "part") {
                 "interrupted download"
@@ -52,7 +56,11 @@ impl Collected {
             };
             (kind, p.as_path(), *s)
         });
-        temp.chain(records).chain(blobs).chain(wheels).collect()
+        temp.chain(records)
+            .chain(blobs)
+            .chain(damaged)
+            .chain(wheels)
+            .collect()
     }
 }
 

@@ -497,8 +497,12 @@ fn settle_loader(base: &Image, entries: &mut Vec<Entry>) -> Result<()> {
                 }
                 match source {
                     Source::Symlink(target) => std::os::unix::fs::symlink(target, &at),
-                    Source::File(staged) => std::fs::hard_link(staged, &at)
-                        .or_else(|_| std::fs::copy(staged, &at).map(drop)),
+                    Source::File(staged) => {
+                        std::fs::hard_link(staged, &at)
+                            .or_else(|_| std::fs::copy(staged, &at).map(drop))
+                            .map_err(|err| Error::copying(staged, &at, err))?;
+                        Ok(())
+                    }
                     Source::Bytes(bytes) => std::fs::write(&at, bytes),
                     Source::Dir | Source::Zip(_) => unreachable!("no such entry here"),
                 }

@@ -248,9 +248,13 @@ enum Command {
     ///
     /// From the cache (--cache): the temporary files and interrupted downloads no live
     /// process owns, and the layer cache's blobs that no record, manifest or index there
-    /// names. Every wheel, every recorded layer and every pulled image stays: they are what
+    /// names, and its blobs whose bytes no longer match their digest (a build writes them
+    /// again). Every wheel, every recorded layer and every pulled image stays: they are what
     /// the next build takes instead of downloading and compressing again (remove the
     /// directory to drop them).
+    ///
+    /// A layout whose index.json, manifests or records cannot be read, or do not match
+    /// their digests and sizes, is named and left as it is: what it needs is unknown.
     ///
     /// Builds and copies remove what killed ones left in the layout they write on their
     /// own; gc also finds blobs. It waits for the builds writing the layout, or using the

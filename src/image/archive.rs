@@ -299,8 +299,12 @@ pub fn write_to<W: Write>(
         }
         let mut h = member_header(*size);
         let reader = layout.open_blob(digest, Some(*size))?;
+        // The verifying reader's complaint is the blob's, not the destination's.
         tar.append_data(&mut h, blob_name(digest), reader)
-            .map_err(io_err)?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => Error::image(layout.describe(), e.to_string()),
+                _ => io_err(e),
+            })?;
     }
     let docker = vec![DockerManifest {
         config: blob_name(&blobs[0].0),

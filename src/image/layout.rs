@@ -190,19 +190,8 @@ impl Layout {
         if !cache.has_blob(digest, size) {
             return None;
         }
-        let check = |path: &Path| {
-            let file = File::open(path)?;
-            let mut reader = VerifyingReader::new(
-                BufReader::with_capacity(1 << 20, file),
-                digest.clone(),
-                Some(size),
-                format!("blob {digest}"),
-            );
-            std::io::copy(&mut reader, &mut std::io::sink()).map(drop)
-        };
         let source = cache.blob_path(digest);
-        match crate::fsutil::place_file(&source, &self.blob_path(digest), self.link_shared, &check)
-        {
+        match self.place_blob(&source, self, digest, size) {
             Ok(how) => Some(Adopted::Placed(how)),
             Err(e) => {
                 if e.kind() == std::io::ErrorKind::InvalidData {
@@ -214,21 +203,45 @@ impl Layout {
     }
 
     /// Gives a blob of this layout to the cache, unless the cache has it (a failure only
-    /// loses the cache's copy); says how it went there.
+    /// loses the cache's copy); says how it went there. A blob that no longer matches its
+    /// digest (changed in place here) is not given.
     pub fn share_blob(&self, digest: &Digest, size: u64) -> Option<Placement> {
         let cache = self.shared.as_ref()?;
         if cache.has_blob(digest, size) {
             return None;
         }
         std::fs::create_dir_all(cache.root.join("blobs/sha256")).ok()?;
-        let trusted = |_: &Path| Ok(());
+        self.place_blob(&self.blob_path(digest), cache, digest, size)
+            .ok()
+    }
+
+    /// Places the blob file `source` into layout `to`, by this layout's rule (hard link with
+    /// `--link-blobs`, else reflink or copy), checked against its digest; its temporary
+    /// file lies in `to`'s root, where umoci and gc expect no stray names among the blobs.
+    fn place_blob(
+        &self,
+        source: &Path,
+        to: &Layout,
+        digest: &Digest,
+        size: u64,
+    ) -> std::io::Result<Placement> {
+        let check = |path: &Path| {
+            let file = File::open(path)?;
+            let mut reader = VerifyingReader::new(
+                BufReader::with_capacity(1 << 20, file),
+                digest.clone(),
+                Some(size),
+                format!("blob {digest}"),
+            );
+            std::io::copy(&mut reader, &mut std::io::sink()).map(drop)
+        };
         crate::fsutil::place_file(
-            &self.blob_path(digest),
-            &cache.blob_path(digest),
+            source,
+            &to.blob_path(digest),
+            &to.root,
             self.link_shared,
-            &trusted,
+            &check,
         )
-        .ok()
     }
 
     /// Takes the layout's exclusive lock, waiting for another build to finish first, then

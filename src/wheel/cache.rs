@@ -613,10 +613,11 @@ impl Run<'_> {
         bar: &ProgressBar,
     ) -> std::result::Result<Attempt, Failure> {
         let io_fatal = |e: io::Error| Failure::Fatal(Error::writing(part, e));
+        let read_fatal = |e: io::Error| Failure::Fatal(Error::reading(part, e));
         let mut have = match fs::metadata(part) {
             Ok(meta) => meta.len(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(io_fatal(e)),
+            Err(e) => return Err(read_fatal(e)),
         };
         if let Some(size) = wheel.size {
             if have > size {
@@ -624,7 +625,7 @@ impl Run<'_> {
                 have = 0;
             } else if have == size && size > 0 {
                 // An earlier run got every byte but stopped before the rename.
-                let (sha256, len) = hash_file(part).map_err(io_fatal)?;
+                let (sha256, len) = hash_file(part).map_err(read_fatal)?;
                 return Ok(Attempt::Complete {
                     sha256,
                     len,
@@ -659,7 +660,7 @@ impl Run<'_> {
                     .append(true)
                     .open(part)
                     .map_err(io_fatal)?;
-                let len = hash_into(&mut file, &mut hasher).map_err(io_fatal)?;
+                let len = hash_into(&mut file, &mut hasher).map_err(read_fatal)?;
                 (file, len)
             }
             // A plain 200 also answers a Range request from a server that ignores ranges:
