@@ -329,3 +329,27 @@ fn on_a_filesystem_that_clones_files_the_blobs_are_reflinks() {
     assert_eq!(c["manifest"], a["manifest"]);
     assert_ne!(read("verify-b.rc").trim(), "0", "b's damage went unseen");
 }
+
+#[test]
+fn link_blobs_is_refused_where_no_layout_is_written() {
+    if !common::tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = recipe_in(dir.path());
+    let archive = dir.path().join("image.tar");
+    let to = format!("docker-archive:{}:placed:v1", archive.display());
+    let from = from_base();
+    let mut args = build_args(&recipe, &from, &to, &[]);
+    args.push("--link-blobs");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpubake"))
+        .args(&args)
+        .env("GPUBAKE_CACHE_DIR", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert_exit(&out, 2);
+    let err = common::stderr(&out);
+    assert!(err.contains("--link-blobs") && err.contains(&to), "{err}");
+    assert!(!archive.exists(), "an archive was written");
+    assert!(!dir.path().join("cache/layout").exists(), "the build began");
+}

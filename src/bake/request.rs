@@ -94,6 +94,15 @@ impl Request {
         if let Transport::Registry(remote) = &to {
             crate::image::registry::check_push_access(remote)?;
         }
+        // Only a layout destination holds blob files beside the cache's; elsewhere the
+        // option would be silently without effect.
+        let layout = matches!(to, Transport::Oci { .. }) && self.engine_build.is_none();
+        if self.link_blobs && !layout {
+            return Err(Error::Usage(format!(
+                "--link-blobs hard-links blobs between an oci: layout and the layer cache, and                  {} is not a layout gpubake writes: drop the option, or build to oci:DIR",
+                self.to
+            )));
+        }
         Ok(to)
     }
 
