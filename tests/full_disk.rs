@@ -51,24 +51,9 @@ fn rc(dir: &Path, name: &str) -> i32 {
     read(dir, &format!("{name}.rc")).trim().parse().unwrap()
 }
 
-fn private_mounts_work() -> bool {
-    let ok = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs the tests as root, where `unshare --mount` works"
-        );
-        eprintln!("skipped: `unshare --mount` needs root (or CAP_SYS_ADMIN)");
-    }
-    ok
-}
-
 #[test]
 fn a_full_disk_fails_the_build_cleanly_and_keeps_the_previous_image() {
-    if !common::tools() || !private_mounts_work() {
+    if !common::tools() || !common::private_mounts_work() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

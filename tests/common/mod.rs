@@ -181,6 +181,23 @@ pub fn base() -> PathBuf {
     .clone()
 }
 
+/// Whether `unshare --mount` makes a private mount namespace here (root, or CAP_SYS_ADMIN),
+/// where a test mounts a tmpfs or a loop image without touching the host; in CI it must.
+pub fn private_mounts_work() -> bool {
+    let ok = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the tests as root, where `unshare --mount` works"
+        );
+        eprintln!("skipped: `unshare --mount` needs root (or CAP_SYS_ADMIN)");
+    }
+    ok
+}
+
 /// True when `tool` runs; in CI its absence fails the test instead of skipping it.
 pub fn have(tool: &str, arg: &str) -> bool {
     let ok = Command::new(tool)
