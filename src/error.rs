@@ -230,7 +230,6 @@ impl Error {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            // A full disk is the machine's state, not the input's fault.
             // A full disk or a read-only filesystem is the machine's state, not the input's.
             Error::Io { source, .. }
                 if out_of_space(source)

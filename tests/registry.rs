@@ -1851,9 +1851,12 @@ fn a_token_server_that_refuses_is_named_and_wrong_passwords_read_as_with_basic_a
 /// under a Content-Length of 8 GiB, `config` has a small manifest whose 2-byte config blob is
 /// answered endlessly, and `listed` is a whole image whose referrers list never ends. It
 /// counts the bytes it got out.
+/// `flaky` answers its manifest 500 twice before serving it, `down` answers it 500 always.
 struct EndlessMock {
     addr: String,
     sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// How many times each path was asked for.
+    asked: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
 }
 
 /// What the endless answers are made of: 1 GiB at most, so that a client that read it all
@@ -1878,24 +1881,30 @@ impl EndlessMock {
         let mock = EndlessMock {
             addr: listener.local_addr().unwrap().to_string(),
             sent: Default::default(),
+            asked: Default::default(),
         };
-        let sent = mock.sent.clone();
+        let (sent, asked) = (mock.sent.clone(), mock.asked.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (config, sent) = (config.clone(), sent.clone());
+                let (config, sent, asked) = (config.clone(), sent.clone(), asked.clone());
                 std::thread::spawn(move || {
                     let conn = rustls::ServerConnection::new(config).unwrap();
                     let mut tls = rustls::StreamOwned::new(conn, stream);
-                    let _ = Self::serve(&mut tls, &sent);
+                    let _ = Self::serve(&mut tls, &sent, &asked);
                 });
             }
         });
         mock
     }
 
+    fn asked(&self, path: &str) -> u32 {
+        self.asked.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
     fn serve(
         tls: &mut (impl std::io::Read + std::io::Write),
         sent: &std::sync::atomic::AtomicU64,
+        asked: &std::sync::Mutex<std::collections::HashMap<String, u32>>,
     ) -> std::io::Result<()> {
         use std::io::BufRead;
         let mut reader = std::io::BufReader::new(&mut *tls);
@@ -1910,6 +1919,28 @@ impl EndlessMock {
         }
         drop(reader);
         let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+        let times = {
+            let mut asked = asked.lock().unwrap();
+            let n = asked.entry(path.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let failing = match path.as_str() {
+            "/v2/flaky/manifests/1" => times <= 2,
+            "/v2/down/manifests/1" => true,
+            _ => false,
+        };
+        if failing {
+            // What docker-registry answers when a tag's link file is read empty.
+            let body = r#"{"errors":[{"code":"UNKNOWN","message":"unknown error","detail":{}}]}"#;
+            write!(
+                tls,
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )?;
+            return tls.flush();
+        }
         let config_digest = format!("sha256:{}", Digest::of(b"{}").hex());
         let manifest = serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 2,
@@ -1928,13 +1959,15 @@ impl EndlessMock {
                 b"",
                 true,
             ),
-            "/v2/config/manifests/1" | "/v2/listed/manifests/1" => (
+            "/v2/config/manifests/1" | "/v2/listed/manifests/1" | "/v2/flaky/manifests/1" => (
                 format!("{manifest_type}Content-Length: {}\r\n", manifest.len()),
                 &manifest,
                 false,
             ),
             p if p == format!("/v2/config/blobs/{config_digest}") => (String::new(), b"", true),
-            p if p == format!("/v2/listed/blobs/{config_digest}") => {
+            p if p == format!("/v2/listed/blobs/{config_digest}")
+                || p == format!("/v2/flaky/blobs/{config_digest}") =>
+            {
                 ("Content-Length: 2\r\n".into(), b"{}", false)
             }
             p if p
@@ -2056,6 +2089,43 @@ fn an_endless_or_oversized_manifest_or_config_is_refused_without_reading_it() {
         assert!(rss < 200 << 20, "{name}: {rss} bytes resident");
         eprintln!("{name}: refused in {took:?}; {sent} bytes sent; largest child {rss} bytes");
     }
+}
+
+/// A registry that answers a manifest read 500 (as docker-registry does while another client
+/// writes the tag) is asked again: a passing failure is not the user's error, and a registry
+/// that keeps failing is the environment's (exit 3), named with how often it was asked.
+#[test]
+fn a_manifest_read_answered_500_is_asked_again_and_a_registry_that_keeps_failing_is_named() {
+    if !common::have("openssl", "version") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    make_certificate(dir.path());
+    let mock = EndlessMock::start(dir.path());
+    let certs = dir.path().join("certs").display().to_string();
+    let inspect = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gpubake"))
+            .args(["inspect", &format!("docker://{}/{name}:1", mock.addr)])
+            .args(["--cert-dir", &certs])
+            .env("DOCKER_CONFIG", dir.path())
+            .env("GPUBAKE_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap()
+    };
+    let out = inspect("flaky");
+    // The first two answers were 500s: the third, and any later read, found it.
+    assert_exit(&out, 0);
+    assert!(mock.asked("/v2/flaky/manifests/1") >= 3);
+    let out = inspect("down");
+    assert_exit(&out, 3);
+    let text = stderr(&out);
+    assert!(
+        text.contains("manifest 1: HTTP 500 Internal Server Error")
+            && text.contains("unknown error")
+            && text.contains("(asked 4 times)"),
+        "{text}"
+    );
+    assert_eq!(mock.asked("/v2/down/manifests/1"), 4);
 }
 
 #[test]

@@ -18,6 +18,9 @@ use oci_client::secrets::RegistryAuth;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 
+/// How many times a manifest or referrers-list read is sent while the registry answers 5xx.
+const GET_ATTEMPTS: u32 = 4;
+
 /// `repository:NAME:ACTIONS`, the scope of a token for `reference`'s repository.
 pub(super) fn scope(reference: &Reference, actions: &str) -> String {
     format!("repository:{}:{actions}", reference.repository())
@@ -279,10 +282,24 @@ impl Session {
         if let Some(auth) = auth {
             request = request.header(AUTHORIZATION, auth);
         }
-        let mut answer = request
-            .send()
-            .await
-            .map_err(|e| self.failed(doing, e.into()))?;
+        // A registry may answer a read 5xx while another client writes the same tag
+        // (docker-registry's filesystem storage truncates a tag's link file before writing
+        // it, and a read between the two finds no digest): a GET is asked again, after a
+        // pause, before its answer stands.
+        let mut attempt = 1;
+        let mut answer = loop {
+            let answer = request
+                .try_clone()
+                .expect("a GET has no streamed body")
+                .send()
+                .await
+                .map_err(|e| self.failed(doing, e.into()))?;
+            if !answer.status().is_server_error() || attempt == GET_ATTEMPTS {
+                break answer;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
+            attempt += 1;
+        };
         let status = answer.status();
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
@@ -299,10 +316,14 @@ impl Session {
                 .chars()
                 .take(BODY_IN_MESSAGE)
                 .collect();
-            return Err(Error::image(
-                &self.what,
-                format!("{doing}: {what}: HTTP {status}: {said}"),
-            ));
+            let message = format!("{doing}: {what}: HTTP {status}: {said}");
+            // A registry that keeps failing is the environment's fault; a 4xx is an answer
+            // about what was asked.
+            return Err(if status.is_server_error() {
+                Error::Environment(format!("{}: {message} (asked {attempt} times)", self.what))
+            } else {
+                Error::image(&self.what, message)
+            });
         }
         let too_big = |how: String| {
             Error::image(
