@@ -14,9 +14,9 @@
 //! Printed: median wall seconds, throughput on the uncompressed bytes, the median of the
 //! per-pair ratios to the peer, CPU seconds (user + system, this process's own for gpubake
 //! and the waited-for children's for the peer), and blob sizes. `GPUBAKE_BENCH_RUNS` sets the
-//! number of runs of each side (default 3), `GPUBAKE_BENCH_ONLY=gzip|zstd|estargz|zstd:chunked`
-//! runs one, and `GPUBAKE_BENCH_ONE=gzip|zstd` writes one gpubake layer, prints its time and
-//! exits.
+//! number of runs of each side (default 3), `GPUBAKE_BENCH_ONLY=NAME` runs one (gzip, zstd,
+//! estargz, zstd:chunked, uncompressed: against `tar > file`), and `GPUBAKE_BENCH_ONE=gzip|zstd`
+//! writes one gpubake layer, prints its time and exits.
 //!
 //! Needs umoci, tar and zstd on PATH.
 
@@ -180,9 +180,15 @@ fn largest_blob(dir: &Path) -> u64 {
 }
 
 fn zstd_cli(tree: &Path, work: &Path, threads: usize) -> Run {
-    let out = work.join("cli.tar.zst");
+    tar_cli(tree, work, &format!("zstd -q -3 -T{threads}"))
+}
+
+/// `tar` of the tree through `filter` into a file: `cat` for an uncompressed layer's peer
+/// (which, unlike gpubake, hashes nothing).
+fn tar_cli(tree: &Path, work: &Path, filter: &str) -> Run {
+    let out = work.join("cli.tar.out");
     let script = format!(
-        "tar -C '{}' -cf - . | zstd -q -3 -T{threads} > '{}'",
+        "tar -C '{}' -cf - . | {filter} > '{}'",
         tree.display(),
         out.display()
     );
@@ -272,6 +278,7 @@ fn main() {
         ("zstd", Compression::Zstd),
         ("estargz", Compression::Estargz),
         ("zstd:chunked", Compression::ZstdChunked),
+        ("uncompressed", Compression::Uncompressed),
     ] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -284,6 +291,7 @@ fn main() {
             Compression::Estargz => "umoci insert (plain gzip)".to_string(),
             // Nor zstd:chunked: against plain zstd.
             Compression::ZstdChunked => format!("tar | zstd -3 -T{threads} (plain zstd)"),
+            Compression::Uncompressed => "tar > file".to_string(),
         };
         let mut ours = Vec::new();
         let mut peer = Vec::new();
@@ -293,6 +301,7 @@ fn main() {
                 let p = || match compression {
                     Compression::Gzip | Compression::Estargz => umoci(&tree, &work),
                     Compression::Zstd | Compression::ZstdChunked => zstd_cli(&tree, &work, threads),
+                    Compression::Uncompressed => tar_cli(&tree, &work, "cat"),
                 };
                 if i % 2 == 0 {
                     ours.push(gpubake(&tree, &work, compression));

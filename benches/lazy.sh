@@ -4,6 +4,7 @@
 # each layout a node can be given:
 #   A   gzip, pulled whole and unpacked by containerd's overlayfs (gpubake's default)
 #   B   zstd, the same way
+#   Bu  uncompressed (the layers' tar), the same way
 #   C   eStargz, no prefetch, mounted lazily by the stargz snapshotter
 #   D   eStargz laid out by the image's own start-up record (build --startup-record)
 #   Dw  as D, with every recorded file prefetched whole (the record with read = size)
@@ -101,6 +102,7 @@ build() {  # TAG [ARGS]: the recipe's image into $work/img:TAG
 needs() { case " $rows " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 build A
 needs B && build B --compression zstd
+needs Bu && build Bu --compression uncompressed
 needs C || needs E && build C --compression estargz
 needs Cz && build Cz --compression zstd:chunked
 mkdir -p "$work/replay"

@@ -147,7 +147,7 @@ fn two_builds_give_the_same_digest() {
     }
     let dir = tempfile::tempdir().unwrap();
     let recipe = recipe_in(dir.path(), "");
-    for compression in ["gzip", "zstd"] {
+    for compression in ["gzip", "zstd", "uncompressed"] {
         let a = build(
             &recipe,
             &oci(&dir.path().join(format!("a-{compression}")), "x"),
@@ -162,8 +162,39 @@ fn two_builds_give_the_same_digest() {
         let media = run(Command::new("skopeo")
             .args(["inspect", "--raw"])
             .arg(oci(&dir.path().join(format!("a-{compression}")), "x")));
-        assert!(media.contains(&format!("tar+{compression}")), "{media}");
+        let layer_type = match compression {
+            "uncompressed" => "application/vnd.oci.image.layer.v1.tar\"".to_string(),
+            _ => format!("tar+{compression}"),
+        };
+        assert!(media.contains(&layer_type), "{media}");
     }
+    // An uncompressed layer's blob is its tar: its digest is its diff ID, and umoci, which
+    // reads layers by their media type, unpacks the image.
+    let layout = dir.path().join("a-uncompressed");
+    let inspect = |what: &str| -> Value {
+        serde_json::from_str(&run(Command::new("skopeo")
+            .args(["inspect", what])
+            .arg(oci(&layout, "x"))))
+        .unwrap()
+    };
+    let (manifest, config) = (inspect("--raw"), inspect("--config"));
+    let diff_ids = config["rootfs"]["diff_ids"].as_array().unwrap();
+    let plain: Vec<&Value> = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["mediaType"] == "application/vnd.oci.image.layer.v1.tar")
+        .collect();
+    assert!(!plain.is_empty(), "{manifest}");
+    for layer in plain {
+        assert!(diff_ids.contains(&layer["digest"]), "{layer} {config}");
+    }
+    assert_exit(&gpubake(&["verify", &oci(&layout, "x")]), 0);
+    run(Command::new("umoci")
+        .args(["unpack", "--rootless", "--image"])
+        .arg(format!("{}:x", layout.display()))
+        .arg(dir.path().join("bundle")));
+    assert!(dir.path().join("bundle/rootfs/etc/nccl.conf").is_file());
     // The epoch is part of the content.
     let other = Command::new(env!("CARGO_BIN_EXE_gpubake"))
         .args(build_args(

@@ -97,7 +97,7 @@ fn compression_of(media_type: &str, toc: bool) -> String {
         "zstd" if toc => "zstd:chunked",
         "gzip" => "gzip",
         "zstd" => "zstd",
-        "tar" => "none",
+        "tar" => "uncompressed",
         _ => media_type,
     };
     kind.to_string()

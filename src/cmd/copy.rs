@@ -37,7 +37,7 @@ pub fn run(args: Args) -> Result<i32> {
         Some(other) => {
             return Err(crate::error::Error::Usage(format!(
                 "copy --compression {}: copy keeps each layer's bytes, or rewrites them as \
-                 estargz or zstd:chunked; build with --compression {0} to compress that way",
+                 estargz or zstd:chunked; build with --compression {0} to write layers that way",
                 other.name()
             )));
         }

@@ -37,6 +37,10 @@ pub enum Compression {
     #[value(name = "zstd:chunked")]
     #[serde(rename = "zstd:chunked")]
     ZstdChunked,
+    /// No compression: the blob is the layer's tar (the README's torch image: 7.1 GB of
+    /// blobs against gzip's 4.3 GB), with nothing to decode: for a network fast enough that a
+    /// node waits on unpacking, not on the pull. Every runtime reads it.
+    Uncompressed,
 }
 
 impl Compression {
@@ -45,6 +49,7 @@ impl Compression {
         match self {
             Compression::Gzip | Compression::Estargz => MediaType::ImageLayerGzip,
             Compression::Zstd | Compression::ZstdChunked => MediaType::ImageLayerZstd,
+            Compression::Uncompressed => MediaType::ImageLayer,
         }
     }
 
@@ -54,7 +59,7 @@ impl Compression {
         match self {
             Compression::Estargz => Some(super::estargz::TocFormat::Estargz),
             Compression::ZstdChunked => Some(super::estargz::TocFormat::ZstdChunked),
-            Compression::Gzip | Compression::Zstd => None,
+            Compression::Gzip | Compression::Zstd | Compression::Uncompressed => None,
         }
     }
 
@@ -65,6 +70,7 @@ impl Compression {
             Compression::Zstd => "zstd",
             Compression::Estargz => "estargz",
             Compression::ZstdChunked => "zstd:chunked",
+            Compression::Uncompressed => "uncompressed",
         }
     }
 
@@ -75,6 +81,7 @@ impl Compression {
         match self {
             Compression::Gzip | Compression::Estargz => 1,
             Compression::Zstd | Compression::ZstdChunked => 3,
+            Compression::Uncompressed => 0,
         }
     }
 }
@@ -503,7 +510,7 @@ fn record_name(key: &str, compression: Compression, epoch: u64) -> String {
     let framing = match compression {
         Compression::Estargz => super::estargz::FRAMING,
         Compression::ZstdChunked => "; zstd:chunked frames of 1 MiB blocks",
-        Compression::Gzip | Compression::Zstd => "",
+        Compression::Gzip | Compression::Zstd | Compression::Uncompressed => "",
     };
     let full = hex::encode(Sha256::digest(format!(
         "{key}\n{compression:?} {epoch}\n{ENCODER}{framing}"
@@ -649,6 +656,8 @@ enum Kind {
         workers: Vec<thread::JoinHandle<()>>,
     },
     Zstd(Option<zstd::stream::write::Encoder<'static, ChunkWriter>>),
+    /// Blocks go to the writer as they are: an uncompressed layer.
+    Plain,
 }
 
 /// The compressor between the tar stream and the blob file. Work is spread so that on a
@@ -684,7 +693,8 @@ struct Finished {
     diff_id: Digest,
     hash_s: f64,
     write_s: f64,
-    /// The block workers' CPU seconds; None for zstd, whose threads are its own.
+    /// The block workers' CPU seconds (0 for an uncompressed layer); None for zstd, whose
+    /// threads are its own.
     blocks_s: Option<f64>,
 }
 
@@ -749,6 +759,7 @@ impl Encoder {
                 enc.multithread(threads as u32)?;
                 Kind::Zstd(Some(enc))
             }
+            Compression::Uncompressed => Kind::Plain,
         };
         Ok(Encoder {
             compression,
@@ -781,6 +792,12 @@ impl Encoder {
                         .expect("not finished")
                         .send((block, done))
                         .is_ok()
+            }
+            Kind::Plain => {
+                let mut bytes = self.pool.take(block.len());
+                bytes.extend_from_slice(&block);
+                self.pool.give_block(block);
+                to_writer.send(Chunk::Packed(bytes)).is_ok()
             }
             Kind::Zstd(enc) => match enc.as_mut().expect("not finished").write_all(&block) {
                 Ok(()) => {
@@ -845,7 +862,10 @@ impl Encoder {
     /// Ends the stream, waits for every thread and flushes the file; returns the diff ID
     /// and what each thread cost.
     fn finish(mut self) -> io::Result<Finished> {
-        let blocks = matches!(self.kind, Kind::Blocks { .. });
+        let (blocks, plain) = (
+            matches!(self.kind, Kind::Blocks { .. }),
+            matches!(self.kind, Kind::Plain),
+        );
         if !self.block.is_empty() || !self.sent {
             self.send_block()?;
         }
@@ -858,6 +878,7 @@ impl Encoder {
                     }
                 }
             }
+            Kind::Plain => {}
             Kind::Zstd(enc) => {
                 let ended = enc
                     .take()
@@ -885,7 +906,11 @@ impl Encoder {
             Some(Err(panic)) => std::panic::resume_unwind(panic),
             None => return Err(io::Error::other("the layer hasher stopped")),
         };
-        let blocks_s = blocks.then(|| self.worker_cpu.lock().map(|t| *t).unwrap_or(0.0));
+        let blocks_s = if plain {
+            Some(0.0)
+        } else {
+            blocks.then(|| self.worker_cpu.lock().map(|t| *t).unwrap_or(0.0))
+        };
         Ok(Finished {
             diff_id,
             hash_s,
@@ -907,6 +932,7 @@ impl Drop for Encoder {
                 }
             }
             Kind::Zstd(enc) => drop(enc.take()),
+            Kind::Plain => {}
         }
         drop(self.to_writer.take());
         if let Some(writer) = self.writer.take() {
@@ -1102,6 +1128,9 @@ impl BlockCompressor {
             ),
             Compression::Gzip | Compression::Estargz => {
                 BlockCompressor::Gzip(GzipBlocks::new(level))
+            }
+            Compression::Uncompressed => {
+                unreachable!("an uncompressed layer's blocks go to the writer as they are")
             }
         }
     }
@@ -1878,6 +1907,7 @@ mod tests {
             Compression::Zstd,
             Compression::Estargz,
             Compression::ZstdChunked,
+            Compression::Uncompressed,
         ] {
             let one = write_layer_on(&layout, &spec, compression, 0, 1).unwrap();
             let four = write_layer_on(&layout, &spec, compression, 0, 4).unwrap();
@@ -1902,6 +1932,11 @@ mod tests {
                         .unwrap()
                         .read_to_end(&mut tar)
                         .unwrap()
+                }
+                Compression::Uncompressed => {
+                    assert_eq!(one.descriptor.digest().to_string(), one.diff_id.to_string());
+                    tar.extend_from_slice(&packed);
+                    packed.len()
                 }
             };
             assert_eq!(Digest::of(&tar), one.diff_id, "{compression:?}");
@@ -1928,10 +1963,14 @@ mod tests {
             let t = one.timing.clone().expect("a layer written now is timed");
             assert_eq!(t.tar_bytes, written, "{compression:?}");
             assert!(
-                t.compress_s > 0.0 && t.hash_s > 0.0,
+                (t.compress_s > 0.0) == (compression != Compression::Uncompressed)
+                    && t.hash_s > 0.0,
                 "{compression:?}: {t:?}"
             );
             assert!(t.wall_s > 0.0 && t.write_s > 0.0, "{compression:?}: {t:?}");
+            if compression == Compression::Uncompressed {
+                continue;
+            }
             // Random bytes cannot shrink; text does, so the blob is well under the tar.
             let incompressible = BLOCK + 3 * PIECE + PIECE / 2 + BLOCK / 2;
             assert!(packed.len() > incompressible, "{compression:?}");
