@@ -145,25 +145,68 @@ pub struct Hook {
 pub fn load(dirs: &[PathBuf]) -> Result<Vec<Spec>> {
     let mut by_kind: BTreeMap<String, Spec> = BTreeMap::new();
     for dir in dirs {
-        let Ok(read) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut files: Vec<PathBuf> = read
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml" | "yml" | "json")
-                )
-            })
-            .collect();
-        files.sort();
-        for file in files {
+        for file in spec_files(dir) {
             let spec = parse(&file)?;
             by_kind.insert(spec.kind.clone(), spec);
         }
     }
     Ok(by_kind.into_values().collect())
+}
+
+/// The spec files the CDI library reads in `dir`: `*.json` and `*.yaml` directly in it, in
+/// name order. It skips a `*.yml` file and does not walk subdirectories.
+fn spec_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = read
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "json")
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The `*.yml` files in `dirs`: specs by their content that the CDI library never reads.
+pub fn ignored_files(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|read| read.filter_map(|e| e.ok().map(|e| e.path())))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yml"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The devices two specs of one directory both define, with the two files: the CDI library
+/// gives the specs of a directory one priority, records `conflicting device` against both
+/// and keeps neither copy, so a request for the device is unresolvable. (Across directories
+/// the later one wins, silently.)
+pub fn conflicts(dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf, PathBuf)>> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for file in spec_files(dir) {
+            let spec = parse(&file)?;
+            for device in &spec.devices {
+                let name = format!("{}={}", spec.kind, device.name);
+                match seen.get(&name) {
+                    Some(first) => found.push((name, first.clone(), file.clone())),
+                    None => {
+                        seen.insert(name, file.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Specs generated for the largest nodes are tens of kilobytes; a cap keeps a stray file in
@@ -326,11 +369,19 @@ pub fn preflight(
     for spec in gpu_specs {
         let all_edits = std::iter::once(&spec.container_edits)
             .chain(spec.devices.iter().map(|d| &d.container_edits));
+        let mut missing_hooks: Vec<String> = Vec::new();
         let mut missing_nodes: Vec<String> = Vec::new();
         let mut missing_files: Vec<String> = Vec::new();
         let mut stale: Vec<String> = Vec::new();
         let (mut nodes, mut libs) = (0usize, 0usize);
+        let mut hooks = 0usize;
         for edits in all_edits {
+            for hook in &edits.hooks {
+                hooks += 1;
+                if !exists(&hook.path) && !missing_hooks.contains(&hook.path) {
+                    missing_hooks.push(hook.path.clone());
+                }
+            }
             for node in &edits.device_nodes {
                 nodes += 1;
                 if !exists(node.host()) && !missing_nodes.contains(&node.host().to_string()) {
@@ -367,6 +418,23 @@ pub fn preflight(
                 )
             },
         ));
+        if hooks > 0 {
+            out.push(finding(
+                "CDI hooks",
+                missing_hooks.is_empty(),
+                if missing_hooks.is_empty() {
+                    format!("{hooks} hooks in {file}, their programs present")
+                } else {
+                    format!(
+                        "{file} names hooks whose programs the host lacks: {}; a container \
+                         given its devices does not start, since runc cannot run the hook; \
+                         install nvidia-container-toolkit-base or regenerate the spec \
+                         (`nvidia-ctk cdi generate`)",
+                        missing_hooks.join(", ")
+                    )
+                },
+            ));
+        }
         out.push(finding(
             "CDI driver libraries",
             missing_files.is_empty() && stale.is_empty(),
