@@ -506,6 +506,23 @@ const EXAMPLES: &[Example] = &[
         },
     },
     Example {
+        // No NVIDIA driver here: not judged (3); the JUnit file is written all the same.
+        command: "gpubake preflight --junit preflight.xml",
+        stage: Stage::Offline,
+        exit: &[0, 1, 3],
+        how: How::AsWritten,
+    },
+    Example {
+        command: "docker run --rm -v /:/host:ro IMAGE gpubake preflight --root /host",
+        stage: Stage::Image,
+        exit: &[0],
+        how: How::Elsewhere {
+            by: "tests/preflight.rs runs `gpubake preflight --root` on recorded host trees, \
+                 and on this machine's own root against `docker info`",
+            why: "it needs a GPU node's host mounted into an image that holds gpubake",
+        },
+    },
+    Example {
         command: "srun --ntasks-per-node=1 --kill-on-bad-exit=0 gpubake probe --world",
         stage: Stage::Image,
         exit: &[0],

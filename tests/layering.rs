@@ -381,6 +381,7 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("key", &["sign"]),
     ("probe", &["probe"]),
     ("probe_worker", &["probe"]),
+    ("preflight", &["probe"]),
     ("shell", &[]),
     // The arguments every command shares.
     ("mod", &[]),

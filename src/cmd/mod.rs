@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod install;
 pub mod key;
 pub mod lint;
+pub mod preflight;
 pub mod presets;
 pub mod probe;
 pub mod probe_worker;
@@ -390,6 +391,27 @@ enum Command {
     ///
     /// Example: srun --ntasks-per-node=1 --kill-on-bad-exit=0 gpubake probe --world
     Probe(probe::Args),
+    /// Check this host before any container starts: can its engines give containers their
+    /// GPUs?
+    ///
+    /// Reads, without a GPU call or an engine's API: the NVIDIA kernel module against the NVML
+    /// library the toolkit loads; the NVIDIA Container Toolkit (its programs, package version
+    /// and /etc/nvidia-container-runtime/config.toml: mode, ldconfig, low-level runtimes);
+    /// Docker's daemon.json (the `--gpus` device driver, the `nvidia` runtime,
+    /// default-runtime, CDI by Docker's version, a config newer than the running dockerd);
+    /// containerd's config.toml with its imports (the `nvidia` runtime under the CRI plugin of
+    /// the config's version, a toolkit drop-in no import reaches, enable_cdi, SystemdCgroup);
+    /// the CDI specs in /etc/cdi and /var/run/cdi against the running driver; and the legacy
+    /// hook under the systemd cgroup driver, which loses the GPUs of running containers on a
+    /// `systemctl daemon-reload`. Each finding names the error a user would see and the fix.
+    ///
+    /// Exits 0 when the host is ready (warnings included), 1 when a check fails, 3 when no
+    /// NVIDIA driver is loaded.
+    ///
+    /// Example: gpubake preflight --junit preflight.xml
+    ///
+    /// Example: docker run --rm -v /:/host:ro IMAGE gpubake preflight --root /host
+    Preflight(preflight::Args),
     /// The probe's GPU measurements, run by `gpubake probe` in a child process.
     #[command(hide = true)]
     ProbeWorker(probe_worker::Args),
@@ -427,6 +449,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Certify(args) => certify::run(args),
         Command::Key(args) => key::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Preflight(args) => preflight::run(args),
         Command::ProbeWorker(args) => probe_worker::run(args),
         Command::Compat(args) => compat::run(args),
         Command::Completions(args) => shell::completions(args),

@@ -23,6 +23,7 @@ pub mod policy;
 pub mod report;
 pub mod require;
 pub mod schedule;
+pub mod toolkit;
 pub mod transport;
 pub mod worker;
 pub mod world;
