@@ -751,3 +751,58 @@ fn two_specs_of_one_kind_in_one_directory_conflict_and_a_yml_spec_is_not_read() 
         &["old.yml is never read"],
     );
 }
+
+/// The toolkit loads NVML by its soname through the host's loader cache, so a driver whose
+/// libraries lie outside the usual directories (`/usr/local/nvidia/lib64`, as GPU images and
+/// some driver installers put them) is found through `/etc/ld.so.cache`, written here by
+/// glibc's own ldconfig for the tree; without the cache entry the hook cannot load it.
+#[test]
+fn the_nvml_library_is_found_through_the_hosts_loader_cache() {
+    if !common::have("gcc", "--version") || !std::path::Path::new("/sbin/ldconfig").exists() {
+        return;
+    }
+    let tree = Tree::new();
+    tree.driver(DRIVER, None)
+        .toolkit("1.18.1-1")
+        .file("/etc/ld.so.conf", "/usr/local/nvidia/lib64\n")
+        .file(
+            "/usr/local/nvidia/lib64/nvml.c",
+            "int nvmlInit_v2(void) { return 0; }\n",
+        );
+    common::gcc(
+        &tree.path("/usr/local/nvidia/lib64"),
+        &[
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libnvidia-ml.so.1",
+            "-o",
+            &format!("libnvidia-ml.so.{DRIVER}"),
+            "nvml.c",
+        ],
+    );
+    let (report, _) = tree.preflight();
+    assert_check(
+        &report,
+        "driver",
+        "NVML library",
+        "FAIL",
+        &["load library failed: libnvidia-ml.so.1"],
+    );
+    common::run(
+        Command::new("/sbin/ldconfig")
+            .arg("-r")
+            .arg(tree.dir.path()),
+    );
+    assert!(
+        tree.path("/usr/local/nvidia/lib64/libnvidia-ml.so.1")
+            .is_symlink()
+    );
+    let (report, _) = tree.preflight();
+    assert_check(
+        &report,
+        "driver",
+        "NVML library",
+        "PASS",
+        &[&format!("libnvidia-ml.so.{DRIVER}")],
+    );
+}

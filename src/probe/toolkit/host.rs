@@ -99,33 +99,37 @@ impl Host {
         self.at(path).metadata().ok()?.modified().ok()
     }
 
-    /// Whether `path` is an executable file (following links within the tree as the host
-    /// would: an absolute link target is taken under the root).
-    pub fn executable(&self, path: &str) -> bool {
+    /// Where the host's `path` leads once its links are followed as the host would follow
+    /// them (an absolute target is the host's path, under the root); None where it leads
+    /// nowhere or through too many links.
+    pub fn resolve(&self, path: &str) -> Option<String> {
         let mut path = path.to_string();
-        for _ in 0..8 {
+        for _ in 0..16 {
             let at = self.at(&path);
-            match at.symlink_metadata() {
-                Ok(m) if m.file_type().is_symlink() => {
-                    let Ok(target) = std::fs::read_link(&at) else {
-                        return false;
-                    };
-                    path = if target.is_absolute() {
-                        target.to_string_lossy().into_owned()
-                    } else {
-                        Path::new(&path)
-                            .parent()
-                            .unwrap_or(Path::new("/"))
-                            .join(target)
-                            .to_string_lossy()
-                            .into_owned()
-                    };
-                }
-                Ok(m) => return m.is_file() && m.permissions().mode() & 0o111 != 0,
-                Err(_) => return false,
+            let meta = at.symlink_metadata().ok()?;
+            if !meta.file_type().is_symlink() {
+                return Some(path);
             }
+            let target = std::fs::read_link(&at).ok()?;
+            path = if target.is_absolute() {
+                target.to_string_lossy().into_owned()
+            } else {
+                Path::new(&path)
+                    .parent()
+                    .unwrap_or(Path::new("/"))
+                    .join(target)
+                    .to_string_lossy()
+                    .into_owned()
+            };
         }
-        false
+        None
+    }
+
+    /// Whether `path` is an executable file, its links followed as the host would.
+    pub fn executable(&self, path: &str) -> bool {
+        self.resolve(path)
+            .and_then(|p| self.at(&p).metadata().ok())
+            .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     }
 
     /// Where a daemon finds the program `name` (a bare name, looked up in the default PATH; a

@@ -149,8 +149,20 @@ fn driver(host: &Host, report: &mut Report) -> Option<String> {
     Some(module)
 }
 
-/// The versioned `libnvidia-ml.so.VERSION` files in the host's library directories.
+/// The versioned `libnvidia-ml.so.VERSION` files the host's loader finds: those its
+/// `/etc/ld.so.cache` leads to (libnvidia-container loads the soname through it), then those
+/// in the usual library directories.
 fn nvml_libraries(host: &Host) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let cached = std::fs::read(host.at("/etc/ld.so.cache"))
+        .ok()
+        .and_then(|bytes| crate::image::links::parse_cache(&bytes).ok())
+        .unwrap_or_default();
+    let mut candidates: Vec<String> = cached
+        .into_iter()
+        .filter(|(soname, _, _)| soname == "libnvidia-ml.so.1")
+        .map(|(_, path, _)| path)
+        .collect();
     let dirs = [
         "/usr/lib/x86_64-linux-gnu",
         "/usr/lib/aarch64-linux-gnu",
@@ -159,24 +171,29 @@ fn nvml_libraries(host: &Host) -> Vec<String> {
         "/lib/x86_64-linux-gnu",
         "/lib64",
     ];
-    let mut found = Vec::new();
     for dir in dirs {
         let Ok(entries) = std::fs::read_dir(host.at(dir)) else {
             continue;
         };
         let mut here: Vec<String> = entries
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| {
-                n.strip_prefix("libnvidia-ml.so.")
-                    .is_some_and(|v| v.contains('.'))
-            })
+            .filter(|n| n.starts_with("libnvidia-ml.so."))
             .map(|n| format!("{dir}/{n}"))
             .collect();
         here.sort();
-        for path in here {
-            if !found.contains(&path) {
-                found.push(path);
-            }
+        candidates.extend(here);
+    }
+    for path in candidates {
+        let Some(real) = host.resolve(&path) else {
+            continue;
+        };
+        let versioned = real
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.strip_prefix("libnvidia-ml.so."))
+            .is_some_and(|v| v.contains('.'));
+        if versioned && host.at(&real).is_file() && !found.contains(&real) {
+            found.push(real);
         }
     }
     found
