@@ -806,3 +806,122 @@ fn the_nvml_library_is_found_through_the_hosts_loader_cache() {
         &[&format!("libnvidia-ml.so.{DRIVER}")],
     );
 }
+
+/// What `nvidia-ctk runtime configure --runtime=crio` writes (1.19.1 and later, into
+/// /etc/crio/crio.conf.d/; 1.18.0 to 1.19.0 into /etc/crio/conf.d/, which CRI-O never reads).
+const CRIO_DROP_IN: &str = "[crio]\n  [crio.runtime]\n    [crio.runtime.runtimes]\n      \
+    [crio.runtime.runtimes.nvidia]\n        runtime_path = \"/usr/bin/nvidia-container-runtime\"\n        \
+    runtime_type = \"oci\"\n";
+
+#[test]
+fn a_cri_o_drop_in_is_read_where_cri_o_reads_and_named_where_it_does_not() {
+    let tree = Tree::new();
+    tree.driver(DRIVER, Some(DRIVER))
+        .toolkit("1.19.1-1")
+        .exe("/usr/bin/crio")
+        .file("/etc/crio/crio.conf.d/99-nvidia.toml", CRIO_DROP_IN);
+    let (report, code) = tree.preflight();
+    assert_eq!(code, 0, "{report:#}");
+    assert_check(
+        &report,
+        "cri-o",
+        "runtime nvidia",
+        "PASS",
+        &["/usr/bin/nvidia-container-runtime"],
+    );
+    assert_check(
+        &report,
+        "cri-o",
+        "config",
+        "PASS",
+        &["/etc/crio/crio.conf.d/99-nvidia.toml"],
+    );
+
+    let tree = Tree::new();
+    tree.driver(DRIVER, Some(DRIVER))
+        .toolkit("1.18.2-1")
+        .exe("/usr/bin/crio")
+        .file("/etc/crio/conf.d/99-nvidia.toml", CRIO_DROP_IN);
+    let (report, code) = tree.preflight();
+    assert_eq!(code, 1, "{report:#}");
+    assert_check(
+        &report,
+        "cri-o",
+        "toolkit drop-in",
+        "FAIL",
+        &[
+            "/etc/crio/conf.d/99-nvidia.toml",
+            "CRI-O does not read",
+            "/etc/crio/crio.conf.d/",
+        ],
+    );
+    assert_check(
+        &report,
+        "cri-o",
+        "runtime nvidia",
+        "WARN",
+        &["RuntimeClass nvidia"],
+    );
+}
+
+/// CRI-O's cgroup manager is systemd unless set: the toolkit's runtime in legacy mode (auto
+/// before 1.18) is the daemon-reload case there too.
+#[test]
+fn cri_o_in_legacy_mode_under_its_default_cgroup_manager_is_at_risk() {
+    let tree = Tree::new();
+    tree.driver(DRIVER, Some(DRIVER))
+        .toolkit("1.17.8-1")
+        .exe("/usr/bin/crio")
+        .file("/etc/crio/crio.conf.d/99-nvidia.toml", CRIO_DROP_IN);
+    let (report, _) = tree.preflight();
+    let (status, detail) = check(&report, "cgroup", "daemon-reload");
+    assert_ne!(status, "PASS", "{detail}");
+    assert!(
+        detail.contains("CRI-O's runtime nvidia in legacy mode"),
+        "{detail}"
+    );
+    // cgroupfs: no risk.
+    tree.file(
+        "/etc/crio/crio.conf.d/10-cgroupfs.conf",
+        "[crio.runtime]\ncgroup_manager = \"cgroupfs\"\n",
+    );
+    let (report, _) = tree.preflight();
+    assert_check(&report, "cgroup", "daemon-reload", "PASS", &["no engine"]);
+}
+
+/// podman reads the CDI directories its containers.conf names, and the toolkit's legacy OCI
+/// hook beside CDI is named.
+#[test]
+fn podmans_cdi_directories_are_searched_and_its_legacy_hook_is_named() {
+    let tree = Tree::new();
+    tree.driver(DRIVER, Some(DRIVER))
+        .toolkit("1.18.1-1")
+        .exe("/usr/bin/podman")
+        .file(
+            "/etc/containers/containers.conf",
+            "[engine]\ncdi_spec_dirs = [\"/opt/cdi\"]\n",
+        )
+        .file(
+            "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json",
+            "{\"version\": \"1.0.0\", \"hook\": {\"path\": \"/usr/bin/nvidia-container-runtime-hook\", \
+             \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"]}, \"when\": {\"always\": true}, \
+             \"stages\": [\"prestart\"]}",
+        )
+        .file("/opt/cdi/nvidia.yaml", &spec("575.57.08"));
+    let (report, _) = tree.preflight();
+    assert_check(
+        &report,
+        "podman",
+        "legacy hook",
+        "WARN",
+        &["oci-nvidia-hook.json", "--device nvidia.com/gpu=all"],
+    );
+    // The spec in podman's own directory is read, and judged.
+    assert_check(
+        &report,
+        "cdi",
+        "CDI driver libraries",
+        "FAIL",
+        &["/opt/cdi/nvidia.yaml"],
+    );
+}

@@ -401,7 +401,9 @@ enum Command {
     /// default-runtime, CDI by Docker's version, a config newer than the running dockerd);
     /// containerd's config.toml with its imports (the `nvidia` runtime under the CRI plugin of
     /// the config's version, a toolkit drop-in no import reaches, enable_cdi, SystemdCgroup);
-    /// the CDI specs in /etc/cdi and /var/run/cdi against the running driver; and the legacy
+    /// CRI-O's crio.conf and drop-ins (the `nvidia` runtime, a drop-in where CRI-O does not
+    /// read); podman's CDI directories and the toolkit's legacy OCI hook; the CDI specs in
+    /// every directory these read, against the running driver; and the legacy
     /// hook under the systemd cgroup driver, which loses the GPUs of running containers on a
     /// `systemctl daemon-reload`. Each finding names the error a user would see and the fix.
     ///

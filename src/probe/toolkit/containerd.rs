@@ -80,13 +80,7 @@ impl Containerd {
             let Some(text) = host.read(&path)? else {
                 continue;
             };
-            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                let line = e
-                    .span()
-                    .map(|s| format!(":{}", text[..s.start].matches('\n').count() + 1))
-                    .unwrap_or_default();
-                format!("{path}{line}: not TOML: {}", e.message())
-            })?;
+            let table = super::host::parse_toml(&path, &text)?;
             // The top-level file's version is the config's; an empty file has none.
             if files.is_empty() {
                 version = Some(match table.get("version") {

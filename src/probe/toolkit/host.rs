@@ -223,6 +223,17 @@ impl Host {
     }
 }
 
+/// A TOML config's text as a table; an error names the file and the line.
+pub fn parse_toml(path: &str, text: &str) -> Result<toml::Table, String> {
+    text.parse().map_err(|e: toml::de::Error| {
+        let line = e
+            .span()
+            .map(|s| format!(":{}", text[..s.start].matches('\n').count() + 1))
+            .unwrap_or_default();
+        format!("{path}{line}: not TOML: {}", e.message())
+    })
+}
+
 /// How long after boot a process started: field 22 of its `/proc/PID/stat` (`starttime`,
 /// in clock ticks), counted after the `)` that ends its name, which may hold spaces.
 fn started_after_boot(stat: &str) -> Option<Duration> {

@@ -7,12 +7,14 @@
 //! preflight needs no GPU call, no engine API and no privilege beyond reading.
 
 pub mod containerd;
+pub mod crio;
 pub mod docker;
 pub mod host;
 pub mod nvct;
 
 use super::report::{Report, Status};
 use containerd::Containerd;
+use crio::Crio;
 use docker::Docker;
 use host::Host;
 use nvct::Toolkit;
@@ -23,6 +25,8 @@ const DRIVER: &str = "driver";
 const TOOLKIT: &str = "toolkit";
 const DOCKER: &str = "docker";
 const CONTAINERD: &str = "containerd";
+const CRIO: &str = "cri-o";
+const PODMAN: &str = "podman";
 const CDI: &str = "cdi";
 const CGROUP: &str = "cgroup";
 
@@ -69,23 +73,44 @@ pub fn preflight(root: &std::path::Path) -> Report {
     if let Some(c) = &containerd {
         containerd_checks(&host, c, &mut report);
     }
-    if docker.is_none() && containerd.is_none() {
+    let crio = match Crio::read(&host) {
+        Ok(c) => c,
+        Err(e) => {
+            report.push(CRIO, "config", Status::Fail, e);
+            None
+        }
+    };
+    if let Some(c) = &crio {
+        crio_checks(&host, c, &mut report);
+    }
+    let podman = host.program("podman").is_some();
+    if podman {
+        podman_checks(&host, &mut report);
+    }
+    if docker.is_none() && containerd.is_none() && crio.is_none() && !podman {
         report.push(
             "engines",
             "container engine",
             Status::Skip,
-            "no Docker Engine and no containerd on this host: nothing to give GPUs to",
+            "no Docker Engine, containerd, CRI-O or podman on this host: nothing to give GPUs \
+             to",
         );
     }
-    cdi_checks(&host, driver.as_deref(), toolkit.as_ref(), &mut report);
+    let dirs = spec_dirs(&host, toolkit.as_ref(), docker.as_ref(), crio.as_ref());
+    cdi_checks(
+        &host,
+        &dirs,
+        driver.as_deref(),
+        toolkit.as_ref(),
+        &mut report,
+    );
     if let Some(kit) = &toolkit {
-        cgroup_checks(
-            &host,
-            kit,
-            docker.as_ref(),
-            containerd.as_ref(),
-            &mut report,
-        );
+        let engines = Engines {
+            docker: docker.as_ref(),
+            containerd: containerd.as_ref(),
+            crio: crio.as_ref(),
+        };
+        cgroup_checks(&host, kit, &engines, &mut report);
     }
     report.seconds = started.elapsed().as_secs_f64();
     report
@@ -606,6 +631,172 @@ fn containerd_checks(host: &Host, c: &Containerd, report: &mut Report) {
     stale_daemon(host, CONTAINERD, "containerd", c.started(), &files, report);
 }
 
+/// The engines found, for the checks that look across them.
+#[derive(Clone, Copy)]
+struct Engines<'a> {
+    docker: Option<&'a Docker>,
+    containerd: Option<&'a Containerd>,
+    crio: Option<&'a Crio>,
+}
+
+/// The CDI directories any engine (or the toolkit's runtime in cdi mode) reads: the
+/// defaults, then each configured list.
+fn spec_dirs(
+    host: &Host,
+    kit: Option<&Toolkit>,
+    docker: Option<&Docker>,
+    crio: Option<&Crio>,
+) -> Vec<String> {
+    let mut dirs: Vec<String> = crate::cdi::DEFAULT_SPEC_DIRS
+        .iter()
+        .map(|d| d.to_string())
+        .collect();
+    let configured = [
+        kit.map(|k| k.config.spec_dirs.clone()),
+        docker.and_then(|d| d.cdi_spec_dirs.clone()),
+        crio.and_then(|c| c.cdi_spec_dirs.clone()),
+        podman_spec_dirs(host),
+    ];
+    for dir in configured.into_iter().flatten().flatten() {
+        if !dir.is_empty() && !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
+}
+
+fn crio_checks(host: &Host, c: &Crio, report: &mut Report) {
+    report.fact(
+        CRIO,
+        serde_json::json!({
+            "files": c.files,
+            "nvidia": c.nvidia,
+            "default_runtime": c.default_runtime,
+            "cgroup_manager": c.cgroup_manager,
+            "pid": c.daemon.as_ref().map(|d| d.pid),
+        }),
+    );
+    report.push(
+        CRIO,
+        "config",
+        Status::Pass,
+        if c.files.is_empty() {
+            "no config file: CRI-O runs on its defaults".to_string()
+        } else {
+            c.files.join(", ")
+        },
+    );
+    if host.exists(crio::UNREAD_DROP_IN) {
+        report.push(
+            CRIO,
+            "toolkit drop-in",
+            Status::Fail,
+            format!(
+                "{} (where toolkits 1.18.0 to 1.19.0 wrote it) is in a directory CRI-O does not \
+                 read: move it to {}/ or re-run `nvidia-ctk runtime configure --runtime=crio` \
+                 with toolkit 1.19.1 or later",
+                crio::UNREAD_DROP_IN,
+                crio::DEFAULT_DROP_INS
+            ),
+        );
+    }
+    let (status, detail) = match &c.nvidia {
+        None => (
+            Status::Warn,
+            "no [crio.runtime.runtimes.nvidia]: a pod of RuntimeClass nvidia fails; \
+             `nvidia-ctk runtime configure --runtime=crio`, then `systemctl restart crio`"
+                .to_string(),
+        ),
+        // Without runtime_path CRI-O looks the handler's name up in its PATH.
+        Some(path) => {
+            let wanted = path.as_deref().unwrap_or("nvidia");
+            match host.program(wanted) {
+                Some(found) => (Status::Pass, format!("runtime nvidia: {found}")),
+                None => (
+                    Status::Fail,
+                    format!(
+                        "runtime nvidia's runtime_path {wanted} is not an executable: its \
+                         containers fail to start; install nvidia-container-toolkit-base"
+                    ),
+                ),
+            }
+        }
+    };
+    report.push(CRIO, "runtime nvidia", status, detail);
+    let files: Vec<&str> = c.files.iter().map(String::as_str).collect();
+    stale_daemon(host, CRIO, "crio", c.started(), &files, report);
+}
+
+/// containers.conf in podman's order: the vendor's, the admin's, then its drop-ins.
+fn containers_confs(host: &Host) -> Vec<String> {
+    let mut files = vec![
+        "/usr/share/containers/containers.conf".to_string(),
+        "/etc/containers/containers.conf".to_string(),
+    ];
+    if let Ok(entries) = std::fs::read_dir(host.at("/etc/containers/containers.conf.d")) {
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".conf"))
+            .collect();
+        names.sort();
+        files.extend(
+            names
+                .into_iter()
+                .map(|n| format!("/etc/containers/containers.conf.d/{n}")),
+        );
+    }
+    files
+}
+
+/// `[engine] cdi_spec_dirs` of podman's containers.conf, the last file that sets it.
+fn podman_spec_dirs(host: &Host) -> Option<Vec<String>> {
+    containers_confs(host)
+        .iter()
+        .rev()
+        .filter_map(|f| host.read(f).ok().flatten())
+        .filter_map(|text| text.parse::<toml::Table>().ok())
+        .filter_map(|t| {
+            let dirs = t.get("engine")?.get("cdi_spec_dirs")?.as_array()?;
+            Some(
+                dirs.iter()
+                    .filter_map(|d| d.as_str().map(str::to_string))
+                    .collect(),
+            )
+        })
+        .next()
+}
+
+/// podman reads the CDI specs on every run; the toolkit's legacy OCI hook, where it is
+/// installed, injects GPUs a second way, which NVIDIA's CDI guide says to remove.
+fn podman_checks(host: &Host, report: &mut Report) {
+    let hooks: Vec<&str> = [
+        "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json",
+        "/etc/containers/oci/hooks.d/oci-nvidia-hook.json",
+    ]
+    .into_iter()
+    .filter(|h| host.exists(h))
+    .collect();
+    report.push(
+        PODMAN,
+        "legacy hook",
+        if hooks.is_empty() {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        if hooks.is_empty() {
+            "no OCI hook of the toolkit: GPUs come by CDI (`--device nvidia.com/gpu=all`)"
+                .to_string()
+        } else {
+            format!(
+                "{} injects GPUs into every container beside CDI: remove it and request GPUs \
+                 with `--device nvidia.com/gpu=all`",
+                hooks.join(", ")
+            )
+        },
+    );
+}
+
 /// A config changed after the daemon started: it has not read it. dockerd reloads some keys
 /// on SIGHUP, containerd none.
 fn stale_daemon(
@@ -651,11 +842,14 @@ fn stale_daemon(
 
 /// The CDI specs the engines (and the toolkit's runtime in cdi mode) read, as the CDI
 /// library reads them.
-fn cdi_checks(host: &Host, driver: Option<&str>, kit: Option<&Toolkit>, report: &mut Report) {
-    let dirs: Vec<std::path::PathBuf> = crate::cdi::DEFAULT_SPEC_DIRS
-        .iter()
-        .map(|d| host.at(d))
-        .collect();
+fn cdi_checks(
+    host: &Host,
+    searched: &[String],
+    driver: Option<&str>,
+    kit: Option<&Toolkit>,
+    report: &mut Report,
+) {
+    let dirs: Vec<std::path::PathBuf> = searched.iter().map(|d| host.at(d)).collect();
     let specs = match crate::cdi::load(&dirs) {
         Ok(specs) => specs,
         Err(e) => {
@@ -703,7 +897,7 @@ fn cdi_checks(host: &Host, driver: Option<&str>, kit: Option<&Toolkit>, report: 
                 "none in {}, and {} sets mode = \"cdi\": a container run with the nvidia \
                  runtime fails with `unresolvable CDI devices nvidia.com/gpu=all`; \
                  `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml`",
-                crate::cdi::DEFAULT_SPEC_DIRS.join(" or "),
+                searched.join(" or "),
                 nvct::CONFIG
             ),
         );
@@ -717,7 +911,7 @@ fn cdi_checks(host: &Host, driver: Option<&str>, kit: Option<&Toolkit>, report: 
             format!(
                 "none in {}: CDI requests (`--device nvidia.com/gpu=all`) are unresolvable; \
                  `nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml` writes one",
-                crate::cdi::DEFAULT_SPEC_DIRS.join(" or ")
+                searched.join(" or ")
             ),
         );
         return;
@@ -732,13 +926,12 @@ fn cdi_checks(host: &Host, driver: Option<&str>, kit: Option<&Toolkit>, report: 
 /// container's device cgroup behind runc's back, so where systemd manages that cgroup, a
 /// reload re-applies runc's list without them, and NVML in the container answers `Unknown
 /// Error`. CDI (the device nodes in the OCI spec) or the `/dev/char` links avoid it.
-fn cgroup_checks(
-    host: &Host,
-    kit: &Toolkit,
-    docker: Option<&Docker>,
-    containerd: Option<&Containerd>,
-    report: &mut Report,
-) {
+fn cgroup_checks(host: &Host, kit: &Toolkit, engines: &Engines, report: &mut Report) {
+    let Engines {
+        docker,
+        containerd,
+        crio,
+    } = *engines;
     if !kit.installed() {
         return;
     }
@@ -763,6 +956,13 @@ fn cgroup_checks(
             .is_some_and(|r| r.systemd_cgroup == Some(true))
     {
         at_risk.push("containerd's runtime nvidia in legacy mode with SystemdCgroup".into());
+    }
+    if let Some(c) = crio
+        && runtime_legacy
+        && c.nvidia.is_some()
+        && c.cgroup_manager == "systemd"
+    {
+        at_risk.push("CRI-O's runtime nvidia in legacy mode with cgroup_manager systemd".into());
     }
     if at_risk.is_empty() {
         report.push(

@@ -119,14 +119,7 @@ impl Toolkit {
 impl Config {
     /// Reads the config's text; an error names the file, the line and the key.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start].matches('\n').count() + 1)
-                .map(|l| format!(":{l}"))
-                .unwrap_or_default();
-            format!("{CONFIG}{line}: not TOML: {}", e.message())
-        })?;
+        let doc = super::host::parse_toml(CONFIG, text)?;
         let table = |name: &str| doc.get(name).and_then(toml::Value::as_table);
         let string =
             |t: Option<&toml::Table>, section: &str, key: &str| -> Result<Option<String>, String> {
