@@ -344,13 +344,20 @@ impl Named {
 
 /// The blobs a document names: the descriptors of a manifest or an index (`config`,
 /// `subject`, `layers`, `manifests`, `blobs`), each with its size and media type, and
-/// every other digest in its text.
+/// every other digest in its text but an image config's diff IDs, which are digests of
+/// uncompressed layers, not references: an uncompressed layer's blob has its diff ID for
+/// digest, and every image of the same content would otherwise keep it.
 fn names_in(bytes: &[u8]) -> Vec<Named> {
-    let mut found: Vec<Named> = digests_in(bytes).into_iter().map(Named::bare).collect();
-    let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice::<serde_json::Value>(bytes)
+    let Ok(serde_json::Value::Object(mut doc)) = serde_json::from_slice::<serde_json::Value>(bytes)
     else {
-        return found;
+        return digests_in(bytes).into_iter().map(Named::bare).collect();
     };
+    let rootfs = doc.remove("rootfs");
+    let text = serde_json::to_vec(&doc).unwrap_or_default();
+    let mut found: Vec<Named> = digests_in(&text).into_iter().map(Named::bare).collect();
+    if let Some(rootfs) = rootfs {
+        doc.insert("rootfs".into(), rootfs);
+    }
     let single = ["config", "subject"].iter().filter_map(|k| doc.get(*k));
     let listed = ["layers", "manifests", "blobs"]
         .iter()
@@ -392,6 +399,20 @@ fn digests_in(bytes: &[u8]) -> Vec<Digest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configs_diff_ids_are_not_references() {
+        let (layer, diff) = ("a".repeat(64), "b".repeat(64));
+        let config = format!(
+            "{{\"rootfs\":{{\"type\":\"layers\",\"diff_ids\":[\"sha256:{diff}\"]}},\
+             \"config\":{{\"Labels\":{{\"x\":\"sha256:{layer}\"}}}}}}"
+        );
+        let names: Vec<String> = names_in(config.as_bytes())
+            .into_iter()
+            .map(|n| n.digest.to_string())
+            .collect();
+        assert_eq!(names, [format!("sha256:{layer}")]);
+    }
 
     #[test]
     fn digests_are_found_wherever_a_document_names_them() {
