@@ -925,3 +925,85 @@ fn podmans_cdi_directories_are_searched_and_its_legacy_hook_is_named() {
         &["/opt/cdi/nvidia.yaml"],
     );
 }
+
+/// The driver's modules and daemons: a module left from another driver, nvidia_uvm and
+/// nvidia_peermem missing, and the fabric manager an NVSwitch system needs.
+#[test]
+fn modules_of_another_driver_and_a_missing_fabric_manager_are_named() {
+    let tree = Tree::new();
+    tree.driver(DRIVER, Some(DRIVER))
+        .toolkit("1.18.1-1")
+        .file(
+            "/proc/modules",
+            "nvidia_modeset 1 0 - Live 0x0 (POE)\nnvidia 2 1 nvidia_modeset, Live 0x0 (POE)\n",
+        )
+        .file("/sys/module/nvidia/version", &format!("{DRIVER}\n"))
+        .file("/sys/module/nvidia_modeset/version", "575.57.08\n")
+        .dir("/sys/class/infiniband/mlx5_0")
+        .file("/proc/1/cmdline", "/sbin/init\0")
+        .dir("/proc/driver/nvidia-nvswitch/devices/0000:05:00.0");
+    let (report, code) = tree.preflight();
+    assert_eq!(code, 1, "{report:#}");
+    assert_check(
+        &report,
+        "driver",
+        "kernel modules",
+        "FAIL",
+        &["nvidia_modeset 575.57.08", "reboot"],
+    );
+    assert_check(
+        &report,
+        "driver",
+        "nvidia_uvm",
+        "WARN",
+        &["modprobe nvidia-uvm"],
+    );
+    assert_check(
+        &report,
+        "driver",
+        "nvidia_peermem",
+        "WARN",
+        &["GPU Direct RDMA"],
+    );
+    assert_check(
+        &report,
+        "driver",
+        "persistence daemon",
+        "WARN",
+        &["nvidia-persistenced"],
+    );
+    assert_check(
+        &report,
+        "driver",
+        "fabric manager",
+        "FAIL",
+        &["1 NVSwitches", "802", "nvidia-fabricmanager"],
+    );
+    tree.file("/proc/2/cmdline", "/usr/bin/nv-fabricmanager\0-c\0/usr/share/nvidia/nvswitch/fabricmanager.cfg\0")
+        .file("/proc/3/cmdline", "/usr/bin/nvidia-persistenced\0--user\0nvidia-persistenced\0")
+        .file("/sys/module/nvidia_modeset/version", &format!("{DRIVER}\n"))
+        .file(
+            "/proc/modules",
+            "nvidia_uvm 1 0 - Live 0x0 (POE)\nnvidia_peermem 1 0 - Live 0x0 (POE)\nnvidia 2 1 - Live 0x0 (POE)\n",
+        );
+    let (report, _) = tree.preflight();
+    assert_check(&report, "driver", "kernel modules", "PASS", &[DRIVER]);
+    assert_check(
+        &report,
+        "driver",
+        "fabric manager",
+        "PASS",
+        &["nv-fabricmanager runs"],
+    );
+    assert_check(&report, "driver", "persistence daemon", "PASS", &[]);
+    for gone in ["nvidia_uvm", "nvidia_peermem"] {
+        assert!(
+            !report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == gone),
+            "{gone}: {report:#}"
+        );
+    }
+}

@@ -394,8 +394,9 @@ enum Command {
     /// Check this host before any container starts: can its engines give containers their
     /// GPUs?
     ///
-    /// Reads, without a GPU call or an engine's API: the NVIDIA kernel module against the NVML
-    /// library the toolkit loads; the NVIDIA Container Toolkit (its programs, package version
+    /// Reads, without a GPU call or an engine's API: the NVIDIA kernel modules against the NVML
+    /// library the toolkit loads, nvidia_uvm, nvidia_peermem beside RDMA devices, the
+    /// persistence daemon and an NVSwitch system's fabric manager; the NVIDIA Container Toolkit (its programs, package version
     /// and /etc/nvidia-container-runtime/config.toml: mode, ldconfig, low-level runtimes);
     /// Docker's daemon.json (the `--gpus` device driver, the `nvidia` runtime,
     /// default-runtime, CDI by Docker's version, a config newer than the running dockerd);

@@ -171,7 +171,120 @@ fn driver(host: &Host, report: &mut Report) -> Option<String> {
         )
     };
     report.push(DRIVER, "NVML library", status, detail);
+    kernel_modules(host, &module, report);
+    driver_daemons(host, report);
     Some(module)
+}
+
+/// The driver's other kernel modules: of the running driver's version, `nvidia_uvm` (CUDA's
+/// `/dev/nvidia-uvm`), and `nvidia_peermem` where the host has RDMA devices.
+fn kernel_modules(host: &Host, driver: &str, report: &mut Report) {
+    let Ok(Some(modules)) = host.read("/proc/modules") else {
+        return;
+    };
+    let loaded: Vec<&str> = modules
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let nvidia: Vec<&str> = loaded
+        .iter()
+        .copied()
+        .filter(|m| m.starts_with("nvidia"))
+        .collect();
+    let other: Vec<String> = nvidia
+        .iter()
+        .filter_map(|m| {
+            let version = host.read(&format!("/sys/module/{m}/version")).ok()??;
+            let version = version.trim();
+            (version != driver).then(|| format!("{m} {version}"))
+        })
+        .collect();
+    report.push(
+        DRIVER,
+        "kernel modules",
+        if other.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        if other.is_empty() {
+            format!("{} loaded, of driver {driver}", nvidia.join(", "))
+        } else {
+            format!(
+                "modules of another driver than the running {driver}: {}; an upgrade left \
+                 them loaded: reboot, or unload and load the driver's modules",
+                other.join(", ")
+            )
+        },
+    );
+    if !loaded.contains(&"nvidia_uvm") {
+        report.push(
+            DRIVER,
+            "nvidia_uvm",
+            Status::Warn,
+            "not loaded: /dev/nvidia-uvm, which CUDA needs, appears only once the toolkit \
+             (nvidia-container-cli's load-kmods) or nvidia-modprobe loads it; a runtime that \
+             cannot load modules starts containers where CUDA fails to initialise; load it at \
+             boot (`modprobe nvidia-uvm`)",
+        );
+    }
+    let rdma = std::fs::read_dir(host.at("/sys/class/infiniband"))
+        .map(|d| d.count() > 0)
+        .unwrap_or(false);
+    if rdma && !loaded.contains(&"nvidia_peermem") {
+        report.push(
+            DRIVER,
+            "nvidia_peermem",
+            Status::Warn,
+            "the host has RDMA devices and nvidia_peermem is not loaded: GPUDirect RDMA needs it \
+             or DMA-BUF (the open kernel modules); without either NCCL logs `GPU Direct RDMA \
+             Disabled` and moves every message through host memory; `modprobe nvidia-peermem`",
+        );
+    }
+}
+
+/// The driver's daemons: nvidia-persistenced, and the fabric manager where NVSwitches need one.
+fn driver_daemons(host: &Host, report: &mut Report) {
+    if !host.exists("/proc/1") {
+        return;
+    }
+    let persistenced = !host.daemons("nvidia-persistenced").is_empty();
+    report.push(
+        DRIVER,
+        "persistence daemon",
+        if persistenced {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
+        if persistenced {
+            "nvidia-persistenced runs: the GPUs stay initialised between containers".to_string()
+        } else {
+            "nvidia-persistenced does not run: without persistence each container's first CUDA \
+             call initialises the GPUs again; enable the nvidia-persistenced service"
+                .to_string()
+        },
+    );
+    let switches = std::fs::read_dir(host.at("/proc/driver/nvidia-nvswitch/devices"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    if switches > 0 {
+        let manager = !host.daemons("nv-fabricmanager").is_empty();
+        report.push(
+            DRIVER,
+            "fabric manager",
+            if manager { Status::Pass } else { Status::Fail },
+            if manager {
+                format!("nv-fabricmanager runs for the {switches} NVSwitches")
+            } else {
+                format!(
+                    "{switches} NVSwitches and no nv-fabricmanager: CUDA fails to initialise \
+                     (cuInit: system not yet initialized, 802); start nvidia-fabricmanager, of \
+                     the driver's version"
+                )
+            },
+        );
+    }
 }
 
 /// The versioned `libnvidia-ml.so.VERSION` files the host's loader finds: those its
