@@ -451,6 +451,17 @@ fn libraries_of_another_version_than_the_module_or_none_at_all_fail() {
         &["load library failed: libnvidia-ml.so.1"],
     );
     // No engine: said, not failed.
+    let bare = Tree::new();
+    bare.driver(DRIVER, Some(DRIVER));
+    let (bare_report, code) = bare.preflight();
+    assert_eq!(code, 0, "{bare_report:#}");
+    assert_check(
+        &bare_report,
+        "toolkit",
+        "NVIDIA Container Toolkit",
+        "SKIP",
+        &["not installed"],
+    );
     assert_check(
         &report,
         "engines",

@@ -339,10 +339,15 @@ fn nvml_libraries(host: &Host) -> Vec<String> {
 
 fn toolkit_checks(host: &Host, kit: &Toolkit, report: &mut Report) {
     if !kit.installed() {
+        // A host without an engine gives no container its GPUs: it lacks nothing.
+        let engine = ["dockerd", "containerd", "crio", "podman"]
+            .iter()
+            .any(|p| host.program(p).is_some())
+            || host.exists("/snap/docker");
         report.push(
             TOOLKIT,
             "NVIDIA Container Toolkit",
-            Status::Fail,
+            if engine { Status::Fail } else { Status::Skip },
             "not installed (no nvidia-container-toolkit package, no nvidia-container-runtime, \
              -runtime-hook or nvidia-ctk on the PATH): `docker run --gpus all` fails with \
              `could not select device driver \"\" with capabilities: [[gpu]]`; install \
