@@ -33,24 +33,12 @@ pub fn run(args: Args) -> Result<i32> {
         print!("{}", report.to_text());
         println!("{}", report.verdict_line());
     }
-    let junit = args.junit.map(|path| {
-        crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())
-            .map_err(|e| format!("--junit {}: {e}", path.display()))
-    });
-    let emits = args
-        .emit
-        .iter()
-        .map(|emit| crate::probe::emit::write(&report, emit).map_err(|e| format!("{emit}: {e}")));
-    let mut unwritten = false;
-    for written in junit.into_iter().chain(emits) {
-        if let Err(e) = written {
-            eprintln!("error: {e}");
-            unwritten = true;
-        }
-    }
-    // As for the probe: a file not written never hides a failed verdict.
-    Ok(match (report.exit_code(), unwritten) {
-        (1, _) | (_, false) => report.exit_code(),
-        (_, true) => crate::error::BAD_INPUT,
-    })
+    // The verdict is printed before the files are written, and a file not written never
+    // hides a failed verdict, as for the probe.
+    Ok(super::probe::write_files(
+        &report,
+        args.junit.as_deref(),
+        &args.emit,
+        None,
+    ))
 }

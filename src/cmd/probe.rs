@@ -161,22 +161,39 @@ pub fn run(args: Args) -> Result<i32> {
         .record_startup
         .map(|path| crate::probe::write_startup_record(&path, report.startup.take()))
         .map(|written| written.map(|said| eprintln!("gpubake: {said}")));
-    let junit = args.junit.map(|path| {
-        crate::fsutil::write_atomic(&path, report.to_junit().as_bytes())
+    Ok(write_files(
+        &report,
+        args.junit.as_deref(),
+        &args.emit,
+        record,
+    ))
+}
+
+/// Writes the report's JUnit file and `--emit` files after `earlier` writes, says each one
+/// that failed (naming the flag that asked for it), and returns the exit code: the
+/// verdict's, as [`exit_code`] settles it with the files. `gpubake preflight` ends the same
+/// way.
+pub(super) fn write_files(
+    report: &Report,
+    junit: Option<&std::path::Path>,
+    emit: &[crate::probe::emit::Emit],
+    earlier: impl IntoIterator<Item = std::result::Result<(), String>>,
+) -> i32 {
+    let junit = junit.map(|path| {
+        crate::fsutil::write_atomic(path, report.to_junit().as_bytes())
             .map_err(|e| format!("--junit {}: {e}", path.display()))
     });
-    let emits = args
-        .emit
+    let emits = emit
         .iter()
-        .map(|emit| crate::probe::emit::write(&report, emit).map_err(|e| format!("{emit}: {e}")));
+        .map(|emit| crate::probe::emit::write(report, emit).map_err(|e| format!("{emit}: {e}")));
     let mut unwritten = false;
-    for written in record.into_iter().chain(junit).chain(emits) {
+    for written in earlier.into_iter().chain(junit).chain(emits) {
         if let Err(e) = written {
             eprintln!("error: {e}");
             unwritten = true;
         }
     }
-    Ok(exit_code(report.exit_code(), unwritten))
+    exit_code(report.exit_code(), unwritten)
 }
 
 /// The probe's exit code once its files are written. A file that could not be written never

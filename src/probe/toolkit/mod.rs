@@ -43,43 +43,24 @@ pub fn preflight(root: &std::path::Path) -> Report {
     if driver.is_none() {
         report.no_gpu = true;
     }
-    let toolkit = match Toolkit::read(&host) {
-        Ok(kit) => Some(kit),
-        Err(e) => {
-            report.push(TOOLKIT, "NVIDIA Container Toolkit", Status::Fail, e);
-            None
-        }
-    };
+    let toolkit = read_or_fail(
+        Toolkit::read(&host).map(Some),
+        TOOLKIT,
+        "NVIDIA Container Toolkit",
+        &mut report,
+    );
     if let Some(kit) = &toolkit {
         toolkit_checks(&host, kit, &mut report);
     }
-    let docker = match Docker::read(&host) {
-        Ok(d) => d,
-        Err(e) => {
-            report.push(DOCKER, "daemon.json", Status::Fail, e);
-            None
-        }
-    };
-    let containerd = match Containerd::read(&host) {
-        Ok(c) => c,
-        Err(e) => {
-            report.push(CONTAINERD, "config", Status::Fail, e);
-            None
-        }
-    };
+    let docker = read_or_fail(Docker::read(&host), DOCKER, "daemon.json", &mut report);
+    let containerd = read_or_fail(Containerd::read(&host), CONTAINERD, "config", &mut report);
     if let (Some(d), Some(kit)) = (&docker, &toolkit) {
         docker_checks(&host, d, kit, &mut report);
     }
     if let Some(c) = &containerd {
         containerd_checks(&host, c, &mut report);
     }
-    let crio = match Crio::read(&host) {
-        Ok(c) => c,
-        Err(e) => {
-            report.push(CRIO, "config", Status::Fail, e);
-            None
-        }
-    };
+    let crio = read_or_fail(Crio::read(&host), CRIO, "config", &mut report);
     if let Some(c) = &crio {
         crio_checks(&host, c, &mut report);
     }
@@ -114,6 +95,19 @@ pub fn preflight(root: &std::path::Path) -> Report {
     }
     report.seconds = started.elapsed().as_secs_f64();
     report
+}
+
+/// What a reader found, or None with a failed check naming what it could not read.
+fn read_or_fail<T>(
+    read: Result<Option<T>, String>,
+    phase: &'static str,
+    name: &str,
+    report: &mut Report,
+) -> Option<T> {
+    read.unwrap_or_else(|e| {
+        report.push(phase, name, Status::Fail, e);
+        None
+    })
 }
 
 /// The kernel module's version against the NVML library's that the toolkit loads; None
